@@ -1,0 +1,371 @@
+"""RunConfig: every setting of one fine-tuning run, its defaults and its validation.
+
+This module alone decides what a valid run is. It loads from YAML/JSON files and API
+bodies alike, turns pydantic errors into `ConfigError` (a list of field + message,
+each saying how to fix it), and splits secrets from the `public` form that is stored.
+It never imports torch: hardware facts come in through `check_machine`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import platform
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+
+TrainingType = Literal["lora", "qlora", "full", "continued_pretraining"]
+DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text"]
+Backend = Literal["auto", "torch", "mlx"]
+ReportTo = Literal["none", "tensorboard", "wandb", "mlflow"]
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+
+SECRET_FIELDS = ("hf_token", "wandb_token")
+S3_SECRET_FIELDS = ("access_key_id", "secret_access_key", "session_token")
+# Canonical column names a dataset's own columns can be mapped onto.
+CANONICAL_COLUMNS = ("instruction", "input", "output", "text", "conversations", "messages", "system")
+DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; `errors` names each bad field and its fix."""
+
+    def __init__(self, errors: list[FieldError]):
+        self.errors = errors
+        super().__init__("; ".join(f"{e.field}: {e.message}" for e in errors))
+
+    @classmethod
+    def single(cls, field: str, message: str) -> "ConfigError":
+        return cls([FieldError(field=field, message=message)])
+
+
+class S3Source(BaseModel):
+    """A dataset stored in S3 (or an S3-compatible store)."""
+
+    model_config = ConfigDict(extra="forbid")
+    bucket: str
+    prefix: str = ""
+    region: str | None = None
+    endpoint_url: str | None = None
+    access_key_id: SecretStr | None = None
+    secret_access_key: SecretStr | None = None
+    session_token: SecretStr | None = None
+
+
+class RunConfig(BaseModel):
+    """Everything one run needs. Field docs double as the CLI/API reference."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    # --- model
+    model_name: str = Field(min_length=1, description="Hub id (org/name) or a local model folder.")
+    training_type: TrainingType = Field("lora", description="lora | qlora | full | continued_pretraining.")
+    max_seq_length: int = Field(2048, ge=16, le=1_048_576, description="Longest tokenized example; longer rows are truncated.")
+    load_in_4bit: bool = Field(False, description="Load the base model in 4-bit (QLoRA). Needs CUDA.")
+    trust_remote_code: bool = Field(False, description="Allow model code from the hub to run.")
+    hf_token: SecretStr | None = Field(None, description="Hub token (secret; never stored).")
+
+    # --- data
+    dataset: str | None = Field(None, description="Hub dataset id.")
+    local_datasets: list[str] = Field(default_factory=list, description="Local .json/.jsonl/.csv/.parquet files.")
+    s3: S3Source | None = Field(None, description="S3 bucket/prefix holding data files.")
+    subset: str | None = Field(None, description="Hub dataset configuration name.")
+    train_split: str = Field("train", min_length=1)
+    eval_split: str | None = Field(None, description="Split used for evaluation; auto-detected when absent.")
+    local_eval_datasets: list[str] = Field(default_factory=list)
+    eval_holdout: float = Field(0.0, ge=0.0, le=0.5, description="Share of training rows held out for eval when no eval split exists.")
+    eval_steps: float = Field(0, ge=0, description="0 = no eval; >= 1 every N steps; < 1 a fraction of total steps.")
+    streaming: bool = False
+    slice_start: int | None = Field(None, ge=0)
+    slice_end: int | None = Field(None, ge=1)
+    format: DataFormat = Field("auto", description="auto | alpaca | sharegpt | chatml | text.")
+    column_mapping: dict[str, str] = Field(default_factory=dict, description="Canonical column -> dataset column, e.g. {instruction: question}.")
+    role_mapping: dict[str, str] = Field(default_factory=dict, description="Dataset role -> chat role, e.g. {function_call: tool}.")
+    train_on_completions: bool = Field(False, description="Compute loss on assistant tokens only.")
+
+    # --- adapter
+    lora_r: int = Field(16, ge=1, le=4096)
+    lora_alpha: float = Field(16, gt=0)
+    lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    target_modules: list[str] | None = Field(None, description="Default: all attention and MLP projections.")
+    use_rslora: bool = False
+    use_dora: bool = False
+    use_loftq: bool = False
+    gradient_checkpointing: bool | None = Field(None, description="None = device-aware default (off on CPU, on with CUDA).")
+
+    # --- optimisation
+    num_epochs: float = Field(3, ge=0)
+    max_steps: int = Field(0, ge=0, description="0 = train for num_epochs.")
+    learning_rate: float = 2e-4
+    batch_size: int = Field(2, ge=1)
+    gradient_accumulation_steps: int = Field(4, ge=1)
+    warmup_steps: int | None = Field(None, ge=0)
+    warmup_ratio: float | None = Field(None, ge=0.0, lt=1.0)
+    weight_decay: float = Field(0.001, ge=0.0)
+    max_grad_norm: float = Field(1.0, description="Gradient clip; 0 or negative disables clipping.")
+    lr_scheduler_type: str = "linear"
+    optim: str = "adamw_torch"
+    seed: int = 3407
+    packing: bool = False
+    save_steps: int = Field(0, ge=0, description="0 = save only at the end.")
+    save_total_limit: int | None = Field(None, ge=1)
+    logging_steps: int = Field(1, ge=1)
+    precision: Precision = Field("auto", description="auto picks fp32 on CPU, bf16 on capable GPUs.")
+
+    # --- tracking
+    report_to: ReportTo = "none"
+    wandb_project: str | None = None
+    wandb_token: SecretStr | None = None
+    tensorboard_dir: str | None = None
+    mlflow_tracking_uri: str | None = None
+    mlflow_experiment: str | None = None
+
+    # --- hardware
+    gpu_ids: list[int] | None = Field(None, description="Explicit CUDA device ids; None = choose by free memory.")
+    backend: Backend = "auto"
+
+    # --- output
+    output_dir: str | None = Field(None, description="Default: a new folder under the outputs root.")
+    allow_output_outside_root: bool = Field(False, description="Required for an output_dir outside the outputs root.")
+    resume_from: str | None = Field(None, description="A checkpoint folder or a run id to continue from.")
+    display_name: str | None = Field(None, max_length=200)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise_input(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        unknown = [k for k in data if k not in cls.model_fields]
+        if unknown:
+            raise _unknown_keys_message(unknown, list(cls.model_fields))
+        # None means "use the default" for every field whose default is not None.
+        cleaned = {}
+        for key, value in data.items():
+            field = cls.model_fields[key]
+            if value is None and not field.is_required() and field.get_default(call_default_factory=True) is not None:
+                continue
+            cleaned[key] = value
+        return cleaned
+
+    @field_validator("max_grad_norm")
+    @classmethod
+    def _clip(cls, v: float) -> float:
+        return max(0.0, v)
+
+    @field_validator("learning_rate")
+    @classmethod
+    def _lr(cls, v: float) -> float:
+        if not 0 < v < 1:
+            raise ValueError(f"must be between 0 and 1 (exclusive), got {v}; typical LoRA values are 1e-4 to 3e-4")
+        return v
+
+    @field_validator("column_mapping")
+    @classmethod
+    def _mapping(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in v if k not in CANONICAL_COLUMNS]
+        if bad:
+            raise ValueError(f"unknown target {bad}; map onto one of {list(CANONICAL_COLUMNS)}")
+        return v
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> "RunConfig":
+        errs: list[tuple[str, str]] = []
+        if self.max_steps == 0 and self.num_epochs == 0:
+            errs.append(("max_steps", "max_steps and num_epochs are both 0; set max_steps > 0 or num_epochs > 0"))
+        chosen = [n for n in ("use_dora", "use_rslora", "use_loftq") if getattr(self, n)]
+        if len(chosen) > 1:
+            errs.append((chosen[1], f"{' and '.join(chosen)} cannot be combined; keep at most one of use_dora, use_rslora, use_loftq"))
+        if not self.uses_adapter:
+            for name in chosen:
+                errs.append((name, f"{name} is an adapter option and does nothing with training_type={self.training_type}; remove it or use training_type=lora"))
+            if self.training_type == "full" and self.load_in_4bit:
+                # SPEC: 4-bit is forced off for full fine-tuning (it cannot train 4-bit weights).
+                object.__setattr__(self, "load_in_4bit", False)
+        if self.training_type == "qlora" and not self.load_in_4bit:
+            object.__setattr__(self, "load_in_4bit", True)
+        if self.warmup_steps is not None and self.warmup_ratio is not None:
+            errs.append(("warmup_ratio", "set warmup_steps or warmup_ratio, not both"))
+        if self.slice_start is not None and self.slice_end is not None and self.slice_end <= self.slice_start:
+            errs.append(("slice_end", "slice_end must be greater than slice_start"))
+        if not (self.dataset or self.local_datasets or self.s3):
+            errs.append(("dataset", "no training data: set dataset (hub id), local_datasets (file paths) or s3"))
+        if self.report_to == "wandb" and not self.wandb_project:
+            object.__setattr__(self, "wandb_project", "tunelab")
+        if self.resolved_backend == "mlx":
+            errs.extend(_mlx_limits(self))
+        if errs:
+            raise _ErrorList(errs)
+        return self
+
+    # --- derived facts -------------------------------------------------------------
+    @property
+    def uses_adapter(self) -> bool:
+        return self.training_type in ("lora", "qlora")
+
+    @property
+    def resolved_backend(self) -> str:
+        if self.backend != "auto":
+            return self.backend
+        return "mlx" if platform.system() == "Darwin" and platform.machine() == "arm64" else "torch"
+
+    @property
+    def dataset_label(self) -> str:
+        if self.dataset:
+            return self.dataset
+        if self.local_datasets:
+            return ", ".join(Path(p).name for p in self.local_datasets)
+        return f"s3://{self.s3.bucket}/{self.s3.prefix}" if self.s3 else ""
+
+    def public(self) -> dict[str, Any]:
+        """The config as stored and shown: JSON-safe, with every secret removed."""
+        data = self.model_dump(mode="json", exclude=set(SECRET_FIELDS))
+        if data.get("s3"):
+            for key in S3_SECRET_FIELDS:
+                data["s3"].pop(key, None)
+        return data
+
+    def worker_payload(self) -> dict[str, Any]:
+        """The config handed to a worker process: secrets included, in plain form."""
+        data = self.model_dump(mode="json")
+        for key in SECRET_FIELDS:
+            secret = getattr(self, key)
+            data[key] = secret.get_secret_value() if secret else None
+        if self.s3:
+            for key in S3_SECRET_FIELDS:
+                secret = getattr(self.s3, key)
+                data["s3"][key] = secret.get_secret_value() if secret else None
+        return data
+
+    def secret_values(self) -> list[str]:
+        """Every secret string this config carries (for leak checks and log scrubbing)."""
+        found = [getattr(self, k).get_secret_value() for k in SECRET_FIELDS if getattr(self, k)]
+        if self.s3:
+            found += [getattr(self.s3, k).get_secret_value() for k in S3_SECRET_FIELDS if getattr(self.s3, k)]
+        return [s for s in found if s]
+
+
+class _ErrorList(ValueError):
+    """Several (field, message) pairs raised from one validator, kept apart per field."""
+
+    def __init__(self, pairs: list[tuple[str, str]]):
+        self.pairs = pairs
+        super().__init__("; ".join(f"{f}: {m}" for f, m in pairs))
+
+
+def _mlx_limits(cfg: RunConfig) -> list[tuple[str, str]]:
+    errs = []
+    if cfg.load_in_4bit or cfg.training_type == "qlora":
+        errs.append(("training_type", "the mlx backend has no bitsandbytes QLoRA; use training_type=lora (or a pre-quantized MLX model) or backend=torch"))
+    if cfg.use_loftq:
+        errs.append(("use_loftq", "LoftQ needs PEFT; it is not available with backend=mlx"))
+    if cfg.use_rslora:
+        errs.append(("use_rslora", "rsLoRA is not available with backend=mlx; remove it or use backend=torch"))
+    if cfg.gpu_ids:
+        errs.append(("gpu_ids", "the mlx backend does not select CUDA devices; remove gpu_ids"))
+    if cfg.packing:
+        errs.append(("packing", "packing is not available with backend=mlx; set packing=false"))
+    if cfg.report_to != "none":
+        errs.append(("report_to", "the mlx backend reports only to tunelab; set report_to=none"))
+    if cfg.dataset or cfg.s3 or cfg.streaming:
+        errs.append(("dataset", "the mlx backend reads local_datasets only; download the data first or use backend=torch"))
+    return errs
+
+
+def _unknown_keys_message(unknown: list[str], known: list[str]) -> _ErrorList:
+    errs = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'?" if close else "remove it; see `tunelab train --help` for the fields"
+        errs.append((key, f"unknown setting '{key}'; {hint}"))
+    return _ErrorList(errs)
+
+
+def errors_from_validation(exc: ValidationError) -> list[FieldError]:
+    """Turn pydantic's errors into one FieldError per bad field, with readable messages."""
+    out: list[FieldError] = []
+    for err in exc.errors():
+        ctx_error = (err.get("ctx") or {}).get("error")
+        if isinstance(ctx_error, _ErrorList):
+            out.extend(FieldError(field=f, message=m) for f, m in ctx_error.pairs)
+            continue
+        loc = ".".join(str(p) for p in err["loc"]) or "config"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing":
+            msg = "is required"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown setting; remove it"
+        out.append(FieldError(field=loc, message=msg))
+    return out
+
+
+def parse_config(data: dict[str, Any]) -> RunConfig:
+    """Validate a mapping into a RunConfig, raising ConfigError on any problem."""
+    if not isinstance(data, dict):
+        raise ConfigError.single("config", "must be a mapping of setting: value")
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(errors_from_validation(exc)) from None
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`key=value` from the CLI; the value is read as YAML so numbers and lists work."""
+    if "=" not in text:
+        raise ConfigError.single("--set", f"'{text}' is not key=value; write e.g. --set learning_rate=1e-4")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw else None
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def load_config_file(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """Load YAML or JSON from a file, apply `key=value` overrides, validate."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError.single("config", f"cannot read {path}: {exc.strerror}; check the path") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError.single("config", f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
+    data = data or {}
+    if not isinstance(data, dict):
+        raise ConfigError.single("config", f"{path} must hold a mapping of setting: value")
+    for item in overrides or []:
+        key, value = parse_override(item)
+        data[key] = value
+    # Relative data paths in a config file are relative to the file, like most tools do.
+    for key in ("local_datasets", "local_eval_datasets"):
+        if isinstance(data.get(key), list):
+            data[key] = [str((path.parent / p).resolve()) if not Path(p).is_absolute() else p for p in data[key]]
+    return parse_config(data)
+
+
+def dump_config_yaml(cfg: RunConfig) -> str:
+    """The public config as YAML, without defaults-only noise or secrets."""
+    return yaml.safe_dump(cfg.public(), sort_keys=False)
+
+
+def check_machine(cfg: RunConfig, cuda_device_count: int) -> None:
+    """Checks that depend on this machine's hardware (done at start, not at parse)."""
+    if cfg.resolved_backend != "torch":
+        return
+    if cfg.load_in_4bit and cuda_device_count == 0:
+        field = "training_type" if cfg.training_type == "qlora" else "load_in_4bit"
+        raise ConfigError.single(field, "4-bit loading (QLoRA) needs a CUDA GPU and this machine has none; use training_type=lora with load_in_4bit=false")
+    if cfg.gpu_ids:
+        bad = [g for g in cfg.gpu_ids if not 0 <= g < cuda_device_count]
+        if bad:
+            have = f"ids 0..{cuda_device_count - 1}" if cuda_device_count else "no CUDA GPUs"
+            raise ConfigError.single("gpu_ids", f"GPU ids {bad} do not exist (this machine has {have}); fix gpu_ids or remove it for automatic choice")

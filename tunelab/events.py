@@ -1,0 +1,112 @@
+"""The messages exchanged between a worker process and the orchestrator (SPEC §3).
+
+Worker -> parent events are small dicts with `type` and `ts`; parent -> worker stop
+messages are `{"type": "stop", "save": bool}`. This module is the only thing the
+worker and the parent share, so both build and check messages with it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+STATUS = "status"
+MODEL_LOAD_STARTED = "model_load_started"
+MODEL_LOAD_COMPLETED = "model_load_completed"
+STALL = "stall"
+PROGRESS = "progress"
+EVAL_CONFIGURED = "eval_configured"
+OUTPUT_DIR = "output_dir"
+COMPLETE = "complete"
+ERROR = "error"
+
+EVENT_TYPES = frozenset(
+    {STATUS, MODEL_LOAD_STARTED, MODEL_LOAD_COMPLETED, STALL, PROGRESS, EVAL_CONFIGURED, OUTPUT_DIR, COMPLETE, ERROR}
+)
+# Numeric progress fields; any of them may be None (unknown or non-finite).
+PROGRESS_NUMBERS = (
+    "total_steps", "epoch", "loss", "learning_rate", "grad_norm", "eval_loss",
+    "num_tokens", "elapsed_seconds", "eta_seconds", "peak_memory_gb",
+)
+PROGRESS_FIELDS = ("step",) + PROGRESS_NUMBERS
+
+
+class MalformedEvent(ValueError):
+    """An event that cannot be applied; the pump logs and skips it."""
+
+
+def make(event_type: str, **fields: Any) -> dict[str, Any]:
+    """Build an event of a known type, stamped with the current time."""
+    if event_type not in EVENT_TYPES:
+        raise ValueError(f"unknown event type {event_type!r}")
+    return {"type": event_type, "ts": time.time(), **fields}
+
+
+def status(message: str) -> dict[str, Any]:
+    return make(STATUS, message=message)
+
+
+def progress(step: int, **numbers: Any) -> dict[str, Any]:
+    unknown = set(numbers) - set(PROGRESS_NUMBERS)
+    if unknown:
+        raise ValueError(f"unknown progress fields {sorted(unknown)}")
+    return make(PROGRESS, step=int(step), **{k: numbers.get(k) for k in PROGRESS_NUMBERS})
+
+
+def complete(output_dir: str | None, status_message: str) -> dict[str, Any]:
+    return make(COMPLETE, output_dir=output_dir, status_message=status_message)
+
+
+def error(message: str, stack: str = "", resume_blocked: bool = False) -> dict[str, Any]:
+    return make(ERROR, error=message, stack=stack, resume_blocked=resume_blocked)
+
+
+def stop_message(save: bool) -> dict[str, Any]:
+    return {"type": "stop", "save": bool(save)}
+
+
+def finite_or_none(value: Any) -> float | None:
+    """A float for finite numbers, None for NaN/inf/garbage (never a stale substitute)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def parse(raw: Any) -> dict[str, Any]:
+    """Check an event from a worker and return a clean copy; raise MalformedEvent if unusable."""
+    if not isinstance(raw, dict):
+        raise MalformedEvent(f"event is {type(raw).__name__}, not a dict")
+    kind = raw.get("type")
+    if kind not in EVENT_TYPES:
+        raise MalformedEvent(f"unknown event type {kind!r}")
+    event = dict(raw)
+    event["ts"] = finite_or_none(raw.get("ts")) or time.time()
+    if kind == PROGRESS:
+        step = raw.get("step")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise MalformedEvent(f"progress event has bad step {step!r}")
+        for key in PROGRESS_NUMBERS:
+            event[key] = finite_or_none(raw.get(key))
+        if event["total_steps"] is not None:
+            event["total_steps"] = int(event["total_steps"])
+        if event["num_tokens"] is not None:
+            event["num_tokens"] = int(event["num_tokens"])
+    elif kind in (STATUS, STALL):
+        if not isinstance(raw.get("message"), str):
+            raise MalformedEvent(f"{kind} event without a text message")
+    elif kind == ERROR:
+        event["error"] = str(raw.get("error") or "worker reported an error")
+        event["stack"] = str(raw.get("stack") or "")
+        event["resume_blocked"] = bool(raw.get("resume_blocked", False))
+    elif kind in (COMPLETE, OUTPUT_DIR):
+        out = raw.get("output_dir")
+        if out is not None and not isinstance(out, str):
+            raise MalformedEvent(f"{kind} event has bad output_dir {out!r}")
+        if kind == COMPLETE:
+            event["status_message"] = str(raw.get("status_message") or "")
+    return event

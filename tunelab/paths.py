@@ -1,0 +1,133 @@
+"""Where tunelab keeps things, and the one place that decides whether a path is allowed.
+
+Layout under the home (`TUNELAB_HOME`, default `~/.tunelab`):
+  tunelab.db   run history      outputs/   run folders (the outputs root)
+  token        API token        datasets/  user data the server may read
+  cache/       demo model/data  logs/      server logs
+Any path a user gives is checked here: reads must stay inside the data roots (or the
+outputs root), writes and deletions inside the outputs root unless explicitly allowed,
+and symlinks are never followed out of a root.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+
+
+class PathNotAllowed(ValueError):
+    """A user-supplied path that points outside what tunelab manages."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(message)
+
+
+def home() -> Path:
+    root = Path(os.environ.get("TUNELAB_HOME") or Path.home() / ".tunelab").expanduser().absolute()
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _sub(name: str) -> Path:
+    folder = home() / name
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def outputs_root() -> Path:
+    return _sub("outputs")
+
+
+def datasets_root() -> Path:
+    return _sub("datasets")
+
+
+def cache_dir() -> Path:
+    return _sub("cache")
+
+
+def logs_dir() -> Path:
+    return _sub("logs")
+
+
+def db_path() -> Path:
+    return home() / "tunelab.db"
+
+
+def token_path() -> Path:
+    return home() / "token"
+
+
+def data_roots() -> list[Path]:
+    """Folders the server may read data and models from: the home's datasets, the demo
+    cache, the outputs root, plus any in TUNELAB_DATA_ROOTS (os.pathsep-separated)."""
+    roots = [datasets_root(), cache_dir(), outputs_root()]
+    extra = os.environ.get("TUNELAB_DATA_ROOTS", "")
+    roots += [Path(p).expanduser() for p in extra.split(os.pathsep) if p.strip()]
+    return [Path(os.path.realpath(r)) for r in roots]
+
+
+def is_within(path: str | Path, root: str | Path) -> bool:
+    """True when `path`, with every symlink resolved, lies inside `root` (or is it)."""
+    real = Path(os.path.realpath(path))
+    real_root = Path(os.path.realpath(root))
+    return real == real_root or real_root in real.parents
+
+
+def check_readable(value: str, field: str, roots: list[Path] | None = None) -> Path:
+    """A data or checkpoint path the server may read: inside one of the roots after
+    resolving `..` and symlinks. Relative paths are taken from the datasets root."""
+    roots = roots if roots is not None else data_roots()
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = datasets_root() / path
+    if not any(is_within(path, r) for r in roots):
+        allowed = ", ".join(str(r) for r in roots)
+        raise PathNotAllowed(field, f"{value!r} is outside the folders tunelab may read ({allowed}); copy the file into {datasets_root()} or add its folder to TUNELAB_DATA_ROOTS")
+    return Path(os.path.realpath(path))
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:60] or "run"
+
+
+def new_output_dir(label: str) -> Path:
+    """A fresh, unique run folder under the outputs root."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = outputs_root() / f"{stamp}-{slug(label)}"
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = Path(f"{base}-{n}")
+    return candidate
+
+
+def resolve_output_dir(value: str | None, label: str, allow_outside: bool) -> Path:
+    """Where a run writes: the given folder (inside the outputs root unless the caller
+    allowed otherwise) or a new folder under the root."""
+    if not value:
+        return new_output_dir(label)
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = outputs_root() / path
+    if not allow_outside and not is_within(path, outputs_root()):
+        raise PathNotAllowed("output_dir", f"{value!r} is outside the outputs root {outputs_root()}; use a folder inside it or set allow_output_outside_root=true")
+    return Path(os.path.realpath(path))
+
+
+def remove_inside(path: str | Path, root: str | Path | None = None) -> bool:
+    """Delete a folder only if it really lies inside `root` (default: outputs root) and is
+    not itself a symlink; never follows links out. Returns True when something was removed."""
+    root = Path(root) if root is not None else outputs_root()
+    path = Path(path)
+    if path.is_symlink() or not path.exists():
+        return False
+    if not is_within(path, root) or Path(os.path.realpath(path)) == Path(os.path.realpath(root)):
+        return False
+    # rmtree does not follow symlinks inside the tree; it unlinks them.
+    shutil.rmtree(path)
+    return True
