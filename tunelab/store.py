@@ -1,0 +1,535 @@
+"""The run history: runs and their metrics in one SQLite file (SPEC §5).
+
+This is the only module that speaks SQL. Every statement lives here and the schema grows
+through the ordered `MIGRATIONS` (applied at open, tracked in `PRAGMA user_version`).
+`Store` takes a file path or a `sqlite:///` URL; a shared server database later means a
+second connection factory and dialect for the few SQLite-only statements (PRAGMAs,
+BEGIN IMMEDIATE) behind these same methods. The store is shared by the orchestrator's pump and watchdog threads and the
+server's request threads, so one connection is guarded by a lock, and every call is
+retried while another process holds the database ("database is locked"/"busy").
+
+Timestamps are Unix seconds (floats). Run rows come back as dicts whose `config` is the
+stored (sanitized) config, `loss_sparkline` a list of floats and flags real booleans.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+from tunelab import paths
+from tunelab.events import finite_or_none
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+RUN_STATUSES = ("running", "completed", "stopped", "error")
+METRIC_FIELDS = ("loss", "learning_rate", "grad_norm", "eval_loss", "epoch", "num_tokens", "elapsed_seconds")
+# Keys that hold secrets anywhere in a config; storing one is a bug in the caller.
+SECRET_KEYS = frozenset(
+    {"hf_token", "wandb_token", "access_key_id", "secret_access_key", "session_token", "password", "token", "api_key"}
+)
+ORPHAN_MESSAGE = "server restarted during training"
+NAME_MAX_CHARS = 200
+SPARKLINE_POINTS = 50
+MAX_LIST_LIMIT = 10_000
+DEFAULT_RETRY_SECONDS = 10.0
+# Short per-attempt wait inside SQLite; the retry loop below waits without holding our lock.
+BUSY_TIMEOUT_MS = 250
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (  # 1: runs and metrics
+        """CREATE TABLE runs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            status TEXT NOT NULL CHECK (status IN ('running', 'completed', 'stopped', 'error')),
+            model_name TEXT NOT NULL,
+            dataset_name TEXT NOT NULL DEFAULT '',
+            display_name TEXT,
+            config_json TEXT NOT NULL,
+            started_at REAL NOT NULL,
+            ended_at REAL,
+            total_steps INTEGER,
+            final_step INTEGER,
+            final_loss REAL,
+            duration_seconds REAL,
+            output_dir TEXT,
+            error_message TEXT,
+            loss_sparkline TEXT NOT NULL DEFAULT '[]',
+            cancel_requested INTEGER NOT NULL DEFAULT 0,
+            resume_blocked INTEGER NOT NULL DEFAULT 0,
+            resumed_from_run_id INTEGER,
+            resumed_by_run_id INTEGER,
+            start_request_id TEXT
+        )""",
+        "CREATE UNIQUE INDEX runs_by_start_request ON runs (start_request_id) WHERE start_request_id IS NOT NULL",
+        "CREATE INDEX runs_by_status ON runs (status)",
+        """CREATE TABLE metrics (
+            run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            step INTEGER NOT NULL,
+            loss REAL,
+            learning_rate REAL,
+            grad_norm REAL,
+            eval_loss REAL,
+            epoch REAL,
+            num_tokens INTEGER,
+            elapsed_seconds REAL,
+            PRIMARY KEY (run_id, step)
+        ) WITHOUT ROWID""",
+    ),
+)
+
+# A later report for a step fills in what an earlier one lacked and never erases a value.
+UPSERT_METRIC = (
+    f"INSERT INTO metrics (run_id, step, {', '.join(METRIC_FIELDS)}) "
+    f"VALUES (?, ?, {', '.join('?' for _ in METRIC_FIELDS)}) "
+    "ON CONFLICT (run_id, step) DO UPDATE SET "
+    + ", ".join(f"{f} = COALESCE(excluded.{f}, metrics.{f})" for f in METRIC_FIELDS)
+)
+
+
+class StoreError(Exception):
+    """Base class for everything the store refuses or cannot do."""
+
+
+class StoreBusy(StoreError):
+    """The database stayed locked by someone else for the whole retry window."""
+
+
+class RunNotFound(StoreError, LookupError):
+    def __init__(self, run_id: int):
+        self.run_id = run_id
+        super().__init__(f"run {run_id} does not exist")
+
+
+class RunIsRunning(StoreError):
+    def __init__(self, run_id: int):
+        self.run_id = run_id
+        super().__init__(f"run {run_id} is still running; stop it before deleting it")
+
+
+class AlreadyResumed(StoreError):
+    def __init__(self, run_id: int, by_run_id: int):
+        self.run_id, self.by_run_id = run_id, by_run_id
+        super().__init__(f"run {run_id} was already resumed by run {by_run_id}; resume run {by_run_id} instead")
+
+
+class DuplicateStartRequest(StoreError):
+    def __init__(self, request_id: str, run_id: int | None):
+        self.request_id, self.run_id = request_id, run_id
+        super().__init__(f"start request {request_id!r} already created run {run_id}")
+
+
+class InvalidValue(StoreError, ValueError):
+    """A value the store will not write; `field` names it."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"{field}: {message}")
+
+
+def sparkline(losses: Iterable[Any], points: int = SPARKLINE_POINTS) -> list[float]:
+    """At most `points` finite losses, evenly spaced over the run, first and last kept."""
+    values = [v for v in (finite_or_none(x) for x in losses) if v is not None]
+    if len(values) <= points:
+        return values
+    if points < 2:
+        return values[-points:] if points > 0 else []
+    last = len(values) - 1
+    return [values[round(i * last / (points - 1))] for i in range(points)]
+
+
+def check_no_secrets(config: Any, where: str = "config") -> None:
+    """Defence in depth: refuse a config that still carries a secret-named key."""
+    if isinstance(config, Mapping):
+        for key, value in config.items():
+            if str(key).lower() in SECRET_KEYS:
+                raise InvalidValue(f"{where}.{key}", "looks like a secret and is never stored; pass RunConfig.public()")
+            check_no_secrets(value, f"{where}.{key}")
+    elif isinstance(config, (list, tuple)):
+        for i, item in enumerate(config):
+            check_no_secrets(item, f"{where}[{i}]")
+
+
+def clean_display_name(name: Any) -> str:
+    text = name.strip() if isinstance(name, str) else ""
+    if not 1 <= len(text) <= NAME_MAX_CHARS:
+        raise InvalidValue("display_name", f"must be 1 to {NAME_MAX_CHARS} characters of text, got {len(text)}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        raise InvalidValue("display_name", "must not contain control characters such as line breaks")
+    return text
+
+
+def _sqlite_path(location: str | Path | None) -> Path:
+    """A file path, or a `sqlite:///` URL; other database URLs are not supported yet."""
+    if location is None:
+        return paths.db_path()
+    text = str(location)
+    if "://" in text:
+        scheme, _, rest = text.partition("://")
+        if scheme != "sqlite" or not rest.startswith("/"):
+            raise InvalidValue("database", f"{scheme}:// databases are not supported yet; use a file path or sqlite:////absolute/path.db")
+        return Path(rest[1:]) if rest.startswith("//") else Path(rest)
+    return Path(text).expanduser()
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    # Extended codes (e.g. SQLITE_BUSY_SNAPSHOT) keep the primary code in the low byte.
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        return True
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
+    run = dict(row)
+    run["config"] = json.loads(run.pop("config_json"))
+    run["loss_sparkline"] = json.loads(run["loss_sparkline"] or "[]")
+    run["cancel_requested"] = bool(run["cancel_requested"])
+    run["resume_blocked"] = bool(run["resume_blocked"])
+    return run
+
+
+def _metric_values(row: Mapping[str, Any]) -> tuple[int, list[Any]]:
+    step = row.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise InvalidValue("step", f"must be a whole number >= 0, got {step!r}")
+    values = [finite_or_none(row.get(f)) for f in METRIC_FIELDS]
+    tokens = METRIC_FIELDS.index("num_tokens")
+    if values[tokens] is not None:
+        values[tokens] = int(values[tokens])
+    return step, values
+
+
+class Store:
+    """Thread-safe access to the run history. See docs/ARCHITECTURE.md "Store"."""
+
+    def __init__(self, location: str | Path | None = None, *, retry_seconds: float = DEFAULT_RETRY_SECONDS):
+        self.path = _sqlite_path(location)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.retry_seconds = retry_seconds
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = sqlite3.connect(
+            self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
+        )
+        self._conn.row_factory = sqlite3.Row
+        try:
+            self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            self._retry(lambda c: c.execute("PRAGMA journal_mode = WAL").fetchone(), write=False)
+            self._retry(self._migrate, write=True)
+        except sqlite3.DatabaseError as exc:
+            self.close()
+            raise StoreError(f"{self.path} cannot be used as the run database ({exc}); move it away or set TUNELAB_HOME") from exc
+        except BaseException:
+            self.close()
+            raise
+
+    # --- plumbing ---------------------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _retry(self, work: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+        """Run `work` (in one IMMEDIATE transaction when writing), retrying with backoff
+        while the database is locked; the thread lock is released between attempts."""
+        deadline = time.monotonic() + self.retry_seconds
+        delay = 0.02
+        while True:
+            with self._lock:
+                conn = self._conn
+                if conn is None:
+                    raise StoreError("the store is closed")
+                try:
+                    if write:
+                        conn.execute("BEGIN IMMEDIATE")
+                    result = work(conn)
+                    if write:
+                        conn.execute("COMMIT")
+                    return result
+                except sqlite3.OperationalError as exc:
+                    self._rollback(conn)
+                    if not _is_busy(exc):
+                        raise
+                    if time.monotonic() + delay > deadline:
+                        raise StoreBusy(f"the run database {self.path} stayed locked for {self.retry_seconds:.0f} s: {exc}") from exc
+                except BaseException:
+                    self._rollback(conn)
+                    raise
+            time.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, 0.5)
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                log.warning("rollback failed", exc_info=True)
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        # Read inside the write transaction so two processes opening at once migrate once.
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > len(MIGRATIONS):
+            raise StoreError(
+                f"the run database has schema version {version} but this tunelab knows {len(MIGRATIONS)}; upgrade tunelab or use another TUNELAB_HOME"
+            )
+        for statements in MIGRATIONS[version:]:
+            for statement in statements:
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+
+    def schema_version(self) -> int:
+        return self._retry(lambda c: c.execute("PRAGMA user_version").fetchone()[0], write=False)
+
+    @staticmethod
+    def _require_run(conn: sqlite3.Connection, run_id: int) -> sqlite3.Row:
+        row = conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFound(run_id)
+        return row
+
+    def _update_run(self, run_id: int, sql: str, params: tuple[Any, ...]) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            if conn.execute(sql, params + (run_id,)).rowcount == 0:
+                raise RunNotFound(run_id)
+
+        self._retry(work, write=True)
+
+    # --- runs -------------------------------------------------------------------------
+    def create_run(
+        self,
+        config_public: Mapping[str, Any],
+        model_name: str,
+        dataset_name: str,
+        display_name: str | None = None,
+        resumed_from_run_id: int | None = None,
+        *,
+        start_request_id: str | None = None,
+    ) -> int:
+        """A new `running` row; returns its id (ids are never reused)."""
+        if not isinstance(config_public, Mapping):
+            raise InvalidValue("config", "must be a mapping (RunConfig.public())")
+        check_no_secrets(config_public)
+        try:
+            config_json = json.dumps(dict(config_public))
+        except (TypeError, ValueError) as exc:
+            raise InvalidValue("config", f"is not JSON-serialisable: {exc}") from None
+        name = clean_display_name(display_name) if display_name is not None else None
+
+        def work(conn: sqlite3.Connection) -> int:
+            try:
+                cursor = conn.execute(
+                    "INSERT INTO runs (status, model_name, dataset_name, display_name, config_json, started_at,"
+                    " resumed_from_run_id, start_request_id) VALUES ('running', ?, ?, ?, ?, ?, ?, ?)",
+                    (model_name, dataset_name or "", name, config_json, time.time(), resumed_from_run_id, start_request_id),
+                )
+            except sqlite3.IntegrityError:
+                existing = conn.execute("SELECT id FROM runs WHERE start_request_id = ?", (start_request_id,)).fetchone()
+                if existing is None:
+                    raise
+                raise DuplicateStartRequest(str(start_request_id), existing[0]) from None
+            return int(cursor.lastrowid)
+
+        return self._retry(work, write=True)
+
+    def set_output_dir(self, run_id: int, path: str | Path | None) -> None:
+        self._update_run(run_id, "UPDATE runs SET output_dir = ? WHERE id = ?", (str(path) if path else None,))
+
+    def set_total_steps(self, run_id: int, total_steps: int | None) -> None:
+        self._update_run(run_id, "UPDATE runs SET total_steps = ? WHERE id = ?", (total_steps,))
+
+    def mark_cancel_requested(self, run_id: int) -> None:
+        self._update_run(run_id, "UPDATE runs SET cancel_requested = 1 WHERE id = ?", ())
+
+    def finalize_run(
+        self,
+        run_id: int,
+        *,
+        status: str,
+        ended_at: float | None = None,
+        total_steps: int | None = None,
+        final_step: int | None = None,
+        final_loss: float | None = None,
+        duration_seconds: float | None = None,
+        output_dir: str | Path | None = None,
+        error_message: str | None = None,
+        loss_sparkline: list[float] | None = None,
+        resume_blocked: bool = False,
+    ) -> bool:
+        """Close a `running` row. Returns False (changing nothing) when the row was
+        already finalized, so a second finalizer cannot overwrite the first. A missing
+        total_steps or duration keeps the known total / is computed from started_at."""
+        if status not in RUN_STATUSES or status == "running":
+            raise InvalidValue("status", f"must be completed, stopped or error, got {status!r}")
+        ended = ended_at if ended_at is not None else time.time()
+        params = (
+            status, ended, total_steps, final_step, finite_or_none(final_loss), duration_seconds, ended,
+            str(output_dir) if output_dir else None, error_message, json.dumps(sparkline(loss_sparkline or [])),
+            int(bool(resume_blocked)),
+        )
+
+        def work(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute(
+                "UPDATE runs SET status = ?, ended_at = ?, total_steps = COALESCE(?, total_steps), final_step = ?,"
+                " final_loss = ?, duration_seconds = COALESCE(?, ? - started_at), output_dir = ?, error_message = ?,"
+                " loss_sparkline = ?, resume_blocked = ? WHERE id = ? AND status = 'running'",
+                params + (run_id,),
+            )
+            if cursor.rowcount == 0:
+                self._require_run(conn, run_id)
+                return False
+            return True
+
+        return self._retry(work, write=True)
+
+    def get_run(self, run_id: int) -> dict[str, Any] | None:
+        row = self._retry(lambda c: c.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone(), write=False)
+        return _run_dict(row) if row is not None else None
+
+    def list_runs(self, limit: int = 50, offset: int = 0) -> list[dict[str, Any]]:
+        """Newest first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidValue("limit", f"must be a whole number from 1 to {MAX_LIST_LIMIT}, got {limit!r}")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise InvalidValue("offset", f"must be a whole number >= 0, got {offset!r}")
+        rows = self._retry(
+            lambda c: c.execute("SELECT * FROM runs ORDER BY id DESC LIMIT ? OFFSET ?", (limit, offset)).fetchall(),
+            write=False,
+        )
+        return [_run_dict(r) for r in rows]
+
+    def count_runs(self) -> int:
+        return self._retry(lambda c: c.execute("SELECT COUNT(*) FROM runs").fetchone()[0], write=False)
+
+    def find_by_start_request_id(self, request_id: str) -> dict[str, Any] | None:
+        row = self._retry(
+            lambda c: c.execute("SELECT * FROM runs WHERE start_request_id = ?", (request_id,)).fetchone(), write=False
+        )
+        return _run_dict(row) if row is not None else None
+
+    def rename_run(self, run_id: int, name: str) -> None:
+        self._update_run(run_id, "UPDATE runs SET display_name = ? WHERE id = ?", (clean_display_name(name),))
+
+    def delete_run(self, run_id: int) -> dict[str, Any]:
+        """Delete a finished run and its metrics; returns the deleted row (its files are
+        the caller's business). Refused while the run is `running`."""
+
+        def work(conn: sqlite3.Connection) -> dict[str, Any]:
+            row = self._require_run(conn, run_id)
+            if row["status"] == "running":
+                raise RunIsRunning(run_id)
+            conn.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+            return _run_dict(row)
+
+        return self._retry(work, write=True)
+
+    def mark_resumed(self, run_id: int, new_run_id: int) -> None:
+        """Record that `new_run_id` continues `run_id`; a run can be resumed only once."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            row = self._require_run(conn, run_id)
+            if row["resumed_by_run_id"] is not None:
+                raise AlreadyResumed(run_id, row["resumed_by_run_id"])
+            conn.execute("UPDATE runs SET resumed_by_run_id = ? WHERE id = ?", (new_run_id, run_id))
+
+        self._retry(work, write=True)
+
+    def runs_sharing_output_dir(self, path: str | Path, except_run_id: int | None = None) -> list[int]:
+        """Other runs whose output folder is `path`, lies inside it or contains it: deleting
+        `path` would destroy their files. Compared with symlinks resolved."""
+        target = os.path.realpath(path)
+        rows = self._retry(
+            lambda c: c.execute("SELECT id, output_dir FROM runs WHERE output_dir IS NOT NULL").fetchall(), write=False
+        )
+        shared = []
+        for run_id, folder in rows:
+            if run_id == except_run_id:
+                continue
+            other = os.path.realpath(folder)
+            if other == target or other.startswith(target + os.sep) or target.startswith(other + os.sep):
+                shared.append(run_id)
+        return sorted(shared)
+
+    def close_orphans(self, checkpoint_finder: Callable[[str], Any]) -> list[int]:
+        """Close rows left `running` by a previous server life. A cancelled run ends
+        `stopped` and is not resumable; any other ends `error`, resumable only when
+        `checkpoint_finder(output_dir)` finds a valid checkpoint. Returns the closed ids.
+        Call once at start-up, before this server starts a run of its own."""
+        rows = self._retry(
+            lambda c: c.execute("SELECT id, output_dir, cancel_requested FROM runs WHERE status = 'running'").fetchall(),
+            write=False,
+        )
+        closed = []
+        for run_id, output_dir, cancelled in rows:
+            found = None
+            if output_dir and not cancelled:
+                try:
+                    found = checkpoint_finder(output_dir)
+                except Exception:
+                    log.warning("checking %s for checkpoints failed; run %s stays unresumable", output_dir, run_id, exc_info=True)
+            history = self.get_metrics(run_id)
+            losses = [m["loss"] for m in history if m["loss"] is not None]
+            elapsed = [m["elapsed_seconds"] for m in history if m["elapsed_seconds"] is not None]
+            if self.finalize_run(
+                run_id,
+                status="stopped" if cancelled else "error",
+                final_step=history[-1]["step"] if history else None,
+                final_loss=losses[-1] if losses else None,
+                duration_seconds=max(elapsed) if elapsed else None,
+                output_dir=output_dir,
+                error_message=None if cancelled else ORPHAN_MESSAGE,
+                loss_sparkline=losses,
+                resume_blocked=found is None,
+            ):
+                closed.append(run_id)
+        return closed
+
+    # --- metrics ----------------------------------------------------------------------
+    def add_metrics(self, run_id: int, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Upsert metric rows (keys beyond the metric fields are ignored, so progress
+        events can be passed as they are). Non-finite numbers are stored as NULL."""
+        params = [(run_id, step, *values) for step, values in map(_metric_values, rows)]
+        if not params:
+            return
+
+        def work(conn: sqlite3.Connection) -> None:
+            try:
+                conn.executemany(UPSERT_METRIC, params)
+            except sqlite3.IntegrityError:
+                self._require_run(conn, run_id)
+                raise
+
+        self._retry(work, write=True)
+
+    def get_metrics(self, run_id: int) -> list[dict[str, Any]]:
+        """Every metric row of a run, ordered by step."""
+        rows = self._retry(
+            lambda c: c.execute(
+                f"SELECT step, {', '.join(METRIC_FIELDS)} FROM metrics WHERE run_id = ? ORDER BY step", (run_id,)
+            ).fetchall(),
+            write=False,
+        )
+        return [dict(r) for r in rows]
+
+    def metric_arrays(self, run_id: int) -> dict[str, list[Any]]:
+        """Every metric row as paired arrays for the API: `steps` plus one list per
+        field, one entry per step, None where a value is unknown."""
+        rows = self.get_metrics(run_id)
+        return {"steps": [r["step"] for r in rows], **{f: [r[f] for r in rows] for f in METRIC_FIELDS}}
