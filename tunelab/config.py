@@ -27,6 +27,8 @@ SECRET_FIELDS = ("hf_token", "wandb_token")
 S3_SECRET_FIELDS = ("access_key_id", "secret_access_key", "session_token")
 # Canonical column names a dataset's own columns can be mapped onto.
 CANONICAL_COLUMNS = ("instruction", "input", "output", "text", "conversations", "messages", "system")
+# Learning-rate schedules the mlx backend implements (the torch backend takes any HF name).
+MLX_LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -261,21 +263,23 @@ class _ErrorList(ValueError):
 
 
 def _mlx_limits(cfg: RunConfig) -> list[tuple[str, str]]:
+    """What the mlx backend cannot do, refused here so a run never fails on it mid-way."""
     errs = []
     if cfg.load_in_4bit or cfg.training_type == "qlora":
-        errs.append(("training_type", "the mlx backend has no bitsandbytes QLoRA; use training_type=lora (or a pre-quantized MLX model) or backend=torch"))
+        errs.append(("training_type", "the mlx backend has no bitsandbytes QLoRA; use training_type=lora or backend=torch"))
     if cfg.use_loftq:
         errs.append(("use_loftq", "LoftQ needs PEFT; it is not available with backend=mlx"))
-    if cfg.use_rslora:
-        errs.append(("use_rslora", "rsLoRA is not available with backend=mlx; remove it or use backend=torch"))
     if cfg.gpu_ids:
         errs.append(("gpu_ids", "the mlx backend does not select CUDA devices; remove gpu_ids"))
     if cfg.packing:
         errs.append(("packing", "packing is not available with backend=mlx; set packing=false"))
     if cfg.report_to != "none":
         errs.append(("report_to", "the mlx backend reports only to tunelab; set report_to=none"))
-    if cfg.dataset or cfg.s3 or cfg.streaming:
-        errs.append(("dataset", "the mlx backend reads local_datasets only; download the data first or use backend=torch"))
+    if cfg.lr_scheduler_type not in MLX_LR_SCHEDULERS:
+        errs.append(("lr_scheduler_type", f"'{cfg.lr_scheduler_type}' is not available with backend=mlx; use one of {list(MLX_LR_SCHEDULERS)}"))
+    # Any AdamW flavour maps onto MLX's AdamW; 8-bit and other optimizers have no MLX twin.
+    if not cfg.optim.startswith("adamw") or "bit" in cfg.optim:
+        errs.append(("optim", f"'{cfg.optim}' is not available with backend=mlx, which trains with AdamW; set optim=adamw_torch"))
     return errs
 
 
