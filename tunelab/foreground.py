@@ -1,0 +1,117 @@
+"""Run one training job in the foreground of a terminal: a rich progress bar fed by the
+orchestrator's events, Ctrl-C to stop and save (twice to cancel), and an exit code.
+
+Used by `tunelab train`, `tunelab resume` and `tunelab demo`.
+"""
+
+from __future__ import annotations
+
+import queue
+import signal
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+EXIT_OK, EXIT_ERROR, EXIT_BAD_CONFIG, EXIT_STOPPED = 0, 1, 2, 130
+EXIT_BY_STATUS = {"completed": EXIT_OK, "stopped": EXIT_STOPPED, "error": EXIT_ERROR}
+
+
+@dataclass
+class RunOutcome:
+    run_id: int
+    run: dict[str, Any]
+    first_loss: float | None
+    last_loss: float | None
+    steps_seen: int
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_BY_STATUS.get(self.run.get("status"), EXIT_ERROR)
+
+
+class _InterruptHandler:
+    """First Ctrl-C: stop and save. Second: cancel. The worker ignores SIGINT itself."""
+
+    def __init__(self, orchestrator, run_id: int, console: Console):
+        self.orchestrator, self.run_id, self.console = orchestrator, run_id, console
+        self.presses = 0
+        self._previous = None
+
+    def __enter__(self) -> "_InterruptHandler":
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def _on_sigint(self, _signum, _frame) -> None:
+        self.presses += 1
+        save = self.presses == 1
+        self.console.print("[yellow]Stopping: saving a checkpoint (Ctrl-C again to cancel)…[/]" if save
+                           else "[red]Cancelling: nothing will be saved…[/]")
+        try:
+            self.orchestrator.stop(save=save, expected_run_id=self.run_id)
+        except Exception as exc:  # the run may have just finished; say so, never crash the handler
+            self.console.print(f"[dim]stop request not sent: {exc}[/]")
+
+
+def watch_run(orchestrator, run_id: int, console: Console, on_event: Callable[[dict], None] | None = None) -> RunOutcome:
+    """Show live progress of `run_id` until it is finalized; return its stored outcome."""
+    inbox: "queue.Queue[dict]" = queue.Queue()
+    unsubscribe = orchestrator.subscribe(inbox.put)
+    first_loss = last_loss = None
+    steps_seen = 0
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("loss {task.fields[loss]}  lr {task.fields[lr]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
+    try:
+        with _InterruptHandler(orchestrator, run_id, console), Progress(*columns, console=console, transient=False) as bar:
+            task = bar.add_task("starting", total=None, loss="-", lr="-")
+            # Catch up on what happened before we subscribed, then follow live events.
+            for event in orchestrator.progress_since(-1):
+                inbox.put({**event, "type": "progress"})
+            while True:
+                try:
+                    event = inbox.get(timeout=0.25)
+                except queue.Empty:
+                    if not orchestrator.is_training_active() and orchestrator.wait_idle(0):
+                        break
+                    continue
+                if event.get("run_id") not in (None, run_id):
+                    continue
+                if on_event:
+                    on_event(event)
+                kind = event.get("type")
+                if kind == "status":
+                    bar.update(task, description=event.get("message", "")[:40])
+                elif kind == "progress":
+                    loss = event.get("loss")
+                    if loss is not None:
+                        first_loss = loss if first_loss is None else first_loss
+                        last_loss = loss
+                    steps_seen = max(steps_seen, event["step"])
+                    lr = event.get("learning_rate")
+                    bar.update(task, description="training", completed=event["step"], total=event.get("total_steps"),
+                               loss=f"{loss:.4f}" if loss is not None else "nan", lr=f"{lr:.2e}" if lr is not None else "-")
+                elif kind in ("complete", "error") and event.get("final"):
+                    break
+        orchestrator.wait_idle(30)
+    finally:
+        unsubscribe()
+    run = orchestrator.store.get_run(run_id) or {"status": "error", "error_message": "run row missing"}
+    return RunOutcome(run_id, run, first_loss, last_loss, steps_seen)
+
+
+def print_outcome(outcome: RunOutcome, console: Console) -> None:
+    run = outcome.run
+    colour = {"completed": "green", "stopped": "yellow"}.get(run.get("status"), "red")
+    console.print(f"run {outcome.run_id}: [{colour}]{run.get('status')}[/] at step {run.get('final_step')}"
+                  f" of {run.get('total_steps')}")
+    if run.get("error_message"):
+        console.print(f"[red]{run['error_message']}[/]")
+    if run.get("output_dir"):
+        console.print(f"output: {run['output_dir']}")

@@ -1,0 +1,282 @@
+"""The Orchestrator: the one object that starts runs and answers for the active one.
+
+It validates a start completely before anything happens, runs the optional
+`before_spawn` hook, chooses GPUs, creates the history row and spawns the worker; from
+then on the run's own `ActiveRun` (pump, watchdog, finalize) carries it to its end.
+Surfaces (HTTP server, CLI) use only the methods below; see docs/ARCHITECTURE.md.
+The parent never imports torch & co: the worker is named by a dotted path and only
+the child imports it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import multiprocessing
+import threading
+import weakref
+from pathlib import Path
+from typing import Any, Callable
+
+from tunelab import hardware, paths
+from tunelab.config import ConfigError, RunConfig, check_machine, parse_config
+from tunelab.orchestrator.child import DEFAULT_WORKER, target_name
+from tunelab.orchestrator.errors import NoActiveRun, NotResumable, PersistError, RunActive, RunMismatch
+from tunelab.orchestrator.finalize import with_retries
+from tunelab.orchestrator.gpus import gpu_env
+from tunelab.orchestrator.resume import check_resumable, resolve_resume_from
+from tunelab.orchestrator.run import ActiveRun
+from tunelab.orchestrator.state import HISTORY_KEYS, ProgressState
+from tunelab.plots import loss_plot_png, plot_title
+from tunelab.store import AlreadyResumed, DuplicateStartRequest, InvalidValue, Store
+
+log = logging.getLogger("tunelab.orchestrator")
+
+CANCEL_PERSIST_ATTEMPTS = 3
+
+
+class Orchestrator:
+    def __init__(self, store: Store, *, worker_target: str | Callable[..., Any] = DEFAULT_WORKER,
+                 before_spawn: Callable[[], Any] | None = None, mp_context: str = "spawn"):
+        if mp_context == "fork":
+            raise ValueError("mp_context='fork' is not allowed: each run needs fresh CUDA state and fresh imports; use 'spawn'")
+        self.store = store
+        self._target = target_name(worker_target)
+        self._before_spawn = before_spawn
+        self._mp = multiprocessing.get_context(mp_context)
+        # Serialises starts (and stops against a start in progress): a second start with
+        # the same request id waits, then finds the run the first one created.
+        self._start_lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the fields below
+        self._run: ActiveRun | None = None
+        self._spawning = False
+        self._closed = False
+        self._subscribers: list[Callable[[dict[str, Any]], None]] = []
+        self._atexit = _shutdown_at_exit(weakref.ref(self))
+        atexit.register(self._atexit)
+
+    # --- starting -----------------------------------------------------------------------
+    def start(self, config: RunConfig | dict[str, Any], *, resume_run_id: int | None = None,
+              start_request_id: str | None = None) -> int:
+        """Start a run and return its id; raises before anything happens if it cannot run."""
+        cfg = config if isinstance(config, RunConfig) else parse_config(config)
+        with self._start_lock:
+            if self._closed:
+                raise RunActive("tunelab is shutting down; no new runs can start")
+            if start_request_id is not None:
+                known = self._run_for_request(start_request_id)
+                if known is not None:
+                    return known
+            self._refuse_if_busy()
+            check_machine(cfg, hardware.cuda_device_count())
+            label = cfg.display_name or Path(cfg.model_name).name or cfg.model_name
+            output_dir = paths.resolve_output_dir(cfg.output_dir, label, cfg.allow_output_outside_root)
+            resume_from, resumed_from = resolve_resume_from(self.store, cfg.resume_from, resume_run_id)
+            with self._lock:
+                self._spawning = True
+            try:
+                return self._spawn_run(cfg, output_dir, resume_from, resumed_from, resume_run_id, start_request_id)
+            finally:
+                with self._lock:
+                    self._spawning = False
+
+    def _run_for_request(self, start_request_id: str) -> int | None:
+        try:
+            known = self.store.find_by_start_request_id(start_request_id)
+        except Exception as exc:
+            raise PersistError(f"the run database cannot be read ({exc}); nothing was started, try again") from exc
+        return known["id"] if known is not None else None
+
+    def _refuse_if_busy(self) -> None:
+        run = self._run
+        if run is None:
+            return
+        if not run.finalized or run.worker_alive():
+            raise RunActive(f"run {run.run_id} is active; stop it or wait for it to finish")
+        pump = run.pump_thread()
+        if pump is not None and pump.is_alive():
+            raise RunActive(f"run {run.run_id} is still finishing; try again in a moment")
+
+    def _spawn_run(self, cfg: RunConfig, output_dir: Path, resume_from: Path | None, resumed_from: int | None,
+                   resume_run_id: int | None, start_request_id: str | None) -> int:
+        self._call_before_spawn()
+        env = gpu_env(cfg)  # after the hook: it may just have freed GPU memory
+        public = {**cfg.public(), "output_dir": str(output_dir), "resume_from": str(resume_from) if resume_from else None}
+        payload = {**cfg.worker_payload(), "output_dir": str(output_dir), "resume_from": str(resume_from) if resume_from else None}
+        try:
+            run_id = self._create_row(cfg, public, resumed_from, start_request_id)
+        except DuplicateStartRequest as exc:  # another process took this request id first
+            return exc.run_id
+        run = ActiveRun(run_id=run_id, cfg=cfg, payload=payload, env=env, target=self._target, mp_context=self._mp,
+                        store=self.store, output_dir=output_dir, notify=self._notify)
+        with self._lock:
+            self._run = run
+        if resume_run_id is not None:
+            try:
+                self.store.mark_resumed(resume_run_id, run_id)
+            except AlreadyResumed as exc:
+                run.finish(failure=str(exc))
+                raise NotResumable(resume_run_id, f"it was already resumed as run {exc.by_run_id}") from None
+            except Exception as exc:
+                run.finish(failure=f"could not record that it resumes run {resume_run_id}: {exc}")
+                raise PersistError(f"the resume could not be recorded ({exc}); nothing was started") from exc
+        try:
+            run.spawn()
+        except Exception as exc:
+            log.exception("run %s: the worker could not be started", run_id)
+            run.finish(failure=f"could not start the worker process: {exc}")
+            return run_id
+        run.start_pump()
+        return run_id
+
+    def _call_before_spawn(self) -> None:
+        if self._before_spawn is None:
+            return
+        try:
+            self._before_spawn()
+        except Exception:
+            # SPEC: the hook (e.g. freeing GPU memory) is best effort and never blocks a start.
+            log.exception("the before_spawn hook failed; starting the run anyway")
+
+    def _create_row(self, cfg: RunConfig, public: dict[str, Any], resumed_from: int | None,
+                    start_request_id: str | None) -> int:
+        try:
+            run_id = self.store.create_run(public, cfg.model_name, cfg.dataset_label, cfg.display_name, resumed_from,
+                                           start_request_id=start_request_id)
+        except DuplicateStartRequest:
+            raise
+        except InvalidValue as exc:
+            raise ConfigError.single(exc.field, str(exc).split(": ", 1)[-1]) from None
+        except Exception as exc:
+            raise PersistError(f"the run could not be recorded in the database ({exc}); nothing was started") from exc
+        try:
+            self.store.set_output_dir(run_id, public["output_dir"])
+        except Exception as exc:
+            log.warning("run %s: could not record its output folder yet: %s", run_id, exc)
+        return run_id
+
+    def resume(self, run_id: int) -> int:
+        """Start a new run that continues `run_id` from its latest valid checkpoint."""
+        row, _ = check_resumable(self.store, run_id)
+        # resume_from stays empty: start() takes the run's checkpoint through resume_run_id,
+        # which also covers an output folder outside the outputs root that was allowed.
+        stored = {**row["config"], "resume_from": None, "output_dir": row["output_dir"]}
+        return self.start(parse_config(stored), resume_run_id=run_id)
+
+    # --- stopping -----------------------------------------------------------------------
+    def stop(self, save: bool, expected_run_id: int | None = None) -> None:
+        """Stop and save (`save=True`) or cancel the active run."""
+        with self._start_lock:  # a start in progress finishes spawning first
+            run = self._run
+        if run is None or run.finalized:
+            raise NoActiveRun("no run is active")
+        if expected_run_id is not None and expected_run_id != run.run_id:
+            raise RunMismatch(expected_run_id, run.run_id)
+        if not save:
+            try:
+                with_retries(lambda: self.store.mark_cancel_requested(run.run_id), "recording the cancel",
+                             attempts=CANCEL_PERSIST_ATTEMPTS)
+            except Exception as exc:
+                raise PersistError(f"the cancel could not be recorded ({exc}); the run was not signalled, try again") from exc
+        run.request_stop(save)
+
+    def reset(self) -> None:
+        """Forget a finished run so the state reads idle again."""
+        with self._start_lock:
+            self._refuse_if_busy()
+            with self._lock:
+                self._run = None
+
+    def shutdown(self) -> None:
+        """End an active worker (recorded as an error, resumable from its checkpoint)."""
+        with self._lock:
+            self._closed = True
+            run = self._run
+        atexit.unregister(self._atexit)
+        if run is not None and not run.finalized:
+            run.force_end("shutdown", failure="tunelab shut down during training")
+        self.wait_idle(10)
+
+    # --- reading ------------------------------------------------------------------------
+    def is_training_active(self) -> bool:
+        with self._lock:
+            run, spawning = self._run, self._spawning
+        return spawning or (run is not None and (not run.finalized or run.worker_alive()))
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            run = self._run
+        if run is None:
+            data = {**ProgressState().as_dict(), "run_id": None, "started_at": None, "model_name": None,
+                    "dataset_name": None, "display_name": None, "final_loss": None, "worker_pid": None}
+        else:
+            run.ensure_pump()
+            data = run.snapshot()
+        data["is_training_running"] = self.is_training_active()
+        return data
+
+    def metrics(self) -> dict[str, list]:
+        run = self._run
+        if run is None:
+            return {key: [] for key in HISTORY_KEYS}
+        with run.lock:
+            return run.state.histories()
+
+    def progress_since(self, step: int) -> list[dict[str, Any]]:
+        run = self._run
+        return run.progress_after(step) if run is not None else []
+
+    def plot_png(self, theme: str = "light") -> bytes:
+        run = self._run
+        snap = self.snapshot()
+        secrets = run.cfg.secret_values() if run is not None else []
+        history = snap["histories"]
+        return loss_plot_png(history["steps"], history["loss"], title=plot_title(snap, secrets), theme=theme,
+                             eval_steps=history["eval_steps"], eval_losses=history["eval_loss"])
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until the current run is finalized and its pump has finished."""
+        run = self._run
+        if run is None:
+            return True
+        if not run.finalizer.done.wait(timeout):
+            return False
+        pump = run.pump_thread()
+        if pump is not None and pump is not threading.current_thread():
+            pump.join(timeout)
+            return not pump.is_alive()
+        return True
+
+    # --- subscribers --------------------------------------------------------------------
+    def subscribe(self, callback: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        """Call `callback(event)` for each event (from the pump thread; it must not block)."""
+        with self._lock:
+            self._subscribers.append(callback)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if callback in self._subscribers:
+                    self._subscribers.remove(callback)
+
+        return unsubscribe
+
+    def _notify(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            subscribers = list(self._subscribers)
+        for callback in subscribers:
+            try:
+                callback(dict(event))
+            except Exception:
+                log.exception("an event subscriber failed; it stays subscribed")
+
+
+def _shutdown_at_exit(ref: "weakref.ref[Orchestrator]") -> Callable[[], None]:
+    """An atexit hook that ends a live worker instead of letting multiprocessing wait for
+    it to finish training (it joins non-daemon children at exit)."""
+
+    def hook() -> None:
+        orchestrator = ref()
+        if orchestrator is not None:
+            orchestrator.shutdown()
+
+    return hook

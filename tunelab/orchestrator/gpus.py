@@ -1,0 +1,36 @@
+"""Which GPUs a run gets, expressed as the child's CUDA_VISIBLE_DEVICES.
+
+Explicit `gpu_ids` are used as given (they were checked against the machine before
+anything else happened). Otherwise the one GPU with the most free memory is chosen —
+measured after the `before_spawn` hook, which may just have freed some. A machine
+without GPUs, or the mlx backend, gets no CUDA_VISIBLE_DEVICES at all.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from tunelab import hardware
+from tunelab.config import RunConfig
+
+log = logging.getLogger("tunelab.orchestrator")
+
+
+def choose_gpus(cfg: RunConfig, gpus: list[hardware.Gpu]) -> list[hardware.Gpu]:
+    if cfg.resolved_backend != "torch" or not gpus:
+        return []
+    if cfg.gpu_ids:
+        by_index = {g.index: g for g in gpus}
+        return [by_index[i] for i in cfg.gpu_ids if i in by_index]
+    return [max(gpus, key=lambda g: (g.free_mb or 0, -g.index))]
+
+
+def gpu_env(cfg: RunConfig) -> dict[str, str]:
+    """The environment variables that pin the child to its chosen GPUs."""
+    chosen = choose_gpus(cfg, hardware.list_gpus())
+    if not chosen:
+        return {}
+    log.info("run uses GPU %s", ", ".join(f"{g.index} ({g.name}, {g.free_mb} MiB free)" for g in chosen))
+    # Physical ids: the child must not depend on the parent's own CUDA_VISIBLE_DEVICES.
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(g.physical_index) for g in chosen),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}

@@ -1,0 +1,72 @@
+"""Where a run continues from: `resume_from` resolution and the "can this run resume?" rules.
+
+`resume_from` is a run id (its latest valid checkpoint is used) or a checkpoint folder,
+which must lie inside the folders tunelab may read and pass `validate_checkpoint`.
+A stored run may be resumed once, when it ended `error` or `stopped` without being
+cancelled, was not blocked, has steps left, and has a valid checkpoint on disk.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tunelab import paths
+from tunelab.checkpoints import InvalidCheckpoint, latest_valid_checkpoint, validate_checkpoint
+from tunelab.config import ConfigError
+from tunelab.orchestrator.errors import NotResumable
+from tunelab.store import Store
+
+
+def resolve_resume_from(store: Store, value: str | None, resume_run_id: int | None) -> tuple[Path | None, int | None]:
+    """(checkpoint folder, the run it came from) for a start; (None, None) for a fresh run."""
+    if value is None or not str(value).strip():
+        if resume_run_id is None:
+            return None, None
+        _, checkpoint = check_resumable(store, resume_run_id)
+        return checkpoint, resume_run_id
+    text = str(value).strip()
+    if text.isdigit():
+        run = store.get_run(int(text))
+        if run is None:
+            raise ConfigError.single("resume_from", f"there is no run {text}; give an existing run id or a checkpoint folder")
+        checkpoint = latest_valid_checkpoint(run.get("output_dir"))
+        if checkpoint is None:
+            raise ConfigError.single("resume_from", f"run {text} has no valid checkpoint to resume from; pick another run or checkpoint")
+        return Path(checkpoint), resume_run_id if resume_run_id is not None else int(text)
+    candidate = Path(text).expanduser()
+    if not candidate.is_absolute():
+        candidate = paths.outputs_root() / candidate  # checkpoints live under the outputs root
+    folder = paths.check_readable(str(candidate), "resume_from")
+    try:
+        validate_checkpoint(folder)
+    except InvalidCheckpoint as exc:
+        raise ConfigError.single("resume_from", f"{exc.reason}; point resume_from at a complete checkpoint-<step> folder") from None
+    return folder, resume_run_id
+
+
+def check_resumable(store: Store, run_id: int) -> tuple[dict[str, Any], Path]:
+    """The stored run and the checkpoint it would resume from, or NotResumable saying why."""
+    run = store.get_run(run_id)
+    if run is None:
+        raise NotResumable(run_id, "there is no such run", http_status=404)
+    status = run["status"]
+    if status == "running":
+        raise NotResumable(run_id, "it is still running")
+    if status == "completed":
+        raise NotResumable(run_id, "it completed; start a new run to train further", http_status=400)
+    if status == "stopped" and run.get("cancel_requested"):
+        raise NotResumable(run_id, "it was cancelled, so nothing of it was kept", http_status=400)
+    if run.get("resumed_by_run_id") is not None:
+        raise NotResumable(run_id, f"it was already resumed as run {run['resumed_by_run_id']}; resume that run instead")
+    if run.get("resume_blocked"):
+        detail = f" ({run['error_message']})" if run.get("error_message") else ""
+        raise NotResumable(run_id, f"its last checkpoint cannot be trusted{detail}", http_status=400)
+    total, final = run.get("total_steps"), run.get("final_step")
+    if status == "stopped" and total and final is not None and final >= total:
+        raise NotResumable(run_id, f"it already trained all {total} steps", http_status=400)
+    checkpoint = latest_valid_checkpoint(run.get("output_dir"))
+    if checkpoint is None:
+        where = run.get("output_dir") or "its output folder"
+        raise NotResumable(run_id, f"there is no valid checkpoint in {where}", http_status=400)
+    return run, Path(checkpoint)
