@@ -143,8 +143,11 @@ def _corpus(pairs: list[dict[str, str]]) -> list[str]:
 
 def _build_model(model_dir: Path, data_dir: Path) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
     import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # a one-off local save needs no progress bar
 
     pairs = sample_pairs()
     tok = Tokenizer(models.BPE(unk_token="<unk>"))

@@ -1,0 +1,78 @@
+"""Trainer callbacks: progress events for the parent, and stopping on request.
+
+`ProgressReporter` turns each HF log record (training or eval) into a `progress` event.
+`StopOnRequest` checks the stop state at every step boundary: a stop-and-save asks the
+Trainer to save `checkpoint-<step>` and stop; a cancel stops without saving (overriding a
+save the Trainer had scheduled for that step, since a cancelled run keeps nothing).
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from tunelab import events
+
+
+def peak_memory_gb() -> float:
+    """Peak CUDA memory allocated by this process, or its peak resident memory on CPU."""
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**30
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak * (1 if sys.platform == "darwin" else 1024) / 2**30  # bytes on macOS, KiB on Linux
+
+
+class ProgressReporter(TrainerCallback):
+    def __init__(self, ctx: Any):
+        self.ctx = ctx
+        self._started = time.monotonic()
+        self._first_step = 0
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._started = time.monotonic()
+        self._first_step = state.global_step  # above 0 when resuming
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        logs = logs or {}
+        if "loss" not in logs and "eval_loss" not in logs:
+            return  # the end-of-training summary repeats nothing new
+        step = state.global_step
+        elapsed = time.monotonic() - self._started
+        done = step - self._first_step
+        eta = elapsed / done * max(0, state.max_steps - step) if done > 0 else None
+        tokens = state.num_input_tokens_seen or logs.get("num_tokens")
+        finite = events.finite_or_none
+        self.ctx.emit(events.progress(
+            step,
+            total_steps=state.max_steps,
+            epoch=finite(state.epoch),
+            loss=finite(logs.get("loss")),
+            learning_rate=finite(logs.get("learning_rate")),
+            grad_norm=finite(logs.get("grad_norm")),
+            eval_loss=finite(logs.get("eval_loss")),
+            num_tokens=int(tokens) if finite(tokens) is not None else None,
+            elapsed_seconds=elapsed,
+            eta_seconds=eta,
+            peak_memory_gb=peak_memory_gb(),
+        ))
+
+
+class StopOnRequest(TrainerCallback):
+    def __init__(self, ctx: Any):
+        self.ctx = ctx
+        self.stopped_at: int | None = None  # the step at which this callback ended training
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        stop = self.ctx.stop
+        if stop is None:
+            return control
+        self.stopped_at = state.global_step
+        control.should_training_stop = True
+        control.should_save = stop == "save"
+        control.should_evaluate = False
+        return control

@@ -1,0 +1,93 @@
+"""What a backend gets from the worker entry: an event sender and the stop state.
+
+Every backend is a module with `run(config: dict, ctx: WorkerContext) -> None`. It
+announces each stage with `ctx.stage(...)` (which ends the run early, by raising
+`StopRequested`, when a stop arrived before training began), sends its events through
+`ctx.emit`, watches `ctx.stop` at step boundaries, and ends by sending exactly one
+`complete` (via `ctx.complete`) — or by raising, which the entry turns into an `error`.
+
+The stop state is fed by a thread reading the parent's stop queue. A cancel, once
+received, is never downgraded by a later stop-and-save. Torch-free.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+from tunelab import events
+
+STAGES = ("loading_model", "loading_dataset", "formatting", "configuring", "training", "saving")
+
+
+class RunSettingError(ValueError):
+    """A setting the data, model or machine cannot honour; the message names the field and fix."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}")
+
+
+class StopRequested(Exception):
+    """The parent asked to stop before training began; the run ends without training."""
+
+    def __init__(self, save: bool):
+        self.save = save
+        super().__init__("stop requested before training")
+
+
+class WorkerContext:
+    def __init__(self, event_queue: Any):
+        self._queue = event_queue
+        self._lock = threading.Lock()
+        self._stop: str | None = None  # None | "save" | "cancel"
+        self.finished = False  # set once a complete or error event has been sent
+
+    # --- events ------------------------------------------------------------------
+    def emit(self, event: dict[str, Any]) -> None:
+        if event.get("type") in (events.COMPLETE, events.ERROR):
+            self.finished = True
+        self._queue.put(event)
+
+    def stage(self, stage: str, message: str) -> None:
+        """Announce a stage, unless a stop arrived: then end the run before it starts."""
+        if stage not in STAGES:
+            raise ValueError(f"unknown stage {stage!r}")
+        if stage != "saving" and self.stop is not None:
+            raise StopRequested(save=self.stop == "save")
+        self.emit(events.make(events.STATUS, message=message, stage=stage))
+
+    def complete(self, output_dir: str | None, status_message: str) -> None:
+        self.emit(events.complete(output_dir, status_message))
+
+    # --- stop state ----------------------------------------------------------------
+    @property
+    def stop(self) -> str | None:
+        """None while training should go on, else "save" or "cancel"."""
+        with self._lock:
+            return self._stop
+
+    def request_stop(self, save: bool) -> None:
+        with self._lock:
+            if self._stop != "cancel":  # a cancel is final
+                self._stop = "save" if save else "cancel"
+
+    def read_stops(self, stop_queue: Any) -> threading.Thread:
+        """Start the daemon thread that applies the parent's stop messages as they arrive."""
+
+        def loop() -> None:
+            while True:
+                try:
+                    message = stop_queue.get()
+                except (EOFError, OSError, ValueError):
+                    return  # the queue is gone: the parent watchdog takes it from here
+                if isinstance(message, dict) and message.get("type") == "stop":
+                    self.request_stop(bool(message.get("save")))
+                else:
+                    print(f"tunelab worker: ignoring unknown stop message {message!r}", file=sys.stderr)
+
+        thread = threading.Thread(target=loop, name="tunelab-stop-reader", daemon=True)
+        thread.start()
+        return thread

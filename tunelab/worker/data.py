@@ -1,0 +1,87 @@
+"""Data preparation shared by the torch and mlx backends: raw rows in, token rows out.
+
+`prepare(config, tokenizer)` loads the data (`sources.load_raw`), renders and tokenizes
+every row (`tokenization.tokenize_example`) and returns `PreparedData(train, eval,
+format)` whose rows hold `input_ids`, `labels` (-100 where no loss is taken) and
+`completion_mask`. Both backends train on exactly these tokens. The pieces are re-exported
+here because this module is the interface the backends use. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tunelab.worker.formats import DataFormatError, detect_format, to_messages, to_plain_text
+from tunelab.worker.sources import RawData, load_raw
+from tunelab.worker.tokenization import (
+    FALLBACK_CHAT_TEMPLATE,
+    IGNORE_INDEX,
+    ensure_chat_template,
+    tokenize_example,
+    uses_raw_text,
+)
+
+__all__ = [
+    "DataFormatError", "FALLBACK_CHAT_TEMPLATE", "IGNORE_INDEX", "PreparedData", "RawData",
+    "detect_format", "load_raw", "prepare", "to_messages", "to_plain_text", "tokenize_example",
+]
+# Completion masking may leave a few rows without trained tokens (they are dropped); when
+# more than this share is affected the settings are wrong, not the data.
+MAX_UNLABELLED_SHARE = 0.5
+TOKEN_COLUMNS = ("input_ids", "labels", "completion_mask")
+
+
+@dataclass
+class PreparedData:
+    train: Any  # datasets.Dataset with TOKEN_COLUMNS
+    eval: Any | None
+    format: str
+
+
+def prepare(config: dict[str, Any], tokenizer: Any, raw: RawData | None = None) -> PreparedData:
+    """Load (unless `raw` is given, already loaded), render and tokenize the run's data."""
+    raw = raw if raw is not None else load_raw(config)
+    _check_masking_applies(raw.format, config)
+    if not uses_raw_text(raw.format, config):
+        ensure_chat_template(tokenizer)
+    train = _tokenize(raw.train, raw.format, tokenizer, config, "training")
+    eval_set = _tokenize(raw.eval, raw.format, tokenizer, config, "eval") if raw.eval is not None else None
+    return PreparedData(train=train, eval=eval_set, format=raw.format)
+
+
+def _check_masking_applies(fmt: str, config: dict[str, Any]) -> None:
+    if not config.get("train_on_completions"):
+        return
+    if config.get("training_type") == "continued_pretraining":
+        raise DataFormatError("train_on_completions", "continued pretraining takes the loss on every token; set train_on_completions=false")
+    if fmt == "text":
+        raise DataFormatError("train_on_completions", "raw text has no assistant replies to train on; set train_on_completions=false or use chat/instruction data")
+
+
+def _tokenize(rows: Any, fmt: str, tokenizer: Any, config: dict[str, Any], what: str) -> Any:
+    def tokenize(row: dict[str, Any]) -> dict[str, Any]:
+        out = tokenize_example(row, fmt, tokenizer, config)
+        out["trained_tokens"] = sum(out["completion_mask"])
+        return out
+
+    tokenized = rows.map(tokenize, remove_columns=rows.column_names, desc=f"Tokenizing {what} data")
+    counts = tokenized["trained_tokens"]
+    unlabelled = sum(1 for n in counts if n == 0)
+    if counts and unlabelled > MAX_UNLABELLED_SHARE * len(counts):
+        raise DataFormatError(
+            "train_on_completions" if config.get("train_on_completions") else "max_seq_length",
+            f"{unlabelled} of {len(counts)} {what} rows have no tokens to learn from. "
+            + (
+                "With train_on_completions only assistant replies are trained: check that replies map to "
+                "the 'assistant' role (role_mapping) and that max_seq_length "
+                f"({config.get('max_seq_length')}) leaves room for them after the prompt, or set train_on_completions=false"
+                if config.get("train_on_completions")
+                else "The rows are empty; check the data and column_mapping"
+            ),
+        )
+    if unlabelled:
+        tokenized = tokenized.filter(lambda row: row["trained_tokens"] > 0)
+    if len(tokenized) == 0:
+        raise DataFormatError("dataset", f"the {what} data has no rows to train on")
+    return tokenized.remove_columns("trained_tokens")

@@ -1,0 +1,155 @@
+"""Dataset formats: recognising them and turning a row into chat messages or plain text.
+
+Four shapes are understood, named after the datasets that made them popular:
+  alpaca    `instruction`, `output` (+ optional `input`, `system`) columns
+  sharegpt  a conversation column of `{"from", "value"}` turns (human/gpt/system/...)
+  chatml    a conversation column of `{"role", "content"}` turns
+  text      one text column (raw text; also what continued pretraining reads)
+Rows reaching `to_messages` carry canonical column names (`sources.load_raw` renames
+columns through `column_mapping` first). Torch-free.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tunelab.worker.context import RunSettingError
+
+FORMATS = ("alpaca", "sharegpt", "chatml", "text")
+# Column names under which datasets commonly keep a conversation.
+CONVERSATION_COLUMNS = ("conversations", "messages", "conversation", "chat", "dialogue", "dialog")
+# ShareGPT speakers -> chat-template roles. Function-calling datasets add their own speakers:
+# the model's tool call is an assistant turn (it is what we want the model to learn to
+# write), while the tool's answer is input to the model, like a user turn.
+SHAREGPT_ROLES = {
+    "human": "user", "user": "user",
+    "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant", "bing": "assistant",
+    "bard": "assistant", "model": "assistant", "bot": "assistant",
+    "system": "system",
+    "function_call": "assistant", "tool_call": "assistant", "tool_calls": "assistant",
+    "observation": "tool", "function_response": "tool", "function": "tool", "tool": "tool",
+}
+
+
+class DataFormatError(RunSettingError):
+    """Data that cannot be read as configured; `field` is the config setting to change."""
+
+
+def conversation_column(columns: list[str]) -> str | None:
+    return next((c for c in CONVERSATION_COLUMNS if c in columns), None)
+
+
+def _first_turn(rows: list[dict[str, Any]], column: str) -> dict[str, Any] | None:
+    for row in rows:
+        turns = row.get(column)
+        if isinstance(turns, list):
+            for turn in turns:
+                if isinstance(turn, dict):
+                    return turn
+    return None
+
+
+def detect_format(columns: list[str], sample_rows: list[dict[str, Any]]) -> str:
+    """Name the format of data with these columns, or raise DataFormatError listing them."""
+    columns = list(columns)
+    if "instruction" in columns and "output" in columns:
+        return "alpaca"
+    conv = conversation_column(columns)
+    if conv:
+        turn = _first_turn(sample_rows, conv)
+        keys = sorted(k for k, v in (turn or {}).items() if v is not None)
+        if "from" in keys and "value" in keys:
+            return "sharegpt"
+        if "role" in keys and "content" in keys:
+            return "chatml"
+        raise DataFormatError(
+            "format",
+            f"column '{conv}' looks like a conversation but its turns have keys {keys}; "
+            "tunelab reads turns with from/value (sharegpt) or role/content (chatml) keys. "
+            "Convert the turns, or map another column with column_mapping",
+        )
+    if "text" in columns or (len(columns) == 1 and all(isinstance(r.get(columns[0]), str) for r in sample_rows)):
+        return "text"
+    raise DataFormatError(
+        "format",
+        f"cannot tell the data format from the columns {columns}. Expected instruction/output "
+        f"(alpaca), a conversation column ({'/'.join(CONVERSATION_COLUMNS[:2])}) with from/value "
+        "or role/content turns (sharegpt/chatml), or a single text column. Set format and map "
+        "your columns with column_mapping, e.g. {instruction: question, output: answer}",
+    )
+
+
+def required_columns(fmt: str, columns: list[str]) -> list[str]:
+    """The canonical columns a format needs that are missing from `columns`."""
+    if fmt == "alpaca":
+        return [c for c in ("instruction", "output") if c not in columns]
+    if fmt in ("sharegpt", "chatml"):
+        return [] if conversation_column(columns) else ["conversations or messages"]
+    return [] if "text" in columns else ["text"]
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _alpaca_messages(row: dict[str, Any]) -> list[dict[str, str]]:
+    messages = []
+    if _text(row.get("system")).strip():
+        messages.append({"role": "system", "content": _text(row["system"])})
+    prompt = _text(row.get("instruction"))
+    if _text(row.get("input")).strip():
+        prompt = f"{prompt}\n\n{_text(row['input'])}"
+    messages.append({"role": "user", "content": prompt})
+    messages.append({"role": "assistant", "content": _text(row.get("output"))})
+    return messages
+
+
+def _map_role(raw: str, fmt: str, role_mapping: dict[str, str]) -> str:
+    if raw in role_mapping:
+        return role_mapping[raw]
+    if fmt == "chatml":
+        return raw
+    role = SHAREGPT_ROLES.get(raw.lower())
+    if role is None:
+        raise DataFormatError(
+            "role_mapping",
+            f"unknown speaker '{raw}' in sharegpt data (known: {sorted(SHAREGPT_ROLES)}); "
+            f"map it with role_mapping, e.g. {{{raw}: assistant}}",
+        )
+    return role
+
+
+def _conversation_messages(row: dict[str, Any], fmt: str, role_mapping: dict[str, str]) -> list[dict[str, str]]:
+    column = conversation_column(list(row))
+    turns = row.get(column) if column else None
+    if not isinstance(turns, list):
+        raise DataFormatError("format", f"a row has no conversation list (columns: {sorted(row)})")
+    role_key, content_key = ("from", "value") if fmt == "sharegpt" else ("role", "content")
+    messages = []
+    for turn in turns:
+        if not isinstance(turn, dict) or turn.get(role_key) is None:
+            raise DataFormatError("format", f"a {fmt} turn needs '{role_key}' and '{content_key}' keys, got {turn!r}")
+        messages.append({"role": _map_role(str(turn[role_key]), fmt, role_mapping), "content": _text(turn.get(content_key))})
+    system = _text(row.get("system"))
+    if system.strip() and not (messages and messages[0]["role"] == "system"):
+        messages.insert(0, {"role": "system", "content": system})
+    return messages
+
+
+def to_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> list[dict[str, str]] | str:
+    """Chat messages for a row (`{"role", "content"}` dicts), or the raw text for `text` data."""
+    if fmt == "text":
+        return _text(row.get("text"))
+    if fmt == "alpaca":
+        return _alpaca_messages(row)
+    if fmt in ("sharegpt", "chatml"):
+        return _conversation_messages(row, fmt, config.get("role_mapping") or {})
+    raise DataFormatError("format", f"unknown format '{fmt}'; use one of {list(FORMATS)}")
+
+
+def to_plain_text(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> str:
+    """A row as raw text without any chat markup (continued pretraining reads this)."""
+    rendered = to_messages(row, fmt, config)
+    if isinstance(rendered, str):
+        return rendered
+    return "\n\n".join(m["content"] for m in rendered if m["content"])

@@ -1,0 +1,139 @@
+"""Loading the model and tokenizer, and wrapping the model for the chosen training method.
+
+Device-aware defaults, because the library defaults suit GPUs and hurt CPUs: on a CPU
+a run trains in fp32 without gradient checkpointing (TRL's bf16 + checkpointing default
+is 1.85x slower there for the same loss); with CUDA it uses bf16 where the GPU supports
+it, else fp16, and checkpointing unless the config turns it off. `precision` overrides.
+The GPU itself is chosen by the parent through CUDA_VISIBLE_DEVICES.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tunelab.config import DEFAULT_TARGET_MODULES
+from tunelab.worker.context import RunSettingError
+
+
+class SetupError(RunSettingError):
+    """A model or machine setting that cannot be honoured (field + fix in the message)."""
+
+
+@dataclass(frozen=True)
+class DeviceSettings:
+    cuda: bool
+    precision: str  # fp32 | bf16 | fp16: the mixed-precision mode the trainer runs in
+    gradient_checkpointing: bool
+
+    @property
+    def load_dtype(self) -> Any:
+        """Frozen base weights of adapter runs load in the half type to save memory;
+        trained weights stay fp32 so the optimizer updates them exactly."""
+        return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision, torch.float32)
+
+
+def device_settings(config: dict[str, Any]) -> DeviceSettings:
+    cuda = torch.cuda.is_available()
+    precision = config.get("precision") or "auto"
+    if precision == "auto":
+        precision = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if cuda else "fp32"
+    if precision == "fp16" and not cuda:
+        raise SetupError("precision", "fp16 training needs a CUDA GPU; use precision=fp32 (or bf16) on this machine")
+    checkpointing = config.get("gradient_checkpointing")
+    return DeviceSettings(cuda=cuda, precision=precision, gradient_checkpointing=cuda if checkpointing is None else bool(checkpointing))
+
+
+def load_tokenizer(config: dict[str, Any]) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(
+        config["model_name"], token=config.get("hf_token") or None, trust_remote_code=bool(config.get("trust_remote_code"))
+    )
+    if tokenizer.pad_token is None:
+        # Padding positions are masked out of the loss, so any known token can stand in.
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    if tokenizer.pad_token is None:
+        raise SetupError("model_name", "the tokenizer has no pad, eos or unk token to pad batches with; use a model whose tokenizer defines one")
+    tokenizer.padding_side = "right"
+    return tokenizer
+
+
+def load_model(config: dict[str, Any], device: DeviceSettings) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {
+        "token": config.get("hf_token") or None,
+        "trust_remote_code": bool(config.get("trust_remote_code")),
+        "dtype": device.load_dtype if config.get("training_type") in ("lora", "qlora") else torch.float32,
+    }
+    if config.get("load_in_4bit"):
+        if not device.cuda:
+            raise SetupError("load_in_4bit", "4-bit loading (QLoRA) needs a CUDA GPU and none is visible; use training_type=lora with load_in_4bit=false")
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.float16 if device.precision == "fp16" else torch.bfloat16,
+        )
+        kwargs["device_map"] = {"": 0}
+    model = AutoModelForCausalLM.from_pretrained(config["model_name"], **kwargs)
+    # The KV cache is useless while training and warns with gradient checkpointing.
+    model.config.use_cache = False
+    return model
+
+
+def default_target_modules(model: Any) -> list[str] | str:
+    """All attention and MLP projections the model has; PEFT's "all-linear" for other layouts."""
+    names = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+    present = [m for m in DEFAULT_TARGET_MODULES if m in names]
+    return present or "all-linear"
+
+
+def wrap_for_training(model: Any, config: dict[str, Any], device: DeviceSettings) -> Any:
+    """LoRA-family adapters for lora/qlora; full fine-tuning and continued pretraining train every weight."""
+    if config.get("training_type") not in ("lora", "qlora"):
+        for parameter in model.parameters():
+            parameter.requires_grad_(True)
+        return model
+    from peft import LoftQConfig, LoraConfig, get_peft_model, prepare_model_for_kbit_training
+
+    quantized = bool(config.get("load_in_4bit"))
+    if quantized:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=device.gradient_checkpointing,
+                                                gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif device.gradient_checkpointing:
+        # Checkpointed blocks need an input that requires grad, or the frozen base cuts the graph.
+        model.enable_input_require_grads()
+    loftq = bool(config.get("use_loftq"))
+    if loftq and not device.cuda:
+        raise SetupError("use_loftq", "PEFT's LoftQ initialisation runs its quantisation on a CUDA GPU and none is visible; remove use_loftq on this machine")
+    targets = config.get("target_modules") or default_target_modules(model)
+    lora = LoraConfig(
+        task_type="CAUSAL_LM",
+        r=int(config.get("lora_r") or 16),
+        lora_alpha=float(config.get("lora_alpha") or 16),
+        lora_dropout=float(config.get("lora_dropout") or 0.0),
+        target_modules=targets,
+        bias="none",
+        use_rslora=bool(config.get("use_rslora")),
+        use_dora=bool(config.get("use_dora")),
+        # LoftQ on an unquantized model quantizes inside PEFT; a 4-bit model gets it below.
+        **({"init_lora_weights": "loftq", "loftq_config": LoftQConfig(loftq_bits=4)} if loftq and not quantized else {}),
+    )
+    try:
+        model = get_peft_model(model, lora)
+    except ValueError as exc:  # e.g. target modules that do not exist in this model
+        raise SetupError("target_modules", f"{exc}; list module names this model has") from exc
+    if loftq and quantized:
+        from peft import replace_lora_weights_loftq
+
+        replace_lora_weights_loftq(model)
+    return model
+
+
+def count_parameters(model: Any) -> tuple[int, int]:
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable, sum(p.numel() for p in model.parameters())

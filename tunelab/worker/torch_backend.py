@@ -1,0 +1,148 @@
+"""The torch backend: transformers + PEFT + TRL's SFTTrainer, reporting through events.
+
+`run(config, ctx)` reads top to bottom as the run's stages: load the model and
+tokenizer, load and tokenize the data (shared with the mlx backend, so both train on the
+same tokens), build the adapter and the trainer, train, save. How the run ends:
+  normal    the adapter (or full model) and tokenizer are saved in `output_dir`, next to
+            the Trainer's final `checkpoint-<last step>`; `complete{output_dir}`.
+  stop+save the Trainer saves `checkpoint-<current step>` and stops; the checkpoint is
+            validated before `complete{output_dir, "stopped at step N; ..."}` is sent.
+  cancel    nothing more is saved; `complete{output_dir: None, "cancelled"}`.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from tunelab import events
+from tunelab.checkpoints import InvalidCheckpoint, validate_checkpoint
+from tunelab.worker import data
+from tunelab.worker.context import WorkerContext
+from tunelab.worker.stall import DownloadStallWatch, hub_cache_folders
+
+
+def run(config: dict[str, Any], ctx: WorkerContext) -> None:
+    output_dir = Path(config["output_dir"])
+    output_dir.mkdir(parents=True, exist_ok=True)
+    ctx.emit(events.make(events.OUTPUT_DIR, output_dir=str(output_dir)))
+
+    ctx.stage("loading_model", f"Loading model {config['model_name']}")
+    # The heavy imports (~6 s) come after the first stop check, so an early stop is quick.
+    _quiet_libraries()
+    import transformers
+
+    from tunelab.worker import model_setup
+    from tunelab.worker.trainer_setup import seed_of
+
+    device = model_setup.device_settings(config)
+    ctx.emit(events.make(events.MODEL_LOAD_STARTED))
+    with _stall_watch(config, ctx):
+        tokenizer = model_setup.load_tokenizer(config)
+        model = model_setup.load_model(config, device)
+    ctx.emit(events.make(events.MODEL_LOAD_COMPLETED))
+
+    ctx.stage("loading_dataset", "Loading the dataset")
+    raw = data.load_raw(config)
+    ctx.stage("formatting", f"Tokenizing {len(raw.train)} {raw.format} rows")
+    prepared = data.prepare(config, tokenizer, raw=raw)
+
+    ctx.stage("configuring", _describe_method(config, device))
+    # Adapter weights are drawn from the global generator: seed it, or two runs with the
+    # same seed start from different adapters (the Trainer seeds only later).
+    transformers.set_seed(seed_of(config))
+    model = model_setup.wrap_for_training(model, config, device)
+    trainer, stopper = _build_trainer(config, ctx, device, model, tokenizer, prepared, output_dir)
+    if prepared.eval is not None and trainer.args.eval_strategy != "no":
+        ctx.emit(events.make(events.EVAL_CONFIGURED, eval_rows=len(prepared.eval)))
+
+    resume = config.get("resume_from")
+    ctx.stage("training", f"Training from step {_step_of(resume)}" if resume else "Training")
+    trainer.train(resume_from_checkpoint=resume or None)
+    _finish(ctx, trainer, stopper, tokenizer, output_dir)
+
+
+def _quiet_libraries() -> None:
+    import warnings
+
+    import datasets
+    import transformers
+
+    # Deprecation notices inside the libraries are for their developers, not for a user
+    # watching a run; real problems arrive as exceptions and become error events.
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    datasets.disable_progress_bars()
+    datasets.utils.logging.set_verbosity_error()
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def _stall_watch(config: dict[str, Any], ctx: WorkerContext) -> Any:
+    from contextlib import nullcontext
+
+    if Path(config["model_name"]).expanduser().exists():
+        return nullcontext()  # a local folder downloads nothing
+    return DownloadStallWatch(ctx, hub_cache_folders(config["model_name"]))
+
+
+def _describe_method(config: dict[str, Any], device: Any) -> str:
+    method = config.get("training_type", "lora")
+    extras = [name.removeprefix("use_") for name in ("use_dora", "use_rslora", "use_loftq") if config.get(name)]
+    where = "CUDA" if device.cuda else "CPU"
+    return f"Setting up {method}{' (' + ', '.join(extras) + ')' if extras else ''} on {where} in {device.precision}"
+
+
+def _build_trainer(config, ctx, device, model, tokenizer, prepared, output_dir) -> tuple[Any, Any]:
+    from transformers import PrinterCallback
+    from trl import SFTTrainer
+
+    from tunelab.worker.callbacks import ProgressReporter, StopOnRequest
+    from tunelab.worker.trainer_setup import build_sft_config
+
+    args = build_sft_config(config, device, output_dir, has_eval=prepared.eval is not None)
+    stopper = StopOnRequest(ctx)
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=prepared.train,
+        eval_dataset=prepared.eval if args.eval_strategy != "no" else None,
+        processing_class=tokenizer,
+        callbacks=[ProgressReporter(ctx), stopper],
+    )
+    # With tqdm off the Trainer prints every log dict to stdout; progress events replace it.
+    trainer.remove_callback(PrinterCallback)
+    return trainer, stopper
+
+
+def _step_of(checkpoint: str) -> str:
+    return Path(checkpoint).name.removeprefix("checkpoint-")
+
+
+def _finish(ctx: WorkerContext, trainer: Any, stopper: Any, tokenizer: Any, output_dir: Path) -> None:
+    step = trainer.state.global_step
+    if ctx.stop == "cancel":
+        ctx.complete(None, "cancelled")
+        return
+    # A stop that lands on the last step changes nothing: the run simply completes.
+    if stopper.stopped_at is not None and stopper.stopped_at < trainer.state.max_steps and ctx.stop == "save":
+        checkpoint = output_dir / f"checkpoint-{stopper.stopped_at}"
+        try:
+            validate_checkpoint(checkpoint)
+        except InvalidCheckpoint as exc:
+            ctx.emit(events.error(f"the stop was requested but the checkpoint did not land: {exc.reason}", resume_blocked=True))
+            return
+        ctx.complete(str(output_dir), f"stopped at step {stopper.stopped_at}; checkpoint saved")
+        return
+    ctx.stage("saving", "Saving the final model")
+    trainer.save_model(str(output_dir))
+    tokenizer.save_pretrained(str(output_dir))
+    ctx.complete(str(output_dir), f"completed {step} steps{_final_loss(trainer)}")
+
+
+def _final_loss(trainer: Any) -> str:
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    if not losses or not math.isfinite(losses[-1]):
+        return ""
+    return f"; final loss {losses[-1]:.4f}"
