@@ -42,6 +42,7 @@ def run_worker(config: dict[str, Any], events: Any, stops: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for key, value in QUIET_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
+    _thread_lock_for_tqdm()
     watch_parent()
     ctx = WorkerContext(events)
     ctx.read_stops(stops)
@@ -59,6 +60,15 @@ def run_worker(config: dict[str, Any], events: Any, stops: Any) -> None:
             ctx.emit(ev.error(_scrub(_describe(exc), secrets), _scrub(traceback.format_exc(), secrets)))
     finally:
         _flush_and_exit(events)
+
+
+def _thread_lock_for_tqdm() -> None:
+    # tqdm's default lock is a multiprocessing semaphore registered with the parent's
+    # resource tracker; after `os._exit` it would be reported as leaked in the parent.
+    # This process has one writer of progress bars, so a thread lock serves.
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
 
 
 def _backend_name(config: dict[str, Any]) -> str:

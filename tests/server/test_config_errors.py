@@ -1,0 +1,57 @@
+"""A bad run config is a 422 naming the field at fault, and nothing is started."""
+
+from __future__ import annotations
+
+import pytest
+
+# (case, changes to the demo body, field named, words the message must contain)
+BAD_CONFIGS = [
+    ("learning rate out of range", {"learning_rate": 5}, "learning_rate", "between 0 and 1"),
+    ("learning rate zero", {"learning_rate": 0}, "learning_rate", "between 0 and 1"),
+    ("no steps and no epochs", {"max_steps": 0, "num_epochs": 0}, "max_steps", "both 0"),
+    ("two adapter variants", {"use_dora": True, "use_rslora": True}, "use_rslora", "cannot be combined"),
+    ("adapter option with full fine-tuning", {"training_type": "full", "use_dora": True}, "use_dora", "adapter option"),
+    ("warmup steps and ratio", {"warmup_steps": 2, "warmup_ratio": 0.1}, "warmup_ratio", "not both"),
+    ("unknown setting", {"learning_rat": 1e-4}, "learning_rat", "did you mean 'learning_rate'"),
+    ("wrong type", {"lora_r": "sixteen"}, "lora_r", "integer"),
+    ("unknown method", {"training_type": "magic"}, "training_type", "lora"),
+    ("missing model", {"model_name": None}, "model_name", "required"),
+    ("no training data", {"local_datasets": []}, "dataset", "no training data"),
+    ("4-bit without CUDA", {"training_type": "qlora"}, "training_type", "CUDA"),
+    ("dataset outside the readable folders", {"local_datasets": ["/etc/passwd"]}, "local_datasets", "outside"),
+    ("output folder outside the outputs root", {"output_dir": "/tmp/not-managed-by-tunelab"}, "output_dir", "outside"),
+]
+
+
+@pytest.mark.parametrize("case,changes,field,words", BAD_CONFIGS, ids=[c[0] for c in BAD_CONFIGS])
+def test_bad_config_is_a_422_naming_the_field(live_server, demo_run, case, changes, field, words):
+    body = {k: v for k, v in {**demo_run(), **changes}.items() if v is not None}
+    response = live_server.client().post("/api/train/start", json=body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == field
+    assert field in [f["field"] for f in error["fields"]]
+    message = next(f["message"] for f in error["fields"] if f["field"] == field)
+    assert words.lower() in message.lower()
+    assert "Traceback" not in response.text
+
+
+def test_every_bad_field_is_listed(live_server, demo_run):
+    body = {**demo_run(), "learning_rate": 2, "lora_r": "x", "batch_size": 0}
+    error = live_server.client().post("/api/train/start", json=body).json()["error"]
+    assert {f["field"] for f in error["fields"]} == {"learning_rate", "lora_r", "batch_size"}
+
+
+def test_a_body_that_is_not_an_object_is_refused(live_server):
+    response = live_server.client().post("/api/train/start", json=["model_name", "x"])
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == "body"
+
+
+def test_refused_configs_start_nothing(live_server, demo_run):
+    client = live_server.client()
+    client.post("/api/train/start", json={**demo_run(), "learning_rate": 9})
+    client.post("/api/train/start", json={**demo_run(), "local_datasets": ["../../etc/passwd"]})
+    assert client.get("/api/runs").json()["total"] == 0
+    status = client.get("/api/train/status").json()
+    assert status["phase"] == "idle" and status["is_training_running"] is False

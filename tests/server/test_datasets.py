@@ -1,0 +1,85 @@
+"""`POST /api/datasets/preview`: detected format, columns, row count and rendered rows,
+read in a child process so the server never loads the data libraries."""
+
+from __future__ import annotations
+
+import json
+
+
+def count_rows(path) -> int:
+    text = path.read_text()
+    return len(json.loads(text)) if path.suffix == ".json" else sum(1 for line in text.splitlines() if line.strip())
+
+
+def test_alpaca_rows_are_rendered_through_the_models_chat_template(live_server, demo_assets):
+    body = {"model_name": str(demo_assets.model_dir), "local_datasets": [str(demo_assets.alpaca)], "rows": 2}
+    response = live_server.client().post("/api/datasets/preview", json=body)
+    assert response.status_code == 200, response.text
+    preview = response.json()
+    first = json.loads(demo_assets.alpaca.read_text().splitlines()[0])
+    assert preview["format"] == "alpaca"
+    assert {"instruction", "input", "output"} <= set(preview["columns"])
+    assert preview["row_count"] == count_rows(demo_assets.alpaca)
+    assert preview["rendered_with"] == "chat_template"
+    assert len(preview["rows"]) == 2
+    text = preview["rows"][0]["text"]
+    # The demo template writes each turn as <|role|>\ncontent<|end|>.
+    assert f"<|user|>\n{first['instruction']}" in text
+    assert f"<|assistant|>\n{first['output']}<|end|>" in text
+    assert [m["role"] for m in preview["rows"][0]["messages"]][-1] == "assistant"
+
+
+def test_sharegpt_without_a_model_shows_plain_turns(live_server, demo_assets):
+    body = {"local_datasets": [str(demo_assets.sharegpt)], "rows": 1}
+    preview = live_server.client().post("/api/datasets/preview", json=body).json()
+    assert preview["format"] == "sharegpt"
+    assert preview["rendered_with"] == "plain"
+    assert preview["row_count"] == count_rows(demo_assets.sharegpt)
+    roles = [m["role"] for m in preview["rows"][0]["messages"]]
+    assert roles[0] == "system" and roles[-1] == "assistant"
+
+
+def test_raw_text_is_shown_as_is(live_server, demo_assets):
+    body = {"model_name": str(demo_assets.model_dir), "local_datasets": [str(demo_assets.text)], "rows": 1}
+    preview = live_server.client().post("/api/datasets/preview", json=body).json()
+    first = json.loads(demo_assets.text.read_text().splitlines()[0])
+    assert preview["format"] == "text" and preview["rendered_with"] == "raw_text"
+    assert preview["rows"][0]["text"] == first["text"]
+
+
+def test_unrecognised_columns_are_a_422_listing_them(live_server):
+    odd = live_server.home / "datasets" / "odd.jsonl"
+    odd.parent.mkdir(exist_ok=True)
+    odd.write_text("\n".join(json.dumps({"question_text": f"q{i}", "reply_text": f"a{i}"}) for i in range(5)))
+    response = live_server.client().post("/api/datasets/preview", json={"local_datasets": [str(odd)]})
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] in ("format", "column_mapping")
+    assert "question_text" in error["message"] and "reply_text" in error["message"]
+
+
+def test_column_mapping_fixes_unrecognised_columns(live_server):
+    odd = live_server.home / "datasets" / "mapped.jsonl"
+    odd.parent.mkdir(exist_ok=True)
+    odd.write_text("\n".join(json.dumps({"question_text": f"q{i}", "reply_text": f"a{i}"}) for i in range(5)))
+    body = {"local_datasets": [str(odd)], "column_mapping": {"instruction": "question_text", "output": "reply_text"}}
+    preview = live_server.client().post("/api/datasets/preview", json=body).json()
+    assert preview["format"] == "alpaca" and preview["row_count"] == 5
+    assert preview["rows"][0]["messages"][-1] == {"role": "assistant", "content": "a0"}
+
+
+def test_files_outside_the_readable_folders_are_refused(live_server, tmp_path):
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text(json.dumps({"text": "secret"}))
+    for path in (str(outside), "../../../etc/passwd"):
+        response = live_server.client().post("/api/datasets/preview", json={"local_datasets": [path]})
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["field"] == "local_datasets"
+        assert "secret" not in response.text
+
+
+def test_the_server_process_never_loads_the_data_libraries(live_server, demo_assets):
+    body = {"model_name": str(demo_assets.model_dir), "local_datasets": [str(demo_assets.chatml)]}
+    assert live_server.client().post("/api/datasets/preview", json=body).status_code == 200
+    detail = live_server.client().get("/api/health", params={"detail": 1}).json()
+    assert detail["heavy_modules"] == []

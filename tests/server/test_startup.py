@@ -1,0 +1,52 @@
+"""What the server does at start and while idle: orphaned runs closed, a small process,
+and a progress stream that opens with `retry:` and keeps the connection alive."""
+
+from __future__ import annotations
+
+import psutil
+
+from sse_helpers import iter_sse
+from tunelab.store import ORPHAN_MESSAGE, Store
+
+IDLE_RSS_LIMIT_MB = 150
+
+
+def test_runs_left_running_by_a_previous_server_are_closed_at_start(start_server, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    with Store(home / "tunelab.db") as store:
+        crashed = store.create_run({"model_name": "m"}, "m", "d")
+        store.add_metrics(crashed, [{"step": 1, "loss": 2.5}, {"step": 2, "loss": 2.25}])
+        cancelled = store.create_run({"model_name": "m"}, "m", "d")
+        store.mark_cancel_requested(cancelled)
+
+    client = start_server(home=home).client()
+    crashed_run = client.get(f"/api/runs/{crashed}").json()
+    assert crashed_run["status"] == "error"
+    assert crashed_run["error_message"] == ORPHAN_MESSAGE
+    assert crashed_run["final_step"] == 2 and crashed_run["final_loss"] == 2.25
+    assert crashed_run["can_resume"] is False  # no checkpoint on disk
+    assert client.get(f"/api/runs/{cancelled}").json()["status"] == "stopped"
+
+
+def test_idle_server_is_small(live_server):
+    assert live_server.client().get("/api/train/status").status_code == 200
+    rss_mb = psutil.Process(live_server.pid).memory_info().rss / 2**20
+    assert rss_mb < IDLE_RSS_LIMIT_MB
+
+
+def test_idle_stream_starts_with_retry_then_heartbeats(live_server):
+    with live_server.client().stream("GET", "/api/train/progress") as response:
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = iter_sse(response)
+        first = next(events)
+        assert first.retry is not None and first.retry > 0
+        heartbeats = [next(events) for _ in range(2)]
+    assert [e.event for e in heartbeats] == ["heartbeat", "heartbeat"]
+    assert heartbeats[1].data["ts"] >= heartbeats[0].data["ts"]
+
+
+def test_a_bad_last_event_id_names_the_header(live_server):
+    response = live_server.client().get("/api/train/progress", headers={"Last-Event-ID": "step-five"})
+    assert response.status_code == 422
+    assert response.json()["error"]["field"] == "Last-Event-ID"

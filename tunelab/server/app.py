@@ -1,0 +1,160 @@
+"""`create_app`: the FastAPI application, wired to one orchestrator and one store.
+
+Order matters here: orphaned runs from a previous server life are closed before the
+orchestrator can start a new one; the API routes are registered before the web page is
+mounted at `/`, and the page's mount never answers under `/api/`, so an unknown API path
+is a JSON 404 and a wrong method a JSON 405. The token gate wraps everything.
+Nothing imported here (or by the routes) loads torch, transformers, datasets or mlx.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+from contextlib import asynccontextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Annotated, Any, AsyncIterator
+
+from fastapi import FastAPI, Query, Request
+from fastapi.staticfiles import StaticFiles
+from starlette.routing import Match, Mount
+from starlette.types import Scope
+
+from tunelab import paths
+from tunelab.checkpoints import latest_valid_checkpoint
+from tunelab.orchestrator import Orchestrator
+from tunelab.server import routes_datasets, routes_runs, routes_train
+from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
+from tunelab.server.errors import install_error_handlers
+from tunelab.server.schemas import Health
+from tunelab.store import Store
+
+STATIC_DIR = Path(__file__).parent / "static"
+HEARTBEAT_ENV = "TUNELAB_SSE_HEARTBEAT_S"
+DEFAULT_HEARTBEAT_S = 10.0
+# Libraries that belong in worker processes only; health?detail=1 reports any that leaked in.
+HEAVY_MODULES = ("torch", "transformers", "peft", "trl", "datasets", "accelerate", "bitsandbytes", "mlx", "mlx_lm")
+# Dataset previews run in child processes of a few hundred MB each; two at a time is plenty.
+PREVIEW_SLOTS = 2
+
+
+class PageMount(Mount):
+    """The static web page at `/`, which never claims a path under `/api/`."""
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        path = scope.get("path", "")
+        if path == "/api" or path.startswith("/api/"):
+            return Match.NONE, {}
+        return super().matches(scope)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("tunelab")
+    except metadata.PackageNotFoundError:
+        return "0.0.0+local"
+
+
+def _heartbeat_default() -> float:
+    try:
+        return max(0.05, float(os.environ.get(HEARTBEAT_ENV, DEFAULT_HEARTBEAT_S)))
+    except ValueError:
+        return DEFAULT_HEARTBEAT_S
+
+
+def create_app(
+    *,
+    home: str | Path | None = None,
+    orchestrator: Any | None = None,
+    store: Store | None = None,
+    token: str | None = None,
+    heartbeat_seconds: float | None = None,
+    static_dir: Path | None = STATIC_DIR,
+) -> FastAPI:
+    """The app. Without arguments it uses the tunelab home (TUNELAB_HOME) and owns its
+    store and orchestrator; pass your own to share them (you then shut them down).
+    `home` sets TUNELAB_HOME for this process, and so for the workers it spawns."""
+    if home is not None:
+        os.environ["TUNELAB_HOME"] = str(home)
+    owns_store = store is None
+    store = store if store is not None else Store(paths.db_path())
+    owns_orchestrator = orchestrator is None
+    if owns_orchestrator:
+        # Rows left `running` by a previous server life are ours to close, before any new run.
+        store.close_orphans(latest_valid_checkpoint)
+        orchestrator = Orchestrator(store)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        if owns_orchestrator:
+            await asyncio.to_thread(orchestrator.shutdown)
+        if owns_store:
+            store.close()
+
+    app = FastAPI(
+        title="tunelab",
+        version=_version(),
+        summary="A local fine-tuning lab: start, watch, stop and resume training runs.",
+        description="Every route under /api/ except GET /api/health needs `Authorization: Bearer <token>` "
+        "(`tunelab token` prints it). Errors are `{\"error\": {\"code\", \"message\", \"field\"?}}`.",
+        lifespan=lifespan,
+    )
+    app.state.orchestrator = orchestrator
+    app.state.store = store
+    app.state.token = token or load_or_create_token()
+    app.state.heartbeat_seconds = heartbeat_seconds if heartbeat_seconds is not None else _heartbeat_default()
+    app.state.start_lock = threading.Lock()
+    app.state.preview_slots = asyncio.Semaphore(PREVIEW_SLOTS)
+
+    install_error_handlers(app)
+    app.add_api_route("/api/health", _health, methods=["GET"], response_model=Health, tags=["health"],
+                      response_model_exclude_none=True)
+    app.include_router(routes_train.router)
+    app.include_router(routes_runs.router)
+    app.include_router(routes_datasets.router)
+    if static_dir is not None and static_dir.is_dir():
+        app.router.routes.append(PageMount("/", app=StaticFiles(directory=static_dir, html=True), name="page"))
+    app.add_middleware(TokenGate, token=app.state.token)
+    _document_bearer_auth(app)
+    return app
+
+
+def _health(request: Request, detail: Annotated[bool, Query(description="Add process facts (needs the token).")] = False) -> Health:
+    """Liveness. Public without `detail`; with `detail=1` (token required) it adds the
+    process id, memory and any training library loaded in the server (always none)."""
+    if not detail:
+        return Health(status="ok", version=request.app.version)
+    import psutil
+
+    return Health(
+        status="ok",
+        version=request.app.version,
+        pid=os.getpid(),
+        rss_mb=round(psutil.Process().memory_info().rss / 2**20, 1),
+        heavy_modules=[name for name in HEAVY_MODULES if name in sys.modules],
+        phase=request.app.state.orchestrator.snapshot().get("phase"),
+    )
+
+
+def _document_bearer_auth(app: FastAPI) -> None:
+    """Tell OpenAPI clients (and /docs' Authorize button) about the bearer token."""
+    build_schema = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build_schema()
+        schema.setdefault("components", {})["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        for path, operations in schema.get("paths", {}).items():
+            if path in PUBLIC_PATHS:
+                continue
+            for operation in operations.values():
+                operation["security"] = [{"bearer": []}]
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi

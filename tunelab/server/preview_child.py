@@ -1,0 +1,94 @@
+"""The dataset preview, run as its own short-lived process: `python -m tunelab.server.preview_child`.
+
+Reading a dataset needs `datasets` and rendering chat needs a tokenizer (transformers),
+neither of which may ever load in the server process. So the server starts this module
+as a child, writes `{"config": <worker payload>, "rows": n, "tokenizer": name|null}` to
+its stdin, and reads one JSON answer from its stdout:
+  {"ok": true, "preview": {format, columns, row_count, rendered_with, rows: [...]}}
+  {"ok": false, "error": {"code", "message", "field"}}
+The rows are rendered by the same functions training uses (tunelab.worker.data), so the
+preview shows exactly the text the model will read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+
+def _load_tokenizer(name: str, config: dict[str, Any]) -> tuple[Any | None, str]:
+    """The model's tokenizer (with the fallback template when it has none), or None
+    and the reason, when it cannot be had: a preview still shows the data then."""
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(
+            name, token=config.get("hf_token") or None, trust_remote_code=bool(config.get("trust_remote_code"))
+        )
+    except Exception as exc:  # any loader failure only downgrades the preview
+        return None, f"the tokenizer of {name} could not be loaded ({type(exc).__name__}); rows are shown without its chat template"
+    from tunelab.worker.data import ensure_chat_template
+
+    ensure_chat_template(tokenizer)
+    return tokenizer, ""
+
+
+def _plain_chat(messages: list[dict[str, str]]) -> str:
+    return "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages)
+
+
+def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None) -> dict[str, Any]:
+    from tunelab.worker.data import load_raw, to_messages, to_plain_text
+    from tunelab.worker.tokenization import render, uses_raw_text
+
+    raw = load_raw({**config, "eval_steps": 0})
+    raw_text = uses_raw_text(raw.format, config)
+    tokenizer, note = (None, "")
+    if tokenizer_name and not raw_text:
+        tokenizer, note = _load_tokenizer(tokenizer_name, config)
+    shown = []
+    for index in range(min(rows, len(raw.train))):
+        row = raw.train[index]
+        if raw_text:
+            shown.append({"index": index, "text": to_plain_text(row, raw.format, config), "messages": None})
+            continue
+        messages = to_messages(row, raw.format, config)
+        text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
+        shown.append({"index": index, "text": text, "messages": messages})
+    return {
+        "format": raw.format,
+        "columns": list(raw.train.column_names),
+        "row_count": len(raw.train),
+        "rendered_with": "raw_text" if raw_text else ("chat_template" if tokenizer is not None else "plain"),
+        "note": note or None,
+        "rows": shown,
+    }
+
+
+def _answer(request: dict[str, Any]) -> dict[str, Any]:
+    from tunelab.worker.data import DataFormatError
+
+    try:
+        preview = build_preview(request["config"], int(request["rows"]), request.get("tokenizer"))
+    except DataFormatError as exc:
+        return {"ok": False, "error": {"code": "bad_dataset", "message": exc.message, "field": exc.field}}
+    except (OSError, ValueError) as exc:
+        # Files that cannot be read or parsed; the message names the file.
+        return {"ok": False, "error": {"code": "bad_dataset", "message": str(exc), "field": "dataset"}}
+    return {"ok": True, "preview": preview}
+
+
+def main() -> None:
+    # Libraries print progress bars and warnings to stdout; keep the real stdout for the
+    # one JSON answer and send everything else to stderr (the server logs it).
+    answer_stream = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    request = json.load(sys.stdin)
+    answer_stream.write(json.dumps(_answer(request), default=str))
+    answer_stream.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""`/api/datasets/preview`: what the model would read from a dataset, before training.
+
+The settings are validated and every path checked here, in the server; the reading and
+rendering happen in a short-lived child process (`preview_child`) so the server never
+loads `datasets` or `transformers`. The child is killed when it runs past its time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from tunelab.config import RunConfig, parse_config
+from tunelab.server.errors import ApiError
+from tunelab.server.schemas import DatasetPreview, DatasetPreviewRequest, error_responses
+from tunelab.server.user_paths import confine_user_paths
+
+log = logging.getLogger("tunelab.server")
+router = APIRouter(prefix="/api/datasets", tags=["datasets"], responses=error_responses(401))
+
+PREVIEW_TIMEOUT_ENV = "TUNELAB_PREVIEW_TIMEOUT_S"
+DEFAULT_PREVIEW_TIMEOUT_S = 90.0
+# Stand-in model for validating data settings when no model was named; never loaded.
+NO_MODEL = "preview-without-model"
+
+
+def preview_config(body: DatasetPreviewRequest) -> RunConfig:
+    """The request as a RunConfig, so data settings are judged by the same rules as a run."""
+    data = body.model_dump(exclude={"rows"}, exclude_unset=True)
+    data["model_name"] = body.model_name or NO_MODEL
+    return parse_config(data)
+
+
+def _timeout() -> float:
+    try:
+        return float(os.environ.get(PREVIEW_TIMEOUT_ENV, DEFAULT_PREVIEW_TIMEOUT_S))
+    except ValueError:
+        return DEFAULT_PREVIEW_TIMEOUT_S
+
+
+async def run_preview_child(request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tunelab.server.preview_child",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(json.dumps(request).encode()), timeout)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise ApiError(504, "preview_timeout", f"reading the dataset took longer than {timeout:.0f} s; "
+                       f"try a smaller slice (slice_end) or raise {PREVIEW_TIMEOUT_ENV}") from None
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    try:
+        return json.loads(out)
+    except json.JSONDecodeError:
+        log.error("dataset preview child failed (exit %s):\n%s", process.returncode, err.decode(errors="replace")[-4000:])
+        raise ApiError(502, "preview_failed", "the dataset could not be previewed; details are in the server log") from None
+
+
+@router.post("/preview", response_model=DatasetPreview, responses=error_responses(422, 502, 504))
+async def preview(body: DatasetPreviewRequest, request: Request) -> DatasetPreview:
+    """Detect the format, list the columns, count the rows and render the first rows
+    exactly as training will (chat data through the model's chat template when
+    `model_name` is given). Other run settings in the body are ignored."""
+    config = confine_user_paths(preview_config(body))
+    tokenizer = config.model_name if body.model_name else None
+    child_request = {"config": config.worker_payload(), "rows": body.rows, "tokenizer": tokenizer}
+    async with request.app.state.preview_slots:
+        answer = await run_preview_child(child_request, _timeout())
+    if not answer.get("ok"):
+        error = answer.get("error") or {}
+        raise ApiError(422, error.get("code", "bad_dataset"), error.get("message", "the dataset cannot be read"), error.get("field"))
+    return DatasetPreview(**answer["preview"])

@@ -1,0 +1,136 @@
+"""`/api/runs`: the run history — list, detail, rename, delete, resume.
+
+Deleting a run's files is the one place the API removes things from disk, so it is
+guarded twice: the folder must lie inside the outputs root (symlinks resolved, by
+`paths`) and no other run may use it (a resumed run shares its parent's folder).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+
+from tunelab import paths
+from tunelab.orchestrator import NotResumable
+from tunelab.orchestrator.resume import check_resumable
+from tunelab.server.errors import ApiError
+from tunelab.server.routes_train import settle
+from tunelab.server.schemas import (
+    DeleteAnswer,
+    JobAnswer,
+    RenameRequest,
+    RunDetail,
+    RunList,
+    RunMetrics,
+    RunSummary,
+    error_responses,
+)
+from tunelab.store import METRIC_FIELDS, RunNotFound, Store
+
+router = APIRouter(prefix="/api/runs", tags=["history"], responses=error_responses(401))
+RunId = Annotated[int, Path(ge=1, le=2**62, description="The run (job) id.")]
+
+
+def can_resume(store: Store, run_id: int) -> bool:
+    """The orchestrator's own rule (error or unfinished stop, once, valid checkpoint)."""
+    try:
+        check_resumable(store, run_id)
+    except NotResumable:
+        return False
+    return True
+
+
+def _summary_fields(store: Store, run: dict[str, Any]) -> dict[str, Any]:
+    fields = {name: run.get(name) for name in RunSummary.model_fields if name != "can_resume"}
+    return {**fields, "can_resume": can_resume(store, run["id"])}
+
+
+def _require_run(request: Request, run_id: int) -> dict[str, Any]:
+    run = request.app.state.store.get_run(run_id)
+    if run is None:
+        raise RunNotFound(run_id)
+    return run
+
+
+def _paired_metrics(rows: list[dict[str, Any]]) -> RunMetrics:
+    return RunMetrics(steps=[r["step"] for r in rows], **{f: [r[f] for r in rows] for f in METRIC_FIELDS})
+
+
+@router.get("", response_model=RunList, responses=error_responses(422))
+def list_runs(
+    request: Request,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=2**62)] = 0,
+) -> RunList:
+    """Runs, newest first, each with its loss sparkline and whether it can be resumed."""
+    store = request.app.state.store
+    runs = [RunSummary(**_summary_fields(store, r)) for r in store.list_runs(limit=limit, offset=offset)]
+    return RunList(runs=runs, total=store.count_runs(), limit=limit, offset=offset)
+
+
+@router.get("/{run_id}", response_model=RunDetail, responses=error_responses(404, 422))
+def get_run(request: Request, run_id: RunId) -> RunDetail:
+    """One run: its record, its settings (without secrets) and every metric by step."""
+    run = _require_run(request, run_id)
+    metrics = _paired_metrics(request.app.state.store.get_metrics(run_id))
+    return RunDetail(**_summary_fields(request.app.state.store, run), config=run["config"], metrics=metrics)
+
+
+@router.patch("/{run_id}", response_model=RunSummary, responses=error_responses(404, 422))
+def rename_run(request: Request, run_id: RunId, body: RenameRequest) -> RunSummary:
+    store = request.app.state.store
+    store.rename_run(run_id, body.display_name)
+    return RunSummary(**_summary_fields(store, _require_run(request, run_id)))
+
+
+@router.delete("/{run_id}", response_model=DeleteAnswer, responses=error_responses(403, 404, 409, 422))
+def delete_run(
+    request: Request,
+    run_id: RunId,
+    delete_artifacts: Annotated[bool, Query(description="Also remove the run's output folder.")] = False,
+) -> DeleteAnswer:
+    """Forget a finished run; with `delete_artifacts=true` also remove its folder, which
+    must lie inside the outputs root and belong to no other run."""
+    state = request.app.state
+    run = _require_run(request, run_id)
+    active = state.orchestrator.is_training_active() and state.orchestrator.snapshot().get("run_id") == run_id
+    if run["status"] == "running" or active:
+        raise ApiError(409, "run_active", f"run {run_id} is still running; stop it first (POST /api/train/stop)")
+    folder = run["output_dir"] if delete_artifacts else None
+    if folder:
+        _check_deletable(state.store, run_id, folder)
+    state.store.delete_run(run_id)
+    removed = paths.remove_inside(folder) if folder else False
+    return DeleteAnswer(deleted=run_id, artifacts_removed=removed)
+
+
+def _check_deletable(store: Any, run_id: int, folder: str) -> None:
+    root = paths.outputs_root()
+    if not paths.is_within(folder, root) or paths.is_within(root, folder):
+        raise ApiError(
+            403, "path_not_allowed",
+            f"run {run_id}'s folder {folder} is outside the outputs root {root}, so tunelab will not delete it; "
+            "delete the run without delete_artifacts and remove the folder yourself",
+            field="delete_artifacts",
+        )
+    sharing = store.runs_sharing_output_dir(folder, except_run_id=run_id)
+    if sharing:
+        raise ApiError(
+            409, "output_dir_shared",
+            f"run {run_id}'s folder {folder} is also used by run(s) {', '.join(map(str, sharing))}; "
+            "delete without delete_artifacts, or delete those runs first",
+            field="delete_artifacts",
+        )
+
+
+@router.post("/{run_id}/resume", response_model=JobAnswer, responses=error_responses(404, 409, 422, 503))
+def resume_run(request: Request, run_id: RunId) -> JobAnswer:
+    """Continue a run that ended in error or was stopped early, from its latest valid
+    checkpoint; the step count carries on. A run can be resumed once."""
+    state = request.app.state
+    _require_run(request, run_id)
+    with state.start_lock:
+        settle(state.orchestrator)
+        new_run_id = state.orchestrator.resume(run_id)
+    return JobAnswer(job_id=new_run_id, status="running")

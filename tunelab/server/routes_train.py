@@ -1,0 +1,129 @@
+"""`/api/train`: start, stop, reset and watch the one active run.
+
+Routes are thin: the orchestrator decides and raises (RunActive, RunMismatch, ...), and
+the error handlers turn its exceptions into the API's error shape. Routes that block
+(spawning a process, writing the database, drawing a plot) are plain `def`s, which
+FastAPI runs in its thread pool so the event loop keeps streaming progress meanwhile.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import Response
+
+from tunelab.config import parse_config
+from tunelab.server.errors import ApiError
+from tunelab.server.schemas import (
+    JobAnswer,
+    MetricsAnswer,
+    StartRequest,
+    StopAnswer,
+    StopRequest,
+    TrainStatus,
+    error_responses,
+)
+from tunelab.server.sse import ProgressStream
+from tunelab.server.user_paths import confine_user_paths
+
+router = APIRouter(prefix="/api/train", tags=["training"], responses=error_responses(401))
+# How long a start waits for an ended run's event pump to finish draining.
+SETTLE_TIMEOUT_S = 5.0
+
+
+def settle(orchestrator: Any) -> None:
+    """A run that has ended may still be draining its event pump for a moment. A client
+    that has just seen `complete` should be able to start the next run at once, so wait
+    for that instead of answering 409 (an active run is refused without waiting)."""
+    if not orchestrator.is_training_active():
+        orchestrator.wait_idle(SETTLE_TIMEOUT_S)
+
+
+def _status(snapshot: dict) -> TrainStatus:
+    return TrainStatus(**{**snapshot, "job_id": snapshot.get("run_id")})
+
+
+@router.post("/start", response_model=JobAnswer, responses=error_responses(409, 422, 503))
+def start(body: StartRequest, request: Request) -> JobAnswer:
+    """Start a run. With `start_request_id`, a retried request never starts a second run:
+    it answers the job the first one started (`duplicate: true`)."""
+    state = request.app.state
+    request_id = body.start_request_id
+    config = confine_user_paths(parse_config(body.model_dump(exclude={"start_request_id"}, exclude_unset=True)))
+    # One start at a time, so a retry racing its original sees the row the original made.
+    with state.start_lock:
+        if request_id:
+            existing = state.store.find_by_start_request_id(request_id)
+            if existing is not None:
+                return JobAnswer(job_id=existing["id"], status=existing["status"], duplicate=True)
+        settle(state.orchestrator)
+        run_id = state.orchestrator.start(config, start_request_id=request_id)
+    return JobAnswer(job_id=run_id, status="running")
+
+
+@router.post("/stop", response_model=StopAnswer, responses=error_responses(409, 422, 503))
+def stop(body: StopRequest, request: Request) -> StopAnswer:
+    """`save: true` stops at the next step and writes a resumable checkpoint; `save:
+    false` cancels: nothing of the run is kept and it cannot be resumed. A cancel is
+    never undone by a later save."""
+    orchestrator = request.app.state.orchestrator
+    orchestrator.stop(body.save, expected_run_id=body.expected_job_id)
+    snapshot = orchestrator.snapshot()
+    return StopAnswer(job_id=snapshot.get("run_id"), save=body.save, phase=snapshot["phase"])
+
+
+@router.post("/reset", response_model=TrainStatus, responses=error_responses(409))
+def reset(request: Request) -> TrainStatus:
+    """Back to `idle` after a finished run (409 while one is active)."""
+    orchestrator = request.app.state.orchestrator
+    settle(orchestrator)
+    orchestrator.reset()
+    return _status(orchestrator.snapshot())
+
+
+@router.get("/status", response_model=TrainStatus)
+def status(request: Request) -> TrainStatus:
+    """Phase, latest numbers and the chart histories of the current (or last) run."""
+    return _status(request.app.state.orchestrator.snapshot())
+
+
+@router.get("/metrics", response_model=MetricsAnswer)
+def metrics(request: Request) -> MetricsAnswer:
+    orchestrator = request.app.state.orchestrator
+    return MetricsAnswer(job_id=orchestrator.snapshot().get("run_id"), histories=orchestrator.metrics())
+
+
+@router.get(
+    "/progress",
+    response_class=Response,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "A Server-Sent Events stream."},
+               **error_responses(422)},
+)
+async def progress(
+    request: Request,
+    last_event_id_header: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    last_event_id: Annotated[int | None, Query(ge=0, description="Replay steps after this one (same as the Last-Event-ID header).")] = None,
+    token: Annotated[str | None, Query(description="The API token, for EventSource clients that cannot set headers.")] = None,
+) -> Response:
+    """Live progress (Server-Sent Events): `progress` (id = step), `status`, `heartbeat`,
+    then `complete` or `error`. Reconnect with `Last-Event-ID` to get missed steps."""
+    del token  # checked by the token gate before routing; declared here for the docs
+    resume_after = last_event_id
+    if last_event_id_header is not None:
+        try:
+            resume_after = int(last_event_id_header)
+        except ValueError:
+            raise ApiError(422, "invalid_input", "Last-Event-ID must be a step number", field="Last-Event-ID") from None
+        if resume_after < 0:
+            raise ApiError(422, "invalid_input", "Last-Event-ID must be a step number >= 0", field="Last-Event-ID")
+    state = request.app.state
+    return ProgressStream(state.orchestrator, resume_after, state.heartbeat_seconds).response()
+
+
+@router.get("/plot.png", response_class=Response,
+            responses={200: {"content": {"image/png": {}}, "description": "The loss plot."}, **error_responses(422)})
+def plot(request: Request, theme: Literal["light", "dark"] = "light") -> Response:
+    """The current run's loss plot: raw points and a moving average."""
+    png = request.app.state.orchestrator.plot_png(theme=theme)
+    return Response(content=png, media_type="image/png", headers={"Cache-Control": "no-store"})

@@ -1,0 +1,210 @@
+"""The typed shapes of the HTTP API: what each route takes and answers.
+
+They exist for the client: FastAPI checks requests against them and `/docs` shows them.
+A training run's settings are `RunConfig` itself (tunelab.config), so the API and
+config files can never drift apart. A job id is a run id: a started job is a run row.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tunelab.config import DataFormat, RunConfig, S3Source, TrainingType
+
+
+# --- errors ---------------------------------------------------------------------------
+class FieldMessage(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable machine-readable word, e.g. run_active, invalid_input.")
+    message: str = Field(description="What went wrong and how to fix it.")
+    field: str | None = Field(None, description="The input at fault, when one is.")
+    fields: list[FieldMessage] | None = Field(None, description="Every bad field (validation errors).")
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries saying that these statuses answer with the error shape."""
+    return {status: {"model": ErrorBody} for status in statuses}
+
+
+# --- training -------------------------------------------------------------------------
+class StartRequest(RunConfig):
+    """A run's settings plus an optional idempotency key."""
+
+    start_request_id: str | None = Field(
+        None, min_length=1, max_length=200,
+        description="Client-chosen id; sending the same id again never starts a second run and returns the first job.",
+    )
+
+
+class JobAnswer(BaseModel):
+    job_id: int = Field(description="The run id of the job.")
+    status: str = Field(description="The run's status: running, completed, stopped or error.")
+    duplicate: bool = Field(False, description="True when this start_request_id had already started the job.")
+
+
+class StopRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    save: bool = Field(description="true: stop at the next step and save a resumable checkpoint; false: cancel, discarding the run's files.")
+    expected_job_id: int | None = Field(None, description="Refuse (409) unless this is still the active job.")
+
+
+class StopAnswer(BaseModel):
+    job_id: int | None
+    save: bool
+    phase: str
+
+
+class Histories(BaseModel):
+    """Chart series as paired arrays: loss and learning_rate share `steps`."""
+
+    steps: list[int] = []
+    loss: list[float | None] = []
+    learning_rate: list[float | None] = []
+    grad_norm_steps: list[int] = []
+    grad_norm: list[float | None] = []
+    eval_steps: list[int] = []
+    eval_loss: list[float | None] = []
+
+
+class TrainStatus(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    phase: str = Field(description="idle, loading_model, loading_dataset, configuring, training, finalizing, completed, stopped or error.")
+    is_training_running: bool
+    job_id: int | None = Field(None, description="The current (or last finished) run; same as run_id.")
+    run_id: int | None = None
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: float | None = None
+    loss: float | None = None
+    learning_rate: float | None = None
+    grad_norm: float | None = None
+    eval_loss: float | None = None
+    num_tokens: int | None = None
+    elapsed_seconds: float | None = None
+    eta_seconds: float | None = None
+    peak_memory_gb: float | None = None
+    message: str | None = None
+    error: str | None = None
+    output_dir: str | None = None
+    histories: Histories = Histories()
+
+
+class MetricsAnswer(BaseModel):
+    job_id: int | None
+    histories: Histories
+
+
+# --- history --------------------------------------------------------------------------
+class RunSummary(BaseModel):
+    id: int
+    status: str
+    display_name: str | None
+    model_name: str
+    dataset_name: str
+    started_at: float = Field(description="Unix seconds.")
+    ended_at: float | None
+    total_steps: int | None
+    final_step: int | None
+    final_loss: float | None
+    duration_seconds: float | None
+    output_dir: str | None
+    error_message: str | None
+    loss_sparkline: list[float] = Field(description="Up to 50 losses spread over the run.")
+    cancel_requested: bool
+    resume_blocked: bool
+    resumed_from_run_id: int | None
+    resumed_by_run_id: int | None
+    can_resume: bool = Field(description="True when POST /api/runs/{id}/resume would be accepted now.")
+
+
+class RunList(BaseModel):
+    runs: list[RunSummary]
+    total: int
+    limit: int
+    offset: int
+
+
+class RunMetrics(BaseModel):
+    """Every stored metric row as paired arrays (one entry per step; null where unknown)."""
+
+    steps: list[int]
+    loss: list[float | None]
+    learning_rate: list[float | None]
+    grad_norm: list[float | None]
+    eval_loss: list[float | None]
+    epoch: list[float | None]
+    num_tokens: list[int | None]
+    elapsed_seconds: list[float | None]
+
+
+class RunDetail(RunSummary):
+    config: dict[str, Any] = Field(description="The run's settings, without secrets.")
+    metrics: RunMetrics
+
+
+class RenameRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    display_name: str = Field(min_length=1, max_length=200)
+
+
+class DeleteAnswer(BaseModel):
+    deleted: int
+    artifacts_removed: bool
+
+
+# --- datasets -------------------------------------------------------------------------
+class DatasetPreviewRequest(BaseModel):
+    """Where the data is and how to read it: the data fields of RunConfig, plus how many
+    rows to show. `model_name` (optional) renders rows with that model's chat template.
+    Other run settings are ignored, so a client may send its whole run config."""
+
+    model_config = ConfigDict(extra="ignore")
+    model_name: str | None = None
+    training_type: TrainingType = Field("lora", description="continued_pretraining shows rows as raw text.")
+    dataset: str | None = None
+    local_datasets: list[str] = []
+    s3: S3Source | None = None
+    subset: str | None = None
+    train_split: str = "train"
+    slice_start: int | None = Field(None, ge=0)
+    slice_end: int | None = Field(None, ge=1)
+    format: DataFormat = "auto"
+    column_mapping: dict[str, str] = {}
+    role_mapping: dict[str, str] = {}
+    rows: int = Field(3, ge=1, le=20, description="How many rows to render.")
+
+
+class PreviewRow(BaseModel):
+    index: int
+    text: str = Field(description="The row as the model will read it.")
+    messages: list[dict[str, str]] | None = Field(None, description="The row's chat turns (chat formats only).")
+
+
+class DatasetPreview(BaseModel):
+    format: str = Field(description="alpaca, sharegpt, chatml or text.")
+    columns: list[str]
+    row_count: int | None = Field(description="Rows in the training split (null when unknown, e.g. streaming).")
+    rendered_with: Literal["chat_template", "plain", "raw_text"] = Field(
+        description="chat_template: through model_name's chat template; plain: chat turns without a model; raw_text: text trained as is.")
+    note: str | None = Field(None, description="Why the rows are not shown through the model's template, when they are not.")
+    rows: list[PreviewRow]
+
+
+# --- health ---------------------------------------------------------------------------
+class Health(BaseModel):
+    status: Literal["ok"]
+    version: str
+    pid: int | None = Field(None, description="Only with ?detail=1 (needs the token).")
+    rss_mb: float | None = None
+    heavy_modules: list[str] | None = Field(None, description="Training libraries loaded in the server process; always empty.")
+    phase: str | None = None

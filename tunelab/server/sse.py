@@ -1,0 +1,147 @@
+"""Live progress as Server-Sent Events, pushed by the orchestrator's event pump.
+
+Each client gets its own bounded queue, fed from the pump thread through
+`loop.call_soon_threadsafe` the moment an event arrives, so nothing polls. The stream:
+  retry: <ms>                       first, so browsers reconnect quickly
+  event: progress, id: <step>       one per training step
+  event: status                     stage changes ("loading model", ...)
+  event: heartbeat                  after `heartbeat_seconds` with nothing new
+  event: complete | error           the run's end, after which the stream closes
+A client that reconnects with `Last-Event-ID: N` (or `?last_event_id=N`) first gets
+every stored step after N. To leave no gap and send no step twice at the seam, the
+stream subscribes *before* it reads the replay, then drops live steps it already sent.
+A client too slow to keep up is dropped, not buffered without end: it reconnects with
+its last id and the replay fills the hole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any, AsyncIterator
+
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+log = logging.getLogger("tunelab.server")
+
+RETRY_MS = 2000
+QUEUE_LIMIT = 4096
+# A send blocked this long means the client stopped reading; close its stream.
+SEND_TIMEOUT_S = 30.0
+FINAL_PHASES = frozenset({"completed", "stopped", "error"})
+FORWARDED_TYPES = frozenset({"progress", "status", "stall", "complete", "error"})
+
+
+def _encode(data: dict[str, Any]) -> str:
+    # A worker's stack trace stays in the server log; clients get the message only.
+    public = {k: v for k, v in data.items() if k != "stack"}
+    return json.dumps(public, default=str, separators=(",", ":"))
+
+
+def progress_event(event: dict[str, Any]) -> ServerSentEvent:
+    return ServerSentEvent(_encode(event), event="progress", id=str(event["step"]))
+
+
+def final_event(event: dict[str, Any]) -> ServerSentEvent:
+    # No id: the browser keeps the last step as its Last-Event-ID.
+    return ServerSentEvent(_encode(event), event=event["type"])
+
+
+def final_from_snapshot(snapshot: dict[str, Any]) -> dict[str, Any]:
+    """The end-of-run event for a client that connects after the run ended, in the shape
+    of the orchestrator's own terminal event."""
+    return {
+        "type": "error" if snapshot.get("phase") == "error" else "complete",
+        "ts": time.time(),
+        "run_id": snapshot.get("run_id"),
+        "final": True,
+        "status": snapshot.get("status") or snapshot.get("phase"),
+        "status_message": snapshot.get("message"),
+        "error": snapshot.get("error"),
+        "resume_blocked": snapshot.get("resume_blocked"),
+        "output_dir": snapshot.get("output_dir"),
+        "final_step": snapshot.get("step"),
+        "final_loss": snapshot.get("final_loss"),
+        "total_steps": snapshot.get("total_steps"),
+    }
+
+
+class ProgressStream:
+    """One client's stream: subscribe, replay what it missed, then follow live events
+    of one run (the current one, or the next to start when idle) until it ends."""
+
+    def __init__(self, orchestrator: Any, last_event_id: int | None, heartbeat_seconds: float,
+                 queue_limit: int = QUEUE_LIMIT):
+        self.orchestrator = orchestrator
+        self.last_event_id = last_event_id
+        self.heartbeat_seconds = heartbeat_seconds
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=queue_limit)
+        self.overflowed = False
+
+    def response(self) -> EventSourceResponse:
+        # ping=0: heartbeats are real events sent only when idle, not sse-starlette comments.
+        return EventSourceResponse(self.events(), ping=0, send_timeout=SEND_TIMEOUT_S,
+                                   headers={"X-Accel-Buffering": "no"})
+
+    def _offer(self, event: dict[str, Any]) -> None:
+        """Runs on the event loop; never blocks the pump."""
+        try:
+            self.queue.put_nowait(event)
+        except asyncio.QueueFull:
+            self.overflowed = True
+
+    async def events(self) -> AsyncIterator[ServerSentEvent]:
+        loop = asyncio.get_running_loop()
+
+        def deliver(event: dict[str, Any]) -> None:  # called on the pump thread
+            if event.get("type") in FORWARDED_TYPES:
+                try:
+                    loop.call_soon_threadsafe(self._offer, event)
+                except RuntimeError:
+                    pass  # the loop is closing: the server is shutting down
+
+        unsubscribe = self.orchestrator.subscribe(deliver)
+        try:
+            yield ServerSentEvent(retry=RETRY_MS)
+            async for sse in self._replay_then_live():
+                yield sse
+        finally:
+            unsubscribe()
+
+    async def _replay_then_live(self) -> AsyncIterator[ServerSentEvent]:
+        snapshot = await asyncio.to_thread(self.orchestrator.snapshot)
+        run_id = snapshot.get("run_id")
+        # Replayed events may still arrive live (they were queued before the replay was
+        # read); they are recognised by step and timestamp, since one step can carry two
+        # distinct events (training numbers, then eval numbers).
+        replayed: set[tuple[int, Any]] = set()
+        if self.last_event_id is not None and run_id is not None:
+            for event in await asyncio.to_thread(self.orchestrator.progress_since, self.last_event_id):
+                replayed.add((event["step"], event.get("ts")))
+                yield progress_event(event)
+        if run_id is not None and snapshot.get("phase") in FINAL_PHASES:
+            yield final_event(final_from_snapshot(snapshot))
+            return
+        while not self.overflowed:
+            try:
+                event = await asyncio.wait_for(self.queue.get(), timeout=self.heartbeat_seconds)
+            except TimeoutError:
+                yield ServerSentEvent(_encode({"ts": time.time()}), event="heartbeat")
+                continue
+            if run_id is None:
+                run_id = event.get("run_id")  # idle at connect: follow the run that starts
+            elif event.get("run_id") != run_id:
+                continue
+            kind = event["type"]
+            if kind == "progress":
+                if (event["step"], event.get("ts")) not in replayed:
+                    yield progress_event(event)
+            elif event.get("final"):
+                yield final_event(event)
+                return
+            elif kind in ("status", "stall"):
+                yield ServerSentEvent(_encode(event), event=kind)
+        log.warning("progress stream dropped a client that fell %d events behind; it can reconnect with Last-Event-ID",
+                    self.queue.maxsize)
