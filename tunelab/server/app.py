@@ -33,6 +33,8 @@ from tunelab.server.schemas import Health
 from tunelab.store import Store
 
 STATIC_DIR = Path(__file__).parent / "static"
+# Swagger UI served from the package, so /docs works on an offline machine (no CDN).
+DOCS_ASSETS_DIR = Path(__file__).parent / "docs_assets"
 HEARTBEAT_ENV = "TUNELAB_SSE_HEARTBEAT_S"
 DEFAULT_HEARTBEAT_S = 10.0
 # Libraries that belong in worker processes only; health?detail=1 reports any that leaked in.
@@ -102,6 +104,7 @@ def create_app(
         description="Every route under /api/ except GET /api/health needs `Authorization: Bearer <token>` "
         "(`tunelab token` prints it). Errors are `{\"error\": {\"code\", \"message\", \"field\"?}}`.",
         lifespan=lifespan,
+        docs_url=None,
     )
     app.state.orchestrator = orchestrator
     app.state.store = store
@@ -116,6 +119,7 @@ def create_app(
     app.include_router(routes_train.router)
     app.include_router(routes_runs.router)
     app.include_router(routes_datasets.router)
+    _offline_docs(app)
     if static_dir is not None and static_dir.is_dir():
         app.router.routes.append(PageMount("/", app=StaticFiles(directory=static_dir, html=True), name="page"))
     app.add_middleware(TokenGate, token=app.state.token)
@@ -138,6 +142,21 @@ def _health(request: Request, detail: Annotated[bool, Query(description="Add pro
         heavy_modules=[name for name in HEAVY_MODULES if name in sys.modules],
         phase=request.app.state.orchestrator.snapshot().get("phase"),
     )
+
+
+def _offline_docs(app: FastAPI) -> None:
+    """`/docs` with Swagger UI's files served locally instead of from a CDN."""
+    from fastapi.openapi.docs import get_swagger_ui_html
+
+    app.mount("/docs-assets", StaticFiles(directory=DOCS_ASSETS_DIR), name="docs-assets")
+
+    def docs() -> Any:
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title="tunelab API",
+                                   swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+                                   swagger_css_url="/docs-assets/swagger-ui.css",
+                                   swagger_favicon_url="/docs-assets/favicon-32x32.png")
+
+    app.add_api_route("/docs", docs, methods=["GET"], include_in_schema=False)
 
 
 def _document_bearer_auth(app: FastAPI) -> None:
