@@ -11,6 +11,7 @@ interpreter shutdown after training takes 1.3-1.7 s, the flush-and-exit about 0.
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import platform
 import signal
@@ -42,6 +43,9 @@ def run_worker(config: dict[str, Any], events: Any, stops: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     for key, value in QUIET_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
+    # bitsandbytes warns on every CPU import about an optional kernel hub package it
+    # cannot fetch offline; the warning changes nothing about training.
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
     _thread_lock_for_tqdm()
     watch_parent()
     ctx = WorkerContext(events)
