@@ -1,0 +1,116 @@
+/**
+ * Talking to the tunelab server: the API token and every HTTP call the page makes.
+ *
+ * The token comes from the URL fragment `#token=...` (what `tunelab serve` prints; a
+ * fragment never reaches server logs) or from the person, once; it is kept in
+ * localStorage. Every failed call becomes an ApiError carrying the server's
+ * `{"error": {code, message, field, fields}}` body, so callers can show a message next
+ * to the field it names.
+ */
+
+const TOKEN_KEY = "tunelab.token";
+
+class ApiError extends Error {
+  constructor(status, body) {
+    const err = (body && body.error) || {};
+    super(err.message || `request failed with HTTP ${status}`);
+    this.status = status;
+    this.code = err.code || `http_${status}`;
+    this.field = err.field || null;
+    // Per-field errors of a 422; a single `field` is folded in so callers see one list.
+    this.fields = Array.isArray(err.fields) && err.fields.length
+      ? err.fields
+      : (err.field ? [{ field: err.field, message: err.message }] : []);
+  }
+}
+
+/** Listeners told when the server rejects the token (so the page can ask again). */
+const unauthorizedListeners = new Set();
+
+export function onUnauthorized(listener) {
+  unauthorizedListeners.add(listener);
+}
+
+/** Take a token from `#token=...` if present (and drop it from the address bar). */
+export function adoptTokenFromUrl() {
+  const params = new URLSearchParams(location.hash.replace(/^#/, ""));
+  const token = params.get("token");
+  if (!token) return false;
+  setToken(token);
+  params.delete("token");
+  const rest = params.toString();
+  history.replaceState(null, "", location.pathname + location.search + (rest ? `#${rest}` : ""));
+  return true;
+}
+
+export function getToken() {
+  return localStorage.getItem(TOKEN_KEY) || "";
+}
+
+export function setToken(token) {
+  localStorage.setItem(TOKEN_KEY, token.trim());
+}
+
+export function forgetToken() {
+  localStorage.removeItem(TOKEN_KEY);
+}
+
+/** A JSON request with the bearer token; resolves to the parsed body or throws ApiError. */
+export async function request(method, path, body) {
+  const headers = { Authorization: `Bearer ${getToken()}` };
+  const init = { method, headers };
+  if (body !== undefined) {
+    headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (cause) {
+    const err = new ApiError(0, { error: { code: "network", message: "cannot reach the tunelab server; is `tunelab serve` still running?" } });
+    err.cause = cause;
+    throw err;
+  }
+  const text = await response.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : null;
+  } catch {
+    data = null;
+  }
+  if (!response.ok) {
+    const err = new ApiError(response.status, data);
+    if (response.status === 401) unauthorizedListeners.forEach((fn) => fn(err));
+    throw err;
+  }
+  return data;
+}
+
+/** A random id for idempotent starts; works where crypto.randomUUID does not (plain http on a LAN address). */
+export function newRequestId() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+export const api = {
+  status: () => request("GET", "/api/train/status"),
+  metrics: () => request("GET", "/api/train/metrics"),
+  start: (config, startRequestId) => request("POST", "/api/train/start", { ...config, start_request_id: startRequestId }),
+  stop: (save, expectedJobId) => request("POST", "/api/train/stop", { save, expected_job_id: expectedJobId ?? null }),
+  reset: () => request("POST", "/api/train/reset"),
+  previewDataset: (source) => request("POST", "/api/datasets/preview", source),
+  listRuns: (limit, offset) => request("GET", `/api/runs?limit=${limit}&offset=${offset}`),
+  getRun: (id) => request("GET", `/api/runs/${encodeURIComponent(id)}`),
+  renameRun: (id, displayName) => request("PATCH", `/api/runs/${encodeURIComponent(id)}`, { display_name: displayName }),
+  deleteRun: (id, deleteArtifacts) => request("DELETE", `/api/runs/${encodeURIComponent(id)}?delete_artifacts=${deleteArtifacts}`),
+  resumeRun: (id) => request("POST", `/api/runs/${encodeURIComponent(id)}/resume`),
+  /**
+   * The progress stream. EventSource cannot send headers, so the token rides in the
+   * query; `afterStep` asks the server to replay every step after the ones already held.
+   */
+  progressUrl: (afterStep) => {
+    const query = new URLSearchParams({ token: getToken() });
+    if (Number.isInteger(afterStep)) query.set("last_event_id", String(afterStep));
+    return `/api/train/progress?${query}`;
+  },
+};

@@ -1,0 +1,97 @@
+/**
+ * Line charts on top of the vendored uPlot (loaded as the global `uPlot`).
+ *
+ * A LineChart owns one container: it sizes itself to the container's width, takes its
+ * colours from the theme's CSS variables (and redraws when the theme changes), and
+ * records how many points it shows and its last step in `data-points` and
+ * `data-last-step`, which the browser tests compare with the server's metrics.
+ */
+
+import { fmtNumber, fmtTick } from "./format.js";
+
+const HEIGHT = 200;
+
+function cssVar(name) {
+  return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
+}
+
+/** The nth series colour of the theme (the palette repeats for many runs). */
+function seriesColor(n) {
+  return cssVar(`--chart-${(n % 8) + 1}`);
+}
+
+export class LineChart {
+  /**
+   * @param container element the chart fills
+   * @param options {title, xLabel, series: [{label, colorIndex, style: "points"|"line"|"both", width}]}
+   */
+  constructor(container, options) {
+    this.container = container;
+    this.options = options;
+    this.data = [[], ...options.series.map(() => [])];
+    this.plot = null;
+    this.#build();
+    new ResizeObserver(() => this.#fit()).observe(container);
+    document.addEventListener("themechange", () => this.#build());
+  }
+
+  /** Replace the series definitions (compare view: one per run) together with their data. */
+  setSeries(series, data) {
+    this.options = { ...this.options, series };
+    this.data = data;
+    this.#build();
+  }
+
+  setData(data) {
+    this.data = data;
+    if (this.plot) this.plot.setData(data);
+    this.#count();
+  }
+
+  #build() {
+    if (this.plot) this.plot.destroy();
+    const axis = cssVar("--chart-axis");
+    const grid = cssVar("--chart-grid");
+    const axisStyle = { stroke: axis, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
+    const series = this.options.series.map((s) => {
+      const color = seriesColor(s.colorIndex ?? 0);
+      const showPoints = s.style === "points" || s.style === "both";
+      return {
+        label: s.label,
+        stroke: color,
+        width: s.style === "points" ? 0 : s.width ?? 2,
+        points: { show: showPoints, size: 5, fill: color, stroke: color },
+        spanGaps: true,
+        value: (u, v) => fmtNumber(v),
+      };
+    });
+    this.plot = new uPlot({
+      width: this.#width(),
+      height: HEIGHT,
+      title: this.options.title,
+      scales: { x: { time: false } },
+      axes: [
+        { ...axisStyle, label: this.options.xLabel || "step" },
+        { ...axisStyle, size: 64, values: (u, values, axis, space, increment) => values.map((v) => fmtTick(v, increment)) },
+      ],
+      series: [{ label: this.options.xLabel || "step" }, ...series],
+      legend: { live: true },
+    }, this.data, this.container);
+    this.#count();
+  }
+
+  #width() {
+    return Math.max(240, this.container.clientWidth || 240);
+  }
+
+  #fit() {
+    if (this.plot && Math.abs(this.plot.width - this.#width()) > 1) this.plot.setSize({ width: this.#width(), height: HEIGHT });
+  }
+
+  #count() {
+    const xs = this.data[0];
+    this.container.dataset.points = String(xs.length);
+    this.container.dataset.lastStep = xs.length ? String(xs[xs.length - 1]) : "";
+    this.container.classList.toggle("is-empty", xs.length === 0);
+  }
+}

@@ -1,0 +1,62 @@
+/**
+ * Comparing runs: the loss curves of two or more runs from the history, overlaid on one
+ * chart by step, raw or smoothed with the same moving average as the live chart.
+ */
+
+import { api } from "./api.js";
+import { LineChart } from "./charts.js";
+import { notify } from "./notice.js";
+import { runName } from "./history.js";
+import { MOVING_AVERAGE_WINDOW, movingAverage } from "./run-series.js";
+
+const $ = (id) => document.getElementById(id);
+
+export class ComparePanel {
+  constructor() {
+    this.runs = [];
+    this.chart = null;
+    $("compare-close").addEventListener("click", () => this.close());
+    $("compare-smooth").addEventListener("change", () => this.#draw());
+  }
+
+  async show(ids) {
+    let runs;
+    try {
+      runs = await Promise.all(ids.map((id) => api.getRun(id)));
+    } catch (err) {
+      notify(`Cannot compare: ${err.message}`, "error");
+      return;
+    }
+    this.runs = runs;
+    const box = $("compare");
+    box.hidden = false;
+    $("compare-title").textContent = `Loss compared: ${runs.map((run) => `${runName(run)} (#${run.id})`).join(", ")}`;
+    // Created on first show: uPlot measures its container, which is hidden until now.
+    this.chart ||= new LineChart($("chart-compare"), { title: "Loss by step", series: [] });
+    this.#draw();
+    box.scrollIntoView({ behavior: "smooth", block: "nearest" });
+    $("compare-close").focus({ preventScroll: true });
+  }
+
+  close() {
+    $("compare").hidden = true;
+    $("compare-runs").focus();
+  }
+
+  /** One x axis (every step any run has) and one series per run, null where a run has no loss. */
+  #draw() {
+    const smooth = $("compare-smooth").checked;
+    const curves = this.runs.map((run) => {
+      const pairs = run.metrics.steps
+        .map((step, i) => [step, run.metrics.loss[i]])
+        .filter(([, loss]) => typeof loss === "number");
+      const raw = pairs.map((p) => p[1]);
+      const values = smooth ? movingAverage(raw, MOVING_AVERAGE_WINDOW) : raw;
+      return new Map(pairs.map((p, i) => [p[0], values[i]]));
+    });
+    const steps = [...new Set(curves.flatMap((c) => [...c.keys()]))].sort((a, b) => a - b);
+    const data = [steps, ...curves.map((curve) => steps.map((s) => (curve.has(s) ? curve.get(s) : null)))];
+    const series = this.runs.map((run, i) => ({ label: `${runName(run)} (#${run.id})`, colorIndex: i, style: smooth ? "line" : "both", width: 1.5 }));
+    this.chart.setSeries(series, data);
+  }
+}

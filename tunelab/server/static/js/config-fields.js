@@ -1,0 +1,124 @@
+/**
+ * The run settings the form shows: one entry per RunConfig field (tunelab/config.py),
+ * with its label, kind, default and a line of help. The form is drawn from this table,
+ * so a label, an input and the slot for its server error always come together.
+ *
+ * Kinds: text, secret (never saved to YAML), int, float, bool, select, tristate
+ * (auto/on/off -> null/true/false), list (one item per line), intlist ("0, 1"),
+ * map (one `key: value` per line).
+ * `adapterOnly` fields are hidden when the method trains no adapter.
+ */
+
+export const METHODS = [
+  { value: "lora", label: "LoRA", help: "Small trainable adapter on a frozen model. The usual choice." },
+  { value: "qlora", label: "QLoRA", help: "LoRA on a 4-bit model: least memory. Needs a CUDA GPU." },
+  { value: "dora", label: "DoRA", help: "LoRA that also learns weight magnitudes; a little slower, often a little better." },
+  { value: "rslora", label: "rsLoRA", help: "LoRA with rank-stabilised scaling; helps at high ranks." },
+  { value: "loftq", label: "LoftQ", help: "LoRA initialised to offset quantisation error." },
+  { value: "full", label: "Full fine-tuning", help: "Trains every weight: most memory, no adapter." },
+  { value: "continued_pretraining", label: "Continued pretraining", help: "Full training on raw text to teach the model a domain." },
+];
+
+/** Method -> the RunConfig fields that express it. */
+export const METHOD_SETTINGS = {
+  lora: { training_type: "lora" },
+  qlora: { training_type: "qlora" },
+  dora: { training_type: "lora", use_dora: true },
+  rslora: { training_type: "lora", use_rslora: true },
+  loftq: { training_type: "lora", use_loftq: true },
+  full: { training_type: "full" },
+  continued_pretraining: { training_type: "continued_pretraining" },
+};
+
+export const ADAPTER_METHODS = new Set(["lora", "qlora", "dora", "rslora", "loftq"]);
+
+/** Where a dataset comes from; each source shows only its own fields. */
+export const DATA_SOURCES = [
+  { value: "local", label: "Local files" },
+  { value: "hub", label: "Hugging Face hub" },
+  { value: "s3", label: "S3" },
+];
+
+const f = (name, label, kind, def, extra = {}) => ({ name, label, kind, def, ...extra });
+
+/** Shown up front, in this order, grouped by `section`. */
+export const BASIC_FIELDS = [
+  f("model_name", "Model", "text", "", { section: "model", required: true, placeholder: "org/model or /path/to/model", help: "A Hugging Face hub id or a local model folder." }),
+  f("max_seq_length", "Max sequence length", "int", 2048, { section: "model", help: "Longer examples are truncated." }),
+
+  f("local_datasets", "Data files", "list", [], { section: "data", source: "local", placeholder: "/path/to/train.jsonl", help: "One path per line: .json, .jsonl, .csv or .parquet." }),
+  f("dataset", "Hub dataset", "text", "", { section: "data", source: "hub", placeholder: "org/dataset" }),
+  f("subset", "Subset", "text", "", { section: "data", source: "hub", help: "The dataset configuration name, if it has several." }),
+  f("train_split", "Train split", "text", "train", { section: "data", source: "hub" }),
+  f("s3.bucket", "Bucket", "text", "", { section: "data", source: "s3" }),
+  f("s3.prefix", "Prefix", "text", "", { section: "data", source: "s3", help: "Folder inside the bucket holding the data files." }),
+  f("s3.region", "Region", "text", "", { section: "data", source: "s3" }),
+  f("s3.endpoint_url", "Endpoint URL", "text", "", { section: "data", source: "s3", help: "Only for S3-compatible stores." }),
+  f("s3.access_key_id", "Access key id", "secret", "", { section: "data", source: "s3" }),
+  f("s3.secret_access_key", "Secret access key", "secret", "", { section: "data", source: "s3" }),
+  f("s3.session_token", "Session token", "secret", "", { section: "data", source: "s3" }),
+  f("format", "Format", "select", "auto", { section: "data", options: ["auto", "alpaca", "sharegpt", "chatml", "text"], help: "auto detects it from the columns; “check dataset” shows what it found." }),
+
+  f("learning_rate", "Learning rate", "float", 2e-4, { section: "train", help: "Between 0 and 1; LoRA usually 1e-4 to 3e-4." }),
+  f("num_epochs", "Epochs", "float", 3, { section: "train", help: "Passes over the data (used when max steps is 0)." }),
+  f("max_steps", "Max steps", "int", 0, { section: "train", help: "0 = train for the epochs above." }),
+  f("batch_size", "Batch size", "int", 2, { section: "train" }),
+  f("gradient_accumulation_steps", "Gradient accumulation", "int", 4, { section: "train", help: "Steps whose gradients add up to one update." }),
+  f("lora_r", "LoRA rank", "int", 16, { section: "train", adapterOnly: true }),
+  f("lora_alpha", "LoRA alpha", "float", 16, { section: "train", adapterOnly: true }),
+  f("display_name", "Run name", "text", "", { section: "train", placeholder: "optional", help: "How the run is listed in the history." }),
+];
+
+/** Shown under "Advanced", grouped by `section`. */
+export const ADVANCED_FIELDS = [
+  f("eval_split", "Eval split", "text", "", { section: "Evaluation", help: "Found automatically (validation, val, test) when empty." }),
+  f("local_eval_datasets", "Eval files", "list", [], { section: "Evaluation", help: "One path per line." }),
+  f("eval_holdout", "Eval holdout share", "float", 0, { section: "Evaluation", help: "Share of training rows held out when there is no eval split (0–0.5)." }),
+  f("eval_steps", "Eval every", "float", 0, { section: "Evaluation", help: "0 = no eval; N = every N steps; below 1 = that share of all steps." }),
+
+  f("column_mapping", "Column mapping", "map", {}, { section: "Data", placeholder: "instruction: question\noutput: answer", help: "One `target: your column` per line; targets: instruction, input, output, text, conversations, messages, system." }),
+  f("role_mapping", "Role mapping", "map", {}, { section: "Data", placeholder: "function_call: tool", help: "One `your role: chat role` per line." }),
+  f("train_on_completions", "Train on completions only", "bool", false, { section: "Data", help: "Loss on the assistant's tokens only." }),
+  f("streaming", "Stream the dataset", "bool", false, { section: "Data" }),
+  f("slice_start", "Slice start", "int", null, { section: "Data", help: "First row to use." }),
+  f("slice_end", "Slice end", "int", null, { section: "Data", help: "Row to stop before." }),
+
+  f("lora_dropout", "LoRA dropout", "float", 0, { section: "Adapter", adapterOnly: true }),
+  f("target_modules", "Target modules", "list", null, { section: "Adapter", adapterOnly: true, placeholder: "q_proj\nv_proj", help: "One per line; empty = all attention and MLP projections." }),
+  f("gradient_checkpointing", "Gradient checkpointing", "tristate", null, { section: "Adapter", help: "Saves memory at some speed; auto = on with CUDA, off on CPU." }),
+  f("load_in_4bit", "Load in 4-bit", "bool", false, { section: "Adapter", help: "Needs a CUDA GPU; QLoRA turns it on." }),
+
+  f("warmup_steps", "Warmup steps", "int", null, { section: "Optimiser", help: "Set this or the warmup ratio, not both." }),
+  f("warmup_ratio", "Warmup ratio", "float", null, { section: "Optimiser" }),
+  f("weight_decay", "Weight decay", "float", 0.001, { section: "Optimiser" }),
+  f("max_grad_norm", "Gradient clip", "float", 1, { section: "Optimiser", help: "0 disables clipping." }),
+  f("lr_scheduler_type", "LR schedule", "text", "linear", { section: "Optimiser", help: "linear, cosine, constant, …" }),
+  f("optim", "Optimiser", "text", "adamw_torch", { section: "Optimiser" }),
+  f("seed", "Seed", "int", 3407, { section: "Optimiser" }),
+  f("packing", "Packing", "bool", false, { section: "Optimiser", help: "Pack short rows together: faster on short data." }),
+  f("precision", "Precision", "select", "auto", { section: "Optimiser", options: ["auto", "fp32", "bf16", "fp16"] }),
+  f("save_steps", "Save every", "int", 0, { section: "Optimiser", help: "Checkpoint every N steps; 0 = only at the end." }),
+  f("save_total_limit", "Checkpoints kept", "int", null, { section: "Optimiser", help: "Empty = keep all." }),
+  f("logging_steps", "Log every", "int", 1, { section: "Optimiser" }),
+
+  f("trust_remote_code", "Trust remote code", "bool", false, { section: "Model access", help: "Lets model code from the hub run on this machine." }),
+  f("hf_token", "Hub token", "secret", "", { section: "Model access", help: "Never stored or saved to YAML." }),
+
+  f("report_to", "Report to", "select", "none", { section: "Tracking", options: ["none", "tensorboard", "wandb", "mlflow"] }),
+  f("wandb_project", "W&B project", "text", "", { section: "Tracking" }),
+  f("wandb_token", "W&B token", "secret", "", { section: "Tracking" }),
+  f("tensorboard_dir", "TensorBoard folder", "text", "", { section: "Tracking" }),
+  f("mlflow_tracking_uri", "MLflow tracking URI", "text", "", { section: "Tracking" }),
+  f("mlflow_experiment", "MLflow experiment", "text", "", { section: "Tracking" }),
+
+  f("backend", "Backend", "select", "auto", { section: "Hardware and output", options: ["auto", "torch", "mlx"] }),
+  f("gpu_ids", "GPU ids", "intlist", null, { section: "Hardware and output", placeholder: "0, 1", help: "Empty = choose by free memory." }),
+  f("output_dir", "Output folder", "text", "", { section: "Hardware and output", help: "Empty = a new folder under the outputs root." }),
+  f("allow_output_outside_root", "Allow output outside the root", "bool", false, { section: "Hardware and output" }),
+  f("resume_from", "Resume from", "text", "", { section: "Hardware and output", help: "A checkpoint folder or a run id." }),
+];
+
+export const ALL_FIELDS = [...BASIC_FIELDS, ...ADVANCED_FIELDS];
+
+/** RunConfig fields the form expresses through the method picker rather than inputs. */
+export const METHOD_FIELDS = ["training_type", "use_dora", "use_rslora", "use_loftq"];

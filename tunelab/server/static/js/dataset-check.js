@@ -1,0 +1,71 @@
+/**
+ * "Check dataset": sends the form's data fields to `/api/datasets/preview` and shows the
+ * detected format, the columns, the row count and the first rows as the model will read
+ * them. Problems come back with the field at fault and are shown beside it.
+ */
+
+import { api } from "./api.js";
+
+// The fields the preview route takes (DatasetPreviewRequest in tunelab/server/schemas.py).
+const PREVIEW_FIELDS = [
+  "model_name", "training_type", "dataset", "local_datasets", "s3", "subset", "train_split",
+  "slice_start", "slice_end", "format", "column_mapping", "role_mapping",
+];
+const PREVIEW_ROWS = 3;
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+export function setUpDatasetCheck(configForm) {
+  const button = document.getElementById("check-dataset");
+  const out = document.getElementById("dataset-preview");
+
+  button.addEventListener("click", async () => {
+    const { config, errors } = configForm.read();
+    const bad = errors.filter((e) => PREVIEW_FIELDS.includes(e.field.split(".")[0]));
+    if (bad.length) {
+      configForm.showErrors(bad);
+      return;
+    }
+    const request = { rows: PREVIEW_ROWS };
+    for (const key of PREVIEW_FIELDS) if (config[key] !== undefined) request[key] = config[key];
+    configForm.clearErrors();
+    out.hidden = false;
+    out.replaceChildren(el("p", "muted", "Reading the dataset…"));
+    button.disabled = true;
+    try {
+      out.replaceChildren(...render(await api.previewDataset(request)));
+    } catch (err) {
+      out.replaceChildren(el("p", "preview-error", `Cannot read the dataset: ${err.message}`));
+      if (err.fields.length) configForm.showErrors(err.fields);
+    } finally {
+      button.disabled = false;
+    }
+  });
+}
+
+function render(preview) {
+  const facts = el("dl", "preview-facts");
+  const fact = (label, value, id) => {
+    const wrap = el("div");
+    const dd = el("dd", "", value);
+    if (id) dd.id = id;
+    wrap.append(el("dt", "", label), dd);
+    facts.append(wrap);
+  };
+  fact("Detected format", preview.format, "preview-format");
+  fact("Rows", preview.row_count === null ? "unknown (streaming)" : preview.row_count.toLocaleString("en-US"), "preview-rows");
+  fact("Columns", preview.columns.join(", "), "preview-columns");
+  fact("Rendered with", preview.rendered_with === "chat_template" ? "the model's chat template" : "plain text");
+  const rows = el("ol", "preview-rows");
+  for (const row of preview.rows) {
+    const item = el("li");
+    item.append(el("p", "muted", `Row ${row.index}`), el("pre", "preview-text", row.text));
+    rows.append(item);
+  }
+  return [facts, el("h4", "", `First ${preview.rows.length} rows as the model reads them`), rows];
+}

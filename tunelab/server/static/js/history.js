@@ -1,0 +1,193 @@
+/**
+ * The run history: a paged list, newest first, with each run's status, loss sparkline,
+ * final loss and duration, and the actions on it (rename, resume, delete, select for
+ * comparison). The selection survives paging and refreshes.
+ */
+
+import { api } from "./api.js";
+import { fmtDuration, fmtInt, fmtNumber, fmtTime, sparkline } from "./format.js";
+import { notify } from "./notice.js";
+
+const PAGE_SIZE = 20;
+const $ = (id) => document.getElementById(id);
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function button(label, className, accessibleName, onClick) {
+  const node = el("button", className, label);
+  node.type = "button";
+  node.setAttribute("aria-label", accessibleName);
+  node.addEventListener("click", onClick);
+  return node;
+}
+
+export const runName = (run) => run.display_name || `Run #${run.id}`;
+
+export class HistoryPanel {
+  /**
+   * @param onResumed called with the new job id after a resume starts (the current run
+   *   panel follows it, which refreshes this list)
+   * @param onCompare called with the selected run ids
+   */
+  constructor({ onResumed, onCompare }) {
+    this.onResumed = onResumed;
+    this.onCompare = onCompare;
+    this.offset = 0;
+    this.total = 0;
+    this.selected = new Set();
+    $("refresh-runs").addEventListener("click", () => this.refresh());
+    $("runs-newer").addEventListener("click", () => this.#page(-PAGE_SIZE));
+    $("runs-older").addEventListener("click", () => this.#page(PAGE_SIZE));
+    $("compare-runs").addEventListener("click", () => this.onCompare([...this.selected].sort((a, b) => a - b)));
+  }
+
+  async refresh() {
+    let answer;
+    try {
+      answer = await api.listRuns(PAGE_SIZE, this.offset);
+    } catch (err) {
+      if (err.status !== 401) notify(`Cannot load the history: ${err.message}`, "error");
+      return;
+    }
+    if (!answer.runs.length && this.offset > 0) {
+      this.offset = Math.max(0, this.offset - PAGE_SIZE);
+      return this.refresh();
+    }
+    this.total = answer.total;
+    $("runs-list").replaceChildren(...answer.runs.map((run) => this.#row(run)));
+    $("runs-empty").hidden = this.total > 0;
+    const last = this.offset + answer.runs.length;
+    $("runs-range").textContent = this.total ? `${this.offset + 1}–${last} of ${this.total}` : "";
+    $("runs-newer").disabled = this.offset === 0;
+    $("runs-older").disabled = last >= this.total;
+    this.#syncCompareButton();
+  }
+
+  #page(delta) {
+    this.offset = Math.max(0, this.offset + delta);
+    this.refresh();
+  }
+
+  #syncCompareButton() {
+    const n = this.selected.size;
+    const compare = $("compare-runs");
+    compare.disabled = n < 2;
+    compare.textContent = n ? `Compare selected (${n})` : "Compare selected";
+  }
+
+  #row(run) {
+    const name = runName(run);
+    const item = el("li", "run");
+    item.dataset.runId = String(run.id);
+    item.dataset.status = run.status;
+
+    const pick = el("input");
+    pick.type = "checkbox";
+    pick.className = "run-select";
+    pick.checked = this.selected.has(run.id);
+    pick.setAttribute("aria-label", `Select ${name} to compare`);
+    pick.addEventListener("change", () => {
+      if (pick.checked) this.selected.add(run.id);
+      else this.selected.delete(run.id);
+      this.#syncCompareButton();
+    });
+
+    const title = el("div", "run-title");
+    const heading = el("h3", "run-name", name);
+    title.append(heading, el("p", "run-source", `${run.model_name} · ${run.dataset_name || "–"}`));
+    const lineage = [];
+    if (run.resumed_from_run_id) lineage.push(`resumed from #${run.resumed_from_run_id}`);
+    if (run.resumed_by_run_id) lineage.push(`resumed as #${run.resumed_by_run_id}`);
+    if (lineage.length) title.append(el("p", "run-lineage", lineage.join(" · ")));
+    if (run.error_message) title.append(el("p", "run-error-line", run.error_message));
+
+    const badge = el("span", "badge", run.status);
+    badge.dataset.phase = run.status;
+
+    const facts = el("dl", "run-facts");
+    const fact = (label, value) => {
+      const wrap = el("div");
+      wrap.append(el("dt", "", label), el("dd", "", value));
+      facts.append(wrap);
+    };
+    fact("Started", fmtTime(run.started_at));
+    fact("Duration", fmtDuration(run.duration_seconds));
+    fact("Steps", run.total_steps ? `${fmtInt(run.final_step)} / ${fmtInt(run.total_steps)}` : fmtInt(run.final_step));
+    fact("Final loss", fmtNumber(run.final_loss));
+
+    const spark = el("div", "run-spark");
+    spark.append(sparkline(run.loss_sparkline, { label: `${name} loss` }));
+
+    const actions = el("div", "run-actions");
+    actions.append(button("Rename", "quiet", `Rename ${name}`, () => this.#rename(run)));
+    if (run.can_resume) actions.append(button("Resume", "secondary", `Resume ${name}`, () => this.#resume(run)));
+    actions.append(button("Delete", "quiet danger-text", `Delete ${name}`, () => this.#delete(run)));
+
+    item.append(pick, title, badge, facts, spark, actions);
+    return item;
+  }
+
+  #rename(run) {
+    const dialog = $("rename-dialog");
+    const input = $("rename-input");
+    const error = $("rename-error");
+    input.value = run.display_name || "";
+    error.textContent = "";
+    dialog.returnValue = "";
+    dialog.showModal();
+    input.select();
+    const onClose = async () => {
+      if (dialog.returnValue !== "save") return;
+      const name = input.value.trim();
+      try {
+        await api.renameRun(run.id, name);
+      } catch (err) {
+        // Keep the dialog open with the reason beside the field, so it can be fixed.
+        error.textContent = err.message;
+        dialog.returnValue = "";
+        dialog.showModal();
+        dialog.addEventListener("close", onClose, { once: true });
+        return;
+      }
+      notify(`Renamed run #${run.id} to “${name}”.`);
+      this.refresh();
+    };
+    dialog.addEventListener("close", onClose, { once: true });
+  }
+
+  async #resume(run) {
+    try {
+      const answer = await api.resumeRun(run.id);
+      notify(`Resuming ${runName(run)} as run #${answer.job_id}.`);
+      this.onResumed(answer.job_id);
+    } catch (err) {
+      notify(`Cannot resume ${runName(run)}: ${err.message}`, "error");
+    }
+  }
+
+  #delete(run) {
+    const dialog = $("delete-dialog");
+    $("delete-what").textContent = `${runName(run)} (#${run.id}, ${run.status}) will be removed from the history.`;
+    $("delete-files").checked = false;
+    dialog.returnValue = "";
+    dialog.showModal();
+    dialog.addEventListener("close", async () => {
+      if (dialog.returnValue !== "delete") return;
+      const withFiles = $("delete-files").checked;
+      try {
+        await api.deleteRun(run.id, withFiles);
+      } catch (err) {
+        notify(`Cannot delete ${runName(run)}: ${err.message}`, "error");
+        return;
+      }
+      this.selected.delete(run.id);
+      notify(withFiles ? `Deleted ${runName(run)} and its files.` : `Deleted ${runName(run)}; its files were kept.`);
+      this.refresh();
+    }, { once: true });
+  }
+}

@@ -1,0 +1,140 @@
+/**
+ * The page's entry point: theme, token, and the wiring between the configure form, the
+ * current run panel, the history and the comparison. Nothing is fetched until a token
+ * is known; a 401 anywhere asks for the token again.
+ */
+
+import { adoptTokenFromUrl, api, forgetToken, getToken, newRequestId, onUnauthorized, setToken } from "./api.js";
+import { ComparePanel } from "./compare.js";
+import { ConfigForm } from "./config-form.js";
+import { downloadYaml, readYamlFile, withoutSecrets } from "./config-yaml.js";
+import { setUpDatasetCheck } from "./dataset-check.js";
+import { HistoryPanel } from "./history.js";
+import { notify } from "./notice.js";
+import { RunPanel } from "./run-panel.js";
+import { setUpTheme } from "./theme.js";
+
+const $ = (id) => document.getElementById(id);
+const DRAFT_KEY = "tunelab.draft";
+
+setUpTheme($("theme-toggle"));
+
+const configForm = new ConfigForm($("config-form"));
+const compare = new ComparePanel();
+const history = new HistoryPanel({
+  onResumed: (jobId) => runPanel.follow(jobId),
+  onCompare: (ids) => compare.show(ids),
+});
+const runPanel = new RunPanel({ onRunChanged: () => history.refresh() });
+
+setUpDatasetCheck(configForm);
+setUpDraft();
+setUpConfigFile();
+setUpStart();
+setUpToken();
+
+/** The form survives a reload: its settings (never its secrets) are kept as a draft. */
+function setUpDraft() {
+  try {
+    const draft = JSON.parse(localStorage.getItem(DRAFT_KEY) || "null");
+    if (draft) configForm.write(draft);
+  } catch {
+    localStorage.removeItem(DRAFT_KEY);
+  }
+  $("config-form").addEventListener("input", saveDraft);
+  $("config-form").addEventListener("change", saveDraft);
+  $("reset-form").addEventListener("click", () => {
+    configForm.reset();
+    localStorage.removeItem(DRAFT_KEY);
+  });
+}
+
+function saveDraft() {
+  localStorage.setItem(DRAFT_KEY, JSON.stringify(withoutSecrets(configForm.read().config)));
+}
+
+function setUpConfigFile() {
+  $("save-yaml").addEventListener("click", () => {
+    const { config, errors } = configForm.read();
+    if (errors.length) {
+      configForm.showErrors(errors);
+      return;
+    }
+    downloadYaml(config);
+  });
+  $("yaml-file").addEventListener("change", async (event) => {
+    const file = event.target.files[0];
+    event.target.value = "";  // choosing the same file again should load it again
+    if (!file) return;
+    try {
+      const unknown = configForm.write(await readYamlFile(file));
+      saveDraft();
+      if (unknown.length) {
+        configForm.showErrors(unknown.map((key) => ({ field: key, message: "unknown setting in the file; it was not loaded" })));
+      }
+      notify(`Loaded ${file.name}.`);
+    } catch (err) {
+      notify(err.message, "error");
+    }
+  });
+}
+
+function setUpStart() {
+  // A start retried after a network failure reuses its request id, so the server
+  // answers the run it may already have started instead of starting a second one.
+  let pending = null;
+  $("config-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const { config, errors } = configForm.read();
+    if (errors.length) {
+      configForm.showErrors(errors);
+      return;
+    }
+    configForm.clearErrors();
+    const body = JSON.stringify(config);
+    if (!pending || pending.body !== body) pending = { body, id: newRequestId() };
+    const button = $("start-run");
+    button.disabled = true;
+    try {
+      const answer = await api.start(config, pending.id);
+      pending = null;
+      notify(answer.duplicate ? `Run #${answer.job_id} was already started.` : `Started run #${answer.job_id}.`);
+      await runPanel.follow(answer.job_id);
+    } catch (err) {
+      if (err.code !== "network") pending = null;
+      if (err.status === 422 && err.fields.length) configForm.showErrors(err.fields);
+      else if (err.status !== 401) notify(`Not started: ${err.message}`, "error");
+    } finally {
+      button.disabled = false;
+    }
+  });
+}
+
+function setUpToken() {
+  const dialog = $("token-dialog");
+  const ask = (reason) => {
+    $("token-reason").textContent = reason;
+    $("token-input").value = "";
+    if (!dialog.open) dialog.showModal();
+  };
+  dialog.addEventListener("close", () => {
+    const token = $("token-input").value.trim();
+    if (dialog.returnValue === "save" && token) {
+      setToken(token);
+      load();
+    }
+  });
+  $("token-button").addEventListener("click", () => ask("Paste the API token printed by `tunelab serve` or `tunelab token`."));
+  onUnauthorized(() => {
+    forgetToken();
+    ask("The server did not accept the API token. Paste the one printed by `tunelab serve` or `tunelab token`.");
+  });
+  adoptTokenFromUrl();
+  if (getToken()) load();
+  else ask("This page needs the server's API token. `tunelab serve` prints a link that carries it; `tunelab token` prints the token itself.");
+}
+
+function load() {
+  runPanel.start();
+  history.refresh();
+}

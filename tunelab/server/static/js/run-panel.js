@@ -1,0 +1,270 @@
+/**
+ * The "Current run" panel: phase, numbers, progress bar, live charts and the stop dialog.
+ *
+ * The server's progress stream follows one run and closes after its end. So the panel
+ * reads the status snapshot first (numbers plus the histories so far), then opens the
+ * stream with `last_event_id` = the last step it holds: the server replays every step
+ * after it and then goes live, leaving no gap. If the connection drops, EventSource
+ * reconnects by itself and sends Last-Event-ID. RunSeries merges by step, so a step
+ * that arrives twice is drawn once. Between runs nothing streams, so the panel polls
+ * the status to notice a run started elsewhere (CLI, API, another tab).
+ */
+
+import { api } from "./api.js";
+import { LineChart } from "./charts.js";
+import { fmtDuration, fmtInt, fmtMemory, fmtNumber } from "./format.js";
+import { notify } from "./notice.js";
+import { MOVING_AVERAGE_WINDOW, RunSeries } from "./run-series.js";
+
+const FINAL_PHASES = new Set(["completed", "stopped", "error"]);
+const POLL_MS = { loading: 1500, idle: 5000 };
+const STREAM_RETRY_MS = 3000;
+
+const STAT_FORMATS = {
+  epoch: (v) => fmtNumber(v, 3),
+  loss: (v) => fmtNumber(v),
+  learning_rate: (v) => fmtNumber(v, 3),
+  grad_norm: (v) => fmtNumber(v),
+  eval_loss: (v) => fmtNumber(v),
+  num_tokens: fmtInt,
+  elapsed_seconds: fmtDuration,
+  eta_seconds: fmtDuration,
+  peak_memory_gb: fmtMemory,
+};
+
+const $ = (id) => document.getElementById(id);
+
+export class RunPanel {
+  /** @param onRunChanged called when a run appears or finishes (the history refreshes then) */
+  constructor({ onRunChanged }) {
+    this.onRunChanged = onRunChanged;
+    this.series = new RunSeries();
+    this.runId = null;
+    this.phase = "idle";
+    this.running = false;
+    this.stream = null;
+    this.pollTimer = null;
+    this.refreshes = 0;
+    this.drawPending = false;
+    this.charts = {
+      loss: new LineChart($("chart-loss"), {
+        title: "Loss",
+        series: [
+          { label: "loss", colorIndex: 0, style: "both", width: 1 },
+          { label: `moving average (${MOVING_AVERAGE_WINDOW})`, colorIndex: 1, style: "line", width: 2.5 },
+        ],
+      }),
+      learning_rate: new LineChart($("chart-learning_rate"), { title: "Learning rate", series: [{ label: "learning rate", colorIndex: 2, style: "line" }] }),
+      grad_norm: new LineChart($("chart-grad_norm"), { title: "Gradient norm", series: [{ label: "grad norm", colorIndex: 3, style: "line" }] }),
+      eval_loss: new LineChart($("chart-eval_loss"), { title: "Eval loss", series: [{ label: "eval loss", colorIndex: 4, style: "both" }] }),
+    };
+    $("stop-run").addEventListener("click", () => this.#askStop());
+    $("clear-run").addEventListener("click", () => this.#clear());
+  }
+
+  start() {
+    return this.refresh();
+  }
+
+  /** A run was just started from this page. */
+  async follow(jobId) {
+    this.#adoptRun(jobId);
+    await this.refresh();
+    document.getElementById("current-run").scrollIntoView({ behavior: "smooth", block: "start" });
+  }
+
+  async refresh() {
+    clearTimeout(this.pollTimer);
+    // Answers can overtake each other; only the newest request's answer is shown.
+    const asked = ++this.refreshes;
+    let status;
+    try {
+      status = await api.status();
+    } catch (err) {
+      if (err.status !== 401 && asked === this.refreshes) this.#schedulePoll(POLL_MS.idle);
+      return;
+    }
+    if (asked !== this.refreshes) return;
+    const runId = status.run_id ?? status.job_id ?? null;
+    this.#adoptRun(runId);
+    this.series.addHistories(status.histories);
+    const wasRunning = this.running;
+    this.#showStatus(status);
+    this.#drawSoon();
+    if (this.running && !this.stream) this.#openStream();
+    if (!this.running) this.#closeStream();
+    if (wasRunning && !this.running) this.onRunChanged();
+    // While training, the stream brings every step and its `status` events bring the
+    // stage changes, so polling then would only repeat what the stream already said.
+    if (!this.running) this.#schedulePoll(POLL_MS.idle);
+    else if (status.phase !== "training") this.#schedulePoll(POLL_MS.loading);
+  }
+
+  /** Show `runId` from now on; `keepStream` when the open stream already follows it. */
+  #adoptRun(runId, keepStream = false) {
+    if (runId === this.runId) return;
+    if (!keepStream) this.#closeStream();
+    this.runId = runId;
+    this.series.clear();
+    this.#drawSoon();
+    this.#showName(runId);
+    if (runId !== null) this.onRunChanged();
+  }
+
+  /** The status has no run name; the history has, so ask it once per run. */
+  async #showName(runId) {
+    $("run-name").textContent = runId === null ? "" : `Run #${runId}`;
+    if (runId === null) return;
+    try {
+      const run = await api.getRun(runId);
+      if (this.runId === runId && run.display_name) $("run-name").textContent = `${run.display_name} (#${runId})`;
+    } catch {
+      // The number alone is still a fine name; a deleted run is not worth a message.
+    }
+  }
+
+  #schedulePoll(ms) {
+    clearTimeout(this.pollTimer);
+    this.pollTimer = setTimeout(() => this.refresh(), ms);
+  }
+
+  #openStream() {
+    const stream = new EventSource(api.progressUrl(this.series.lastStep));
+    this.stream = stream;
+    stream.addEventListener("open", () => this.#streamState(""));
+    stream.addEventListener("progress", (e) => this.#onProgress(JSON.parse(e.data)));
+    stream.addEventListener("status", () => this.refresh());
+    stream.addEventListener("complete", () => this.#onEnd(stream));
+    stream.addEventListener("error", (e) => {
+      // A named `error` event (with data) is the run failing; a bare one is the
+      // connection. EventSource retries a dropped connection itself, sending
+      // Last-Event-ID, but gives up on an answer it cannot use (e.g. 401).
+      if (e.data) {
+        this.#onEnd(stream);
+      } else if (stream.readyState === EventSource.CLOSED) {
+        this.#streamState("Live updates lost; retrying…");
+        if (this.stream === stream) this.stream = null;
+        setTimeout(() => this.refresh(), STREAM_RETRY_MS);
+      } else {
+        this.#streamState("Live updates interrupted; reconnecting…");
+      }
+    });
+  }
+
+  #closeStream() {
+    if (!this.stream) return;
+    this.stream.close();
+    this.stream = null;
+    this.#streamState("");
+  }
+
+  /** The run ended: the server closes the stream now, so close it here before EventSource reconnects. */
+  #onEnd(stream) {
+    if (this.stream === stream) this.#closeStream();
+    this.refresh();
+  }
+
+  #streamState(text) {
+    $("stream-state").textContent = text;
+  }
+
+  #onProgress(event) {
+    const runId = event.run_id ?? event.job_id;
+    if (runId !== undefined && runId !== null && runId !== this.runId) {
+      // A newer run than the one on screen (the connection came back after a run
+      // ended and another began): switch to it and read its whole history.
+      this.#adoptRun(runId, true);
+      this.refresh();
+    }
+    this.series.addProgress(event);
+    if (!this.running || this.phase !== "training") {
+      this.running = true;
+      this.phase = "training";
+      this.#showPhase("training");
+    }
+    this.#showNumbers(event);
+    this.#drawSoon();
+  }
+
+  #showStatus(status) {
+    this.phase = status.phase;
+    this.running = Boolean(status.is_training_running);
+    this.#showPhase(status.phase);
+    this.#showNumbers(status);
+    // A failed run's message repeats its error; say it once, in the error box.
+    $("run-message").textContent = status.message && status.message !== status.error ? status.message : "";
+    const error = $("run-error");
+    error.hidden = !status.error;
+    error.textContent = status.error || "";
+  }
+
+  #showPhase(phase) {
+    const badge = $("run-phase");
+    badge.dataset.phase = phase;
+    badge.textContent = phase.replace(/_/g, " ");
+    $("stop-run").disabled = !this.running;
+    $("clear-run").hidden = !FINAL_PHASES.has(phase);
+  }
+
+  #showNumbers(data) {
+    for (const [key, format] of Object.entries(STAT_FORMATS)) {
+      if (key in data) $(`stat-${key}`).textContent = format(data[key]);
+    }
+    // The last progress event's estimate means nothing once the run is over.
+    if (FINAL_PHASES.has(this.phase)) $("stat-eta_seconds").textContent = fmtDuration(null);
+    const step = data.step ?? 0;
+    const total = data.total_steps;
+    const bar = $("run-progress");
+    if (Number.isFinite(total) && total > 0) {
+      bar.max = total;
+      bar.value = Math.min(step, total);
+      $("run-steps").textContent = `Step ${fmtInt(step)} of ${fmtInt(total)}`;
+    } else if (this.runId === null || FINAL_PHASES.has(this.phase)) {
+      bar.max = 1;
+      bar.value = 0;
+      $("run-steps").textContent = this.runId === null ? "No run yet" : step ? `Step ${fmtInt(step)}` : "No steps ran";
+    } else {
+      bar.removeAttribute("value");
+      $("run-steps").textContent = step ? `Step ${fmtInt(step)}` : "Preparing…";
+    }
+  }
+
+  /** Redraw at most once per frame, however fast steps arrive. */
+  #drawSoon() {
+    if (this.drawPending) return;
+    this.drawPending = true;
+    requestAnimationFrame(() => {
+      this.drawPending = false;
+      this.charts.loss.setData(this.series.lossWithAverage());
+      for (const name of ["learning_rate", "grad_norm", "eval_loss"]) this.charts[name].setData(this.series.series(name));
+    });
+  }
+
+  #askStop() {
+    const dialog = $("stop-dialog");
+    dialog.returnValue = "";
+    dialog.showModal();
+    dialog.addEventListener("close", async () => {
+      const choice = dialog.returnValue;
+      if (choice !== "save" && choice !== "cancel") return;
+      try {
+        await api.stop(choice === "save", this.runId);
+        notify(choice === "save" ? "Stopping at the next step and saving a checkpoint…" : "Cancelling the run…");
+      } catch (err) {
+        notify(`Stop refused: ${err.message}`, "error");
+      }
+      this.refresh();
+    }, { once: true });
+  }
+
+  async #clear() {
+    try {
+      await api.reset();
+    } catch (err) {
+      notify(`Cannot clear: ${err.message}`, "error");
+      return;
+    }
+    this.#adoptRun(null);
+    await this.refresh();
+  }
+}

@@ -1,0 +1,78 @@
+/**
+ * The metric series of the run on screen, keyed by step.
+ *
+ * Points arrive from two places that overlap: the histories in `/api/train/status`
+ * (after a reload) and `progress` events from the SSE stream. Keying every series by
+ * step makes the merge order-free: a step seen twice is one point, and a step missing
+ * from one source is filled by the other, so the charts have no gaps and no doubles.
+ */
+
+export const MOVING_AVERAGE_WINDOW = 10;
+
+const SERIES = ["loss", "learning_rate", "grad_norm", "eval_loss"];
+
+const isNumber = (v) => typeof v === "number" && Number.isFinite(v);
+
+export class RunSeries {
+  constructor() {
+    this.clear();
+  }
+
+  clear() {
+    this.points = Object.fromEntries(SERIES.map((name) => [name, new Map()]));
+    this.lastStep = null;
+  }
+
+  /** Merge the histories object of a status or metrics answer. */
+  addHistories(h) {
+    if (!h) return;
+    pairUp(this.points.loss, h.steps, h.loss);
+    pairUp(this.points.learning_rate, h.steps, h.learning_rate);
+    pairUp(this.points.grad_norm, h.grad_norm_steps, h.grad_norm);
+    pairUp(this.points.eval_loss, h.eval_steps, h.eval_loss);
+    const steps = [...(h.steps || []), ...(h.grad_norm_steps || []), ...(h.eval_steps || [])];
+    for (const step of steps) this.#seen(step);
+  }
+
+  /** Merge one progress event; null values (unknown or non-finite) add no point. */
+  addProgress(event) {
+    const step = event.step;
+    if (!Number.isInteger(step)) return;
+    for (const name of SERIES) if (isNumber(event[name])) this.points[name].set(step, event[name]);
+    this.#seen(step);
+  }
+
+  #seen(step) {
+    if (this.lastStep === null || step > this.lastStep) this.lastStep = step;
+  }
+
+  /** [steps, values] of one series in step order. */
+  series(name) {
+    const entries = [...this.points[name].entries()].sort((a, b) => a[0] - b[0]);
+    return [entries.map((e) => e[0]), entries.map((e) => e[1])];
+  }
+
+  /** Loss data for a chart: [steps, raw loss, trailing moving average]. */
+  lossWithAverage() {
+    const [steps, loss] = this.series("loss");
+    return [steps, loss, movingAverage(loss, MOVING_AVERAGE_WINDOW)];
+  }
+}
+
+function pairUp(target, steps, values) {
+  if (!Array.isArray(steps) || !Array.isArray(values)) return;
+  const n = Math.min(steps.length, values.length);
+  for (let i = 0; i < n; i++) if (Number.isInteger(steps[i]) && isNumber(values[i])) target.set(steps[i], values[i]);
+}
+
+/** Mean of the last `window` values at each point (fewer at the start). */
+export function movingAverage(values, window) {
+  const out = [];
+  let sum = 0;
+  for (let i = 0; i < values.length; i++) {
+    sum += values[i];
+    if (i >= window) sum -= values[i - window];
+    out.push(sum / Math.min(i + 1, window));
+  }
+  return out;
+}
