@@ -14,6 +14,13 @@ import pytest
 import yaml
 
 TUNELAB = [sys.executable, "-m", "tunelab.cli"]
+# The end-to-end runs go through both training backends: same CLI, same events, same store.
+BACKENDS = [pytest.param("torch"), pytest.param("mlx", marks=pytest.mark.mlx)]
+
+
+def needs_backend(backend: str) -> None:
+    if backend == "mlx":
+        pytest.importorskip("mlx.core", reason="the mlx backend needs `pip install mlx[cpu] mlx-lm`")
 
 
 def run_cli(args, home: Path, timeout=180, **kw):
@@ -49,8 +56,10 @@ def test_missing_config_file_exits_2(tmp_path, home):
 
 
 @pytest.mark.slow
-def test_train_completes_then_runs_and_show_list_it(tmp_path, home, demo_assets):
-    config = write_config(tmp_path / "run.yaml", demo_assets, display_name="cli run")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_train_completes_then_runs_and_show_list_it(tmp_path, home, demo_assets, backend):
+    needs_backend(backend)
+    config = write_config(tmp_path / "run.yaml", demo_assets, display_name="cli run", backend=backend)
     result = run_cli(["train", str(config)], home)
     assert result.returncode == 0, result.stdout + result.stderr
     runs = json.loads(run_cli(["runs", "--json"], home).stdout)
@@ -64,8 +73,10 @@ def test_train_completes_then_runs_and_show_list_it(tmp_path, home, demo_assets)
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_and_saves_then_resume_continues(tmp_path, home, demo_assets):
-    config = write_config(tmp_path / "run.yaml", demo_assets, max_steps=400, max_seq_length=128)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_ctrl_c_stops_and_saves_then_resume_continues(tmp_path, home, demo_assets, backend):
+    needs_backend(backend)
+    config = write_config(tmp_path / "run.yaml", demo_assets, max_steps=400, max_seq_length=128, backend=backend)
     env = {**os.environ, "TUNELAB_HOME": str(home), "COLUMNS": "160"}
     # Own process group, like a terminal: Ctrl-C reaches the CLI *and* its worker child.
     proc = subprocess.Popen(TUNELAB + ["train", str(config)], env=env, stdout=subprocess.PIPE,

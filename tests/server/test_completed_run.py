@@ -15,10 +15,14 @@ STEPS = 12
 SECRET = "hf_do_not_store_this_9b1f"
 
 
-@pytest.fixture(scope="module")
-def completed(live_server, demo_assets):
+@pytest.fixture(scope="module", params=["torch", pytest.param("mlx", marks=pytest.mark.mlx)])
+def completed(request, live_server, demo_assets):
+    """One finished run per training backend: the API must not care which one trained."""
+    if request.param == "mlx":
+        pytest.importorskip("mlx.core", reason="the mlx backend needs `pip install mlx[cpu] mlx-lm`")
     client = live_server.client()
     body = {
+        "backend": request.param,
         "model_name": str(demo_assets.model_dir), "local_datasets": [str(demo_assets.alpaca)],
         "max_steps": STEPS, "max_seq_length": 128, "batch_size": 2, "gradient_accumulation_steps": 1,
         "learning_rate": 3e-3, "lora_r": 8, "hf_token": SECRET, "display_name": "server test run",
