@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 from tunelab import events
+from tunelab.checkpoints import InvalidCheckpoint, validate_checkpoint
 
 STAGES = ("loading_model", "loading_dataset", "formatting", "configuring", "training", "saving")
 
@@ -61,6 +63,16 @@ class WorkerContext:
 
     def complete(self, output_dir: str | None, status_message: str) -> None:
         self.emit(events.complete(output_dir, status_message))
+
+    def complete_stopped(self, output_dir: Any, step: int) -> None:
+        """End a stop-and-save: `complete` only when checkpoint-<step> validates; otherwise
+        an error that blocks resume, since there is nothing trustworthy to resume from."""
+        try:
+            validate_checkpoint(Path(output_dir) / f"checkpoint-{step}")
+        except InvalidCheckpoint as exc:
+            self.emit(events.error(f"the stop was requested but the checkpoint did not land: {exc.reason}", resume_blocked=True))
+            return
+        self.complete(str(output_dir), f"stopped at step {step}; checkpoint saved")
 
     # --- stop state ----------------------------------------------------------------
     @property

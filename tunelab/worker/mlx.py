@@ -31,7 +31,6 @@ import mlx.core as mx  # noqa: E402
 import mlx.nn as nn  # noqa: E402
 
 from tunelab import events
-from tunelab.checkpoints import InvalidCheckpoint, validate_checkpoint
 from tunelab.config import DEFAULT_TARGET_MODULES
 from tunelab.worker import data
 from tunelab.worker.context import RunSettingError, WorkerContext
@@ -100,14 +99,9 @@ def _finish(ctx: WorkerContext, run_state: "_RunState", trainer: Trainer, tokeni
         return
     stopped_early = ctx.stop == "save" and step < run_state.total_steps
     ctx.stage("saving", f"Saving checkpoint-{step}" if stopped_early else "Saving the final model")
-    checkpoint = run_state.checkpoint(trainer.model, trainer.optimizer, step)
+    run_state.checkpoint(trainer.model, trainer.optimizer, step)
     if stopped_early:
-        try:
-            validate_checkpoint(checkpoint)
-        except InvalidCheckpoint as exc:
-            ctx.emit(events.error(f"the stop was requested but the checkpoint did not land: {exc.reason}", resume_blocked=True))
-            return
-        ctx.complete(str(output_dir), f"stopped at step {step}; checkpoint saved")
+        ctx.complete_stopped(output_dir, step)
         return
     save_final(output_dir, trainer.model, tokenizer, run_state.adapter_config, model_config)
     losses = [row["loss"] for row in run_state.history if "loss" in row]

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from tunelab import events
-from tunelab.checkpoints import InvalidCheckpoint, validate_checkpoint
 from tunelab.worker import data
 from tunelab.worker.context import WorkerContext
 from tunelab.worker.stall import DownloadStallWatch, hub_cache_folders
@@ -127,13 +126,7 @@ def _finish(ctx: WorkerContext, trainer: Any, stopper: Any, tokenizer: Any, outp
         return
     # A stop that lands on the last step changes nothing: the run simply completes.
     if stopper.stopped_at is not None and stopper.stopped_at < trainer.state.max_steps and ctx.stop == "save":
-        checkpoint = output_dir / f"checkpoint-{stopper.stopped_at}"
-        try:
-            validate_checkpoint(checkpoint)
-        except InvalidCheckpoint as exc:
-            ctx.emit(events.error(f"the stop was requested but the checkpoint did not land: {exc.reason}", resume_blocked=True))
-            return
-        ctx.complete(str(output_dir), f"stopped at step {stopper.stopped_at}; checkpoint saved")
+        ctx.complete_stopped(output_dir, stopper.stopped_at)
         return
     ctx.stage("saving", "Saving the final model")
     trainer.save_model(str(output_dir))
