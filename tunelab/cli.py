@@ -144,6 +144,32 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
 
 
 @app.command()
+def export(
+    run: int = typer.Argument(..., help="Run id (see `tunelab runs`)."),
+    format_: str = typer.Option("adapter", "--format", help="adapter | merged | gguf."),
+    dest: Optional[str] = typer.Option(None, "--dest", help="Folder inside the outputs root (a relative path starts there). "
+                                                            "Default: <run folder>/export-<format>."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float16 (default) | bfloat16 | float32; for merged and gguf."),
+) -> None:
+    """Export a completed (or stopped-with-checkpoint) run: its adapter, merged weights, or GGUF."""
+    from tunelab.export import ExportFailed, ExportInputError, ExportRefused, export_run
+    from tunelab.store import Store
+
+    try:
+        with console.status(f"exporting run {run} as {format_}…"):
+            result = export_run(Store(paths.db_path()), run, format_, dest=dest, dtype=dtype)
+    except (ExportInputError, PathNotAllowed) as exc:
+        raise _fail(EXIT_BAD_CONFIG, f"--{exc.field}: {exc}")
+    except (ExportRefused, ExportFailed) as exc:
+        raise _fail(EXIT_ERROR, str(exc))
+    plan = result.plan
+    origin = f"checkpoint of step {plan.step}" if plan.step is not None else "final weights"
+    console.print(f"exported run {run}'s {origin} as {plan.format}{f' ({plan.dtype})' if plan.dtype else ''} to {plan.dest}")
+    for name in result.files:
+        console.print(f"  {name}")
+
+
+@app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind; anything but loopback prints a warning."),
     port: int = typer.Option(8765, min=1, max=65535),

@@ -1,0 +1,153 @@
+"""The heavy half of an export, run as `python -m tunelab.export.child REQUEST.json` in a
+short-lived process so the CLI and the server never import torch.
+
+`merged`: an adapter run's base model (the stored `model_name`) is loaded, the adapter
+applied with PEFT and folded into the weights (PEFT's merge, in float32 per layer); a
+full run's weights are loaded as they are. The model is cast to the requested dtype and saved with its
+tokenizer, ready for `AutoModelForCausalLM.from_pretrained`.
+`gguf`: the same merged model, written as one GGUF file (`gguf_writer`).
+The answer goes to the request's `result` file: `{"ok": true}` or `{"error", "field"?}`;
+exit code 0 on success, 2 for an option that cannot be honoured, 1 for anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from tunelab.export.plan import ExportError
+
+if TYPE_CHECKING:
+    from tunelab.export.gguf_vocab import SpecialTokens
+
+
+def main(argv: list[str]) -> int:
+    request = json.loads(Path(argv[1]).read_text())
+    result_file = Path(request["result"])
+    try:
+        export(request)
+    except ExportError as exc:
+        result_file.write_text(json.dumps({"error": str(exc), "field": exc.field}))
+        return 2 if exc.field else 1
+    except Exception as exc:  # noqa: BLE001 - any failure becomes a message for the parent
+        traceback.print_exc()
+        result_file.write_text(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+        return 1
+    result_file.write_text(json.dumps({"ok": True}))
+    return 0
+
+
+def export(request: dict[str, Any]) -> None:
+    _quiet_libraries()
+    dest = Path(request["dest"])
+    if request["format"] == "gguf":
+        _export_gguf(request, dest)
+    else:
+        model, tokenizer = _merged_model(request)
+        # The run trained without the KV cache; whoever loads the export wants it back.
+        model.config.use_cache = True
+        model.save_pretrained(dest)
+        tokenizer.save_pretrained(dest)
+
+
+def _quiet_libraries() -> None:
+    import transformers
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def _dtype(name: str) -> Any:
+    import torch
+
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[name]
+
+
+def _merged_model(request: dict[str, Any]) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = request["source"]
+    remote_code = bool(request["trust_remote_code"])
+    dtype = _dtype(request["dtype"])
+    if request["kind"] == "adapter":
+        from peft import PeftModel
+
+        # The base loads in the dtype it was saved in: exact, and no larger than on disk.
+        base = AutoModelForCausalLM.from_pretrained(request["base_model"], dtype="auto", trust_remote_code=remote_code)
+        model = _merge_in_float32(PeftModel.from_pretrained(base, source), dtype)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(source, dtype="auto", trust_remote_code=remote_code)
+    model = model.to(dtype)
+    model.eval()
+    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=remote_code)
+    return model, tokenizer
+
+
+def _merge_in_float32(peft_model: Any, dtype: Any) -> Any:
+    """Fold the adapter into the base, one layer at a time in float32, so each merged
+    weight is rounded once, into the export dtype; only one layer is float32 at a time."""
+    import torch
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    for module in peft_model.modules():
+        if isinstance(module, BaseTunerLayer):
+            layer = module.get_base_layer()
+            layer.to(torch.float32)
+            module.merge()
+            layer.to(dtype)
+    # Every layer is merged already; unloading only removes the adapter wrappers.
+    return peft_model.unload()
+
+
+def _export_gguf(request: dict[str, Any], dest: Path) -> None:
+    from transformers import AutoConfig, AutoTokenizer
+
+    from tunelab.export.gguf_vocab import byte_level_bpe_vocab
+    from tunelab.export.gguf_writer import check_llama_config, gguf_file_name, write_llama_gguf
+
+    remote_code = bool(request["trust_remote_code"])
+    config_source = request["base_model"] if request["kind"] == "adapter" else request["source"]
+    # Refuse an unsupported model or tokenizer before spending time on the weights.
+    config = AutoConfig.from_pretrained(config_source, trust_remote_code=remote_code).to_dict()
+    check_llama_config(config)
+    tokenizer = AutoTokenizer.from_pretrained(request["source"], trust_remote_code=remote_code)
+    tokenizer_json = json.loads(tokenizer.backend_tokenizer.to_str()) if hasattr(tokenizer, "backend_tokenizer") else {}
+    special = _special_tokens(tokenizer)
+    vocab = byte_level_bpe_vocab(tokenizer_json, int(config["vocab_size"]), special)
+    model, _ = _merged_model(request)
+    rows = model.get_input_embeddings().weight.shape[0]
+    if rows != len(vocab.tokens):  # a run that resized the embeddings
+        vocab = byte_level_bpe_vocab(tokenizer_json, rows, special)
+    name = f"{Path(request['base_model']).name or request['base_model']} (tunelab run {request['run_id']})"
+    write_llama_gguf(dest / gguf_file_name(request["dtype"]), model.config.to_dict(), _float32_weights(model), vocab,
+                     request["dtype"], name)
+
+
+def _special_tokens(tokenizer: Any) -> "SpecialTokens":
+    from tunelab.export.gguf_vocab import SpecialTokens
+
+    bos = tokenizer.bos_token_id
+    probe = tokenizer("a")["input_ids"]
+    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
+    return SpecialTokens(bos_id=bos, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
+                         unk_id=tokenizer.unk_token_id, add_bos=bos is not None and bool(probe) and probe[0] == bos,
+                         chat_template=template)
+
+
+def _float32_weights(model: Any) -> Iterator[tuple[str, Any]]:
+    """Each weight as a float32 numpy array, one at a time, under its Hugging Face name."""
+    import torch
+
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            yield name, tensor.detach().to(torch.float32).cpu().numpy()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,182 @@
+"""Deciding what an export of a stored run means, before anything heavy happens.
+
+`plan_export` turns a run record and the user's options into an `ExportPlan`: which
+folder holds the weights (the run folder of a completed run, or the checkpoint a stopped
+run saved), what kind of weights they are, and where the export goes. Every refusal
+happens here, with a message that names the option at fault and the fix. Torch-free:
+the CLI and the server call it directly.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tunelab import paths
+from tunelab.checkpoints import WEIGHT_FILES, InvalidCheckpoint, validate_checkpoint
+from tunelab.config import RunConfig
+
+FORMATS = ("adapter", "merged", "gguf")
+DTYPES = ("float16", "bfloat16", "float32")
+DEFAULT_DTYPE = "float16"
+# Written into every export folder; a folder holding it may be replaced by a new export.
+MANIFEST = "tunelab-export.json"
+CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
+
+
+class ExportError(Exception):
+    """Base of every export failure; `field` names the option at fault, if any."""
+
+    field: str | None = None
+
+
+class ExportInputError(ExportError):
+    """An option that cannot be honoured for this run (CLI exit 2, HTTP 422)."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(message)
+
+
+class ExportRefused(ExportError):
+    """The run cannot be exported in its current state (CLI exit 1, HTTP 404/409)."""
+
+    def __init__(self, message: str, *, not_found: bool = False):
+        self.not_found = not_found
+        super().__init__(message)
+
+
+class ExportFailed(ExportError):
+    """The export itself went wrong (CLI exit 1, HTTP 500)."""
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    run_id: int
+    format: str
+    dtype: str | None          # None for an adapter, which is copied as trained
+    kind: str                  # adapter | full | mlx_adapter | mlx_full
+    source: Path               # the folder whose weights are exported
+    step: int | None           # the checkpoint's step when a stopped run is exported
+    base_model: str
+    trust_remote_code: bool
+    dest: Path
+
+
+def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | None, dtype: str | None) -> ExportPlan:
+    """The plan for exporting `run` (the store's record), or an ExportError saying why not."""
+    if fmt not in FORMATS:
+        raise ExportInputError("format", f"{fmt!r} is not an export format; use one of {', '.join(FORMATS)}")
+    if dtype is not None and dtype not in DTYPES:
+        raise ExportInputError("dtype", f"{dtype!r} is not a dtype tunelab exports; use one of {', '.join(DTYPES)}")
+    if fmt == "adapter" and dtype is not None:
+        raise ExportInputError("dtype", "an adapter is copied exactly as it was trained; leave dtype out, or export merged or gguf")
+    if run is None:
+        raise ExportRefused(f"there is no run {run_id}; list runs with `tunelab runs`", not_found=True)
+    source, step = _source_of(run)
+    config = run.get("config") or {}
+    kind = _kind_of(source, _backend_of(config))
+    _check_format_fits(run_id, fmt, kind, source, config)
+    return ExportPlan(
+        run_id=run_id,
+        format=fmt,
+        dtype=None if fmt == "adapter" else (dtype or DEFAULT_DTYPE),
+        kind=kind,
+        source=source,
+        step=step,
+        base_model=str(config.get("model_name") or run.get("model_name") or ""),
+        trust_remote_code=bool(config.get("trust_remote_code")),
+        dest=_destination(run, fmt, dest),
+    )
+
+
+def _source_of(run: dict[str, Any]) -> tuple[Path, int | None]:
+    """The folder to export from: a completed run's own folder, or a stopped run's checkpoint."""
+    run_id, status, output_dir = run["id"], run["status"], run.get("output_dir")
+    if status == "running":
+        raise ExportRefused(f"run {run_id} is still running; export it once it has completed (or after stopping it with save)")
+    if status == "error":
+        detail = f" ({run['error_message']})" if run.get("error_message") else ""
+        raise ExportRefused(f"run {run_id} ended in error{detail}, so it has no finished weights to export; if it can be "
+                            f"resumed (`tunelab resume {run_id}`), export the resumed run once it completes")
+    if status == "stopped":
+        if run.get("cancel_requested") or not output_dir:
+            raise ExportRefused(f"run {run_id} was cancelled, so nothing of it was kept to export")
+        checkpoint = _stopped_checkpoint(Path(output_dir), run.get("final_step"))
+        if checkpoint is None:
+            raise ExportRefused(f"run {run_id} was stopped but {output_dir} holds no valid checkpoint of it to export")
+        return checkpoint, int(CHECKPOINT_NAME.fullmatch(checkpoint.name).group(1))
+    if status != "completed":
+        raise ExportRefused(f"run {run_id} has status {status!r}; only completed runs and runs stopped with a checkpoint can be exported")
+    if not output_dir or not Path(output_dir).is_dir():
+        raise ExportRefused(f"run {run_id}'s output folder {output_dir or '(none)'} no longer exists")
+    return Path(output_dir), None
+
+
+def _stopped_checkpoint(output_dir: Path, final_step: int | None) -> Path | None:
+    """The checkpoint the stop saved: `checkpoint-<final step>`, else the newest valid one
+    not beyond it (a resumed run shares the folder and may have written later ones)."""
+    if not output_dir.is_dir():
+        return None
+    found = []
+    for entry in output_dir.iterdir():
+        named = CHECKPOINT_NAME.fullmatch(entry.name)
+        if named and entry.is_dir() and not entry.is_symlink():
+            found.append((int(named.group(1)), entry))
+    for step, folder in sorted(found, reverse=True):
+        if final_step is not None and step > final_step:
+            continue
+        try:
+            validate_checkpoint(folder)
+        except InvalidCheckpoint:
+            continue
+        return folder
+    return None
+
+
+def _backend_of(config: dict[str, Any]) -> str:
+    # `auto` is stored as given; it meant the same machine rule it means now.
+    return RunConfig.model_construct(backend=config.get("backend") or "auto").resolved_backend
+
+
+def _kind_of(folder: Path, backend: str) -> str:
+    for name, kind in WEIGHT_FILES:
+        if (folder / name).is_file() and not (folder / name).is_symlink():
+            if kind == "mlx":
+                return "mlx_adapter"
+            return "mlx_full" if backend == "mlx" and kind == "full" else kind
+    raise ExportRefused(f"{folder} holds no weights file to export (looked for {', '.join(n for n, _ in WEIGHT_FILES)})")
+
+
+def _check_format_fits(run_id: int, fmt: str, kind: str, source: Path, config: dict[str, Any]) -> None:
+    if kind == "mlx_full":
+        raise ExportInputError("format", f"run {run_id} trained every weight with the mlx backend; its folder {source} already is a "
+                                         "complete model in mlx-lm's layout (load it with mlx_lm.load), which tunelab does not convert")
+    if fmt == "adapter" and kind == "full":
+        raise ExportInputError("format", f"run {run_id} trained every weight (training_type={config.get('training_type') or 'full'}), "
+                                         "so it has no adapter; use format merged or gguf")
+    if fmt != "adapter" and kind == "mlx_adapter":
+        raise ExportInputError("format", f"run {run_id} trained with the mlx backend, whose adapter tunelab exports as is: use format adapter, "
+                                         f"then fuse it with `mlx_lm.fuse --model {config.get('model_name')} --adapter-path <export folder>`")
+
+
+def _destination(run: dict[str, Any], fmt: str, dest: str | None) -> Path:
+    if dest is not None and str(dest).strip():
+        folder = paths.resolve_export_dir(str(dest).strip(), "dest")
+    else:
+        run_folder = Path(run["output_dir"])
+        folder = run_folder / f"export-{fmt}"
+        if not paths.is_within(folder, paths.outputs_root()):
+            # The run's folder lies outside the root (allowed explicitly at training time);
+            # an export still writes only inside the root.
+            folder = paths.outputs_root() / f"run-{run['id']}-export-{fmt}"
+        folder = paths.resolve_export_dir(folder, "dest")
+    if folder.exists():
+        if not folder.is_dir():
+            raise ExportInputError("dest", f"{folder} is a file; choose a folder to export into")
+        if any(folder.iterdir()) and not (folder / MANIFEST).is_file():
+            raise ExportInputError("dest", f"{folder} already holds other files; choose a new folder or empty it "
+                                           "(a folder holding an earlier export is replaced)")
+    return folder

@@ -1,0 +1,69 @@
+"""`POST /api/runs/{run_id}/export`: export a finished run as an adapter, merged weights or GGUF.
+
+The route is thin: `tunelab.export` decides what may be exported and where, and does the
+heavy part in a child process (this server never imports torch). Exports write only
+inside the outputs root. One export runs at a time, since a merge holds a whole model in
+memory; a second request meanwhile gets 409.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Path, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from tunelab.export import ExportFailed, ExportInputError, ExportRefused, export_run
+from tunelab.server.errors import ApiError
+from tunelab.server.schemas import error_responses
+
+log = logging.getLogger("tunelab.server")
+router = APIRouter(prefix="/api/runs", tags=["history"], responses=error_responses(401))
+RunId = Annotated[int, Path(ge=1, le=2**62, description="The run (job) id.")]
+_one_export_at_a_time = threading.Lock()
+
+
+class ExportRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["adapter", "merged", "gguf"] = Field(
+        "adapter", description="adapter: copy the LoRA adapter; merged: base + adapter folded into one model; gguf: one llama.cpp file.")
+    dest: str | None = Field(None, min_length=1, max_length=4096,
+                             description="Folder inside the outputs root (relative paths start there). Default: <run folder>/export-<format>.")
+    dtype: Literal["float16", "bfloat16", "float32"] | None = Field(
+        None, description="Weight type of merged and gguf exports (default float16); an adapter is copied as trained.")
+
+
+class ExportAnswer(BaseModel):
+    run_id: int
+    format: str
+    dtype: str | None
+    kind: str = Field(description="What the run trained: adapter, full, mlx_adapter or mlx_full.")
+    source: str = Field(description="The folder the weights came from (the run folder, or a stopped run's checkpoint).")
+    step: int | None = Field(description="The checkpoint's step when a stopped run was exported, else null.")
+    dest: str
+    files: list[str]
+
+
+@router.post("/{run_id}/export", response_model=ExportAnswer, responses=error_responses(404, 409, 422, 500))
+def export(request: Request, run_id: RunId, body: ExportRequest | None = None) -> ExportAnswer:
+    """Export a completed run (or a stopped run's checkpoint). Blocks until the export is
+    written; merging a large model can take minutes."""
+    body = body or ExportRequest()
+    if not _one_export_at_a_time.acquire(blocking=False):
+        raise ApiError(409, "export_running", "another export is being written; try again when it has finished")
+    try:
+        result = export_run(request.app.state.store, run_id, body.format, dest=body.dest, dtype=body.dtype)
+    except ExportInputError as exc:
+        raise ApiError(422, "invalid_input", str(exc), field=exc.field) from None
+    except ExportRefused as exc:
+        if exc.not_found:
+            raise ApiError(404, "run_not_found", f"there is no run {run_id}; list runs with GET /api/runs") from None
+        raise ApiError(409, "not_exportable", str(exc)) from None
+    except ExportFailed as exc:
+        log.error("export of run %s failed: %s", run_id, exc)
+        raise ApiError(500, "export_failed", str(exc)) from None
+    finally:
+        _one_export_at_a_time.release()
+    return ExportAnswer(**result.describe())
