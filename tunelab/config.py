@@ -120,7 +120,7 @@ class RunConfig(BaseModel):
     save_steps: int = Field(0, ge=0, description="0 = save only at the end.")
     save_total_limit: int | None = Field(None, ge=1)
     logging_steps: int = Field(1, ge=1)
-    precision: Precision = Field("auto", description="auto picks fp32 on CPU, bf16 on capable GPUs.")
+    precision: Precision = Field("auto", description="auto picks bf16 on capable GPUs; on a CPU fp32, or bf16 autocast where the CPU has native bf16 and the model is at least 256 wide.")
 
     # --- tracking
     report_to: ReportTo = "none"

@@ -30,6 +30,8 @@ PROGRESS_NUMBERS = (
     "num_tokens", "elapsed_seconds", "eta_seconds", "peak_memory_gb",
 )
 PROGRESS_FIELDS = ("step",) + PROGRESS_NUMBERS
+# The largest count the run database can hold (a signed 64-bit integer).
+MAX_COUNT = 2**63 - 1
 
 
 class MalformedEvent(ValueError):
@@ -88,14 +90,14 @@ def parse(raw: Any) -> dict[str, Any]:
     event["ts"] = finite_or_none(raw.get("ts")) or time.time()
     if kind == PROGRESS:
         step = raw.get("step")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_COUNT:
             raise MalformedEvent(f"progress event has bad step {step!r}")
         for key in PROGRESS_NUMBERS:
             event[key] = finite_or_none(raw.get(key))
-        if event["total_steps"] is not None:
-            event["total_steps"] = int(event["total_steps"])
-        if event["num_tokens"] is not None:
-            event["num_tokens"] = int(event["num_tokens"])
+        for key in ("total_steps", "num_tokens"):
+            if event[key] is not None:
+                # A count no store can hold is as unknown as a NaN (and must not poison a write).
+                event[key] = int(event[key]) if abs(event[key]) <= MAX_COUNT else None
     elif kind in (STATUS, STALL):
         if not isinstance(raw.get("message"), str):
             raise MalformedEvent(f"{kind} event without a text message")

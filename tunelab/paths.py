@@ -78,9 +78,21 @@ def is_within(path: str | Path, root: str | Path) -> bool:
     return real == real_root or real_root in real.parents
 
 
+def check_usable(value: str, field: str) -> None:
+    """A path the operating system can look up at all: no NUL byte, and characters this
+    system can store in a file name (a JSON string may carry lone surrogates)."""
+    if "\x00" in value:
+        raise PathNotAllowed(field, f"{value!r} contains a NUL character, which no file path can; give a plain path")
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError:
+        raise PathNotAllowed(field, f"{value!r} has characters no file name on this system can hold; give a plain path") from None
+
+
 def check_readable(value: str, field: str, roots: list[Path] | None = None) -> Path:
     """A data or checkpoint path the server may read: inside one of the roots after
     resolving `..` and symlinks. Relative paths are taken from the datasets root."""
+    check_usable(value, field)
     roots = roots if roots is not None else data_roots()
     path = Path(value).expanduser()
     if not path.is_absolute():
@@ -89,6 +101,17 @@ def check_readable(value: str, field: str, roots: list[Path] | None = None) -> P
         allowed = ", ".join(str(r) for r in roots)
         raise PathNotAllowed(field, f"{value!r} is outside the folders tunelab may read ({allowed}); copy the file into {datasets_root()} or add its folder to TUNELAB_DATA_ROOTS")
     return Path(os.path.realpath(path))
+
+
+def check_model_source(name: str, field: str = "model_name") -> str:
+    """A model as a user named it: a hub id (`org/name`) passes unchanged; a local folder
+    — absolute, starting like a path, or existing relative to the working folder, where
+    the worker would find it — must be readable (`check_readable`) and comes back
+    absolute with symlinks resolved, so the worker loads exactly what was checked."""
+    check_usable(name, field)
+    if not (name.startswith(("/", "~", ".")) or Path(name).expanduser().exists()):
+        return name
+    return str(check_readable(str(Path(name).expanduser().absolute()), field))
 
 
 def slug(text: str) -> str:
@@ -111,11 +134,25 @@ def resolve_output_dir(value: str | None, label: str, allow_outside: bool) -> Pa
     allowed otherwise) or a new folder under the root."""
     if not value:
         return new_output_dir(label)
+    check_usable(value, "output_dir")
     path = Path(value).expanduser()
     if not path.is_absolute():
         path = outputs_root() / path
     if not allow_outside and not is_within(path, outputs_root()):
         raise PathNotAllowed("output_dir", f"{value!r} is outside the outputs root {outputs_root()}; use a folder inside it or set allow_output_outside_root=true")
+    return Path(os.path.realpath(path))
+
+
+def resolve_export_dir(value: str | Path, field: str = "dest") -> Path:
+    """Where an export may write: a folder inside the outputs root (relative paths are
+    taken from the root), never the root itself, with symlinks resolved."""
+    check_usable(str(value), field)
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = outputs_root() / path
+    root = outputs_root()
+    if not is_within(path, root) or Path(os.path.realpath(path)) == Path(os.path.realpath(root)):
+        raise PathNotAllowed(field, f"{str(value)!r} is not a folder inside the outputs root {root}; export into a new folder inside it, or leave {field} out to use <run folder>/export-<format>")
     return Path(os.path.realpath(path))
 
 

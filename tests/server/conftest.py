@@ -55,7 +55,8 @@ class LiveServer:
                 self.process.wait()
 
 
-def _launch(home: Path, token: str | None, data_roots: list[Path], extra_env: dict[str, str] | None = None) -> LiveServer:
+def _launch(home: Path, token: str | None, data_roots: list[Path], extra_env: dict[str, str] | None = None,
+            log_level: str = "warning") -> LiveServer:
     env = {k: v for k, v in os.environ.items() if k != "TUNELAB_TOKEN"}
     env.update(TUNELAB_HOME=str(home), TUNELAB_DATA_ROOTS=os.pathsep.join(map(str, data_roots)),
                TUNELAB_SSE_HEARTBEAT_S=HEARTBEAT_S, PYTHONUNBUFFERED="1")
@@ -63,7 +64,7 @@ def _launch(home: Path, token: str | None, data_roots: list[Path], extra_env: di
         env["TUNELAB_TOKEN"] = token
     env.update(extra_env or {})
     process = subprocess.Popen(
-        [sys.executable, "-m", "tunelab.server", "--host", "127.0.0.1", "--port", "0", "--log-level", "warning"],
+        [sys.executable, "-m", "tunelab.server", "--host", "127.0.0.1", "--port", "0", "--log-level", log_level],
         env=env, stdout=subprocess.PIPE, stderr=(home / "server-stderr.log").open("a"), text=True,
     )
     # The first line names the port the server picked (it binds before printing).
@@ -90,10 +91,11 @@ def start_server(tmp_path: Path, demo_assets) -> Iterator[Callable[..., LiveServ
     """Launch servers (stopped at the end of the test); default home is tmp_path/home."""
     started: list[LiveServer] = []
 
-    def start(home: Path | None = None, token: str | None = TOKEN, extra_env: dict[str, str] | None = None) -> LiveServer:
+    def start(home: Path | None = None, token: str | None = TOKEN, extra_env: dict[str, str] | None = None,
+              log_level: str = "warning") -> LiveServer:
         home = home or tmp_path / "home"
         home.mkdir(parents=True, exist_ok=True)
-        server = _launch(home, token, [demo_assets.root], extra_env)
+        server = _launch(home, token, [demo_assets.root], extra_env, log_level)
         started.append(server)
         return server
 

@@ -16,14 +16,15 @@ import multiprocessing
 import threading
 import weakref
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from tunelab import hardware, paths
 from tunelab.config import ConfigError, RunConfig, check_machine, parse_config
 from tunelab.orchestrator.child import DEFAULT_WORKER, target_name
 from tunelab.orchestrator.errors import NoActiveRun, NotResumable, PersistError, RunActive, RunMismatch
 from tunelab.orchestrator.finalize import with_retries
-from tunelab.orchestrator.gpus import gpu_env
+from tunelab.orchestrator.gpus import auto_gpu_env, gpu_env
+from tunelab.orchestrator.prewarm import WarmWorkers, prewarm_wanted
 from tunelab.orchestrator.resume import check_resumable, resolve_resume_from
 from tunelab.orchestrator.run import ActiveRun
 from tunelab.orchestrator.state import HISTORY_KEYS, ProgressState
@@ -37,7 +38,11 @@ CANCEL_PERSIST_ATTEMPTS = 3
 
 class Orchestrator:
     def __init__(self, store: Store, *, worker_target: str | Callable[..., Any] = DEFAULT_WORKER,
-                 before_spawn: Callable[[], Any] | None = None, mp_context: str = "spawn"):
+                 before_spawn: Callable[[], Any] | None = None, mp_context: str = "spawn",
+                 prewarm: bool | Sequence[str] | None = None):
+        """`prewarm`: keep one worker with its heavy imports done, waiting for the next run
+        (see prewarm.py). True preloads the default backend's libraries, a list of module
+        names preloads those, None follows TUNELAB_PREWARM (off when unset)."""
         if mp_context == "fork":
             raise ValueError("mp_context='fork' is not allowed: each run needs fresh CUDA state and fresh imports; use 'spawn'")
         self.store = store
@@ -54,6 +59,11 @@ class Orchestrator:
         self._subscribers: list[Callable[[dict[str, Any]], None]] = []
         self._atexit = _shutdown_at_exit(weakref.ref(self))
         atexit.register(self._atexit)
+        self._warm: WarmWorkers | None = None
+        if prewarm_wanted(False) if prewarm is None else prewarm:
+            modules = None if prewarm is None or prewarm is True else list(prewarm)
+            self._warm = WarmWorkers(self._mp, auto_gpu_env, modules)
+            self._warm.refill()
 
     # --- starting -----------------------------------------------------------------------
     def start(self, config: RunConfig | dict[str, Any], *, resume_run_id: int | None = None,
@@ -108,7 +118,7 @@ class Orchestrator:
         except DuplicateStartRequest as exc:  # another process took this request id first
             return exc.run_id
         run = ActiveRun(run_id=run_id, cfg=cfg, payload=payload, env=env, target=self._target, mp_context=self._mp,
-                        store=self.store, output_dir=output_dir, notify=self._notify)
+                        store=self.store, output_dir=output_dir, notify=self._notify, warm=self._warm)
         with self._lock:
             self._run = run
         if resume_run_id is not None:
@@ -193,6 +203,8 @@ class Orchestrator:
             self._closed = True
             run = self._run
         atexit.unregister(self._atexit)
+        if self._warm is not None:
+            self._warm.close()
         if run is not None and not run.finalized:
             run.force_end("shutdown", failure="tunelab shut down during training")
         self.wait_idle(10)
@@ -202,6 +214,12 @@ class Orchestrator:
         with self._lock:
             run, spawning = self._run, self._spawning
         return spawning or (run is not None and (not run.finalized or run.worker_alive()))
+
+    def prewarm_status(self) -> dict[str, Any]:
+        """{"enabled", "pid", "ready"}: the worker waiting for the next run, if any."""
+        if self._warm is None:
+            return {"enabled": False, "pid": None, "ready": False}
+        return {"enabled": True, **self._warm.status()}
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:

@@ -28,9 +28,22 @@ def choose_gpus(cfg: RunConfig, gpus: list[hardware.Gpu]) -> list[hardware.Gpu]:
 def gpu_env(cfg: RunConfig) -> dict[str, str]:
     """The environment variables that pin the child to its chosen GPUs."""
     chosen = choose_gpus(cfg, hardware.list_gpus())
+    if chosen:
+        log.info("run uses GPU %s", ", ".join(f"{g.index} ({g.name}, {g.free_mb} MiB free)" for g in chosen))
+    return _pinning(chosen)
+
+
+def auto_gpu_env() -> dict[str, str]:
+    """The environment a run without `gpu_ids` on the default backend would get now
+    (what a prewarmed worker is started with)."""
+    gpus = hardware.list_gpus()
+    cfg = RunConfig.model_construct(backend="auto", gpu_ids=None)
+    return _pinning(choose_gpus(cfg, gpus))
+
+
+def _pinning(chosen: list[hardware.Gpu]) -> dict[str, str]:
     if not chosen:
         return {}
-    log.info("run uses GPU %s", ", ".join(f"{g.index} ({g.name}, {g.free_mb} MiB free)" for g in chosen))
     # Physical ids: the child must not depend on the parent's own CUDA_VISIBLE_DEVICES.
     return {"CUDA_VISIBLE_DEVICES": ",".join(str(g.physical_index) for g in chosen),
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}

@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
-from typing import TYPE_CHECKING
+from multiprocessing.reduction import ForkingPickler
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tunelab.orchestrator.run import ActiveRun
@@ -23,6 +23,29 @@ log = logging.getLogger("tunelab.orchestrator")
 
 POLL_S = 0.2
 DRAIN_POLL_S = 0.05
+
+
+class UnreadableEvent(Exception):
+    """A message that arrived whole but whose bytes do not unpickle."""
+
+
+def read_event(events: Any, timeout: float) -> Any:
+    """The next message on a worker's event queue.
+
+    `multiprocessing.Queue.get` raises EOFError both when the pipe is closed and when a
+    message's bytes unpickle to "ran out of input", so one garbage message could pass for
+    the end of the stream and cut off everything after it. Reading the frame and
+    unpickling it as two steps tells them apart: EOFError/OSError here always mean the
+    pipe, UnreadableEvent a bad message. Raises queue.Empty after `timeout` seconds."""
+    with events._rlock:
+        if not events._reader.poll(timeout):  # also true at end of file: recv_bytes then says so
+            raise queue.Empty
+        data = events._reader.recv_bytes()
+        events._sem.release()  # as Queue.get does: one slot back for the writer
+    try:
+        return ForkingPickler.loads(data)
+    except Exception as exc:
+        raise UnreadableEvent(f"{type(exc).__name__}: {exc}") from exc
 
 
 def start_pump(run: "ActiveRun") -> threading.Thread:
@@ -36,7 +59,7 @@ def pump_events(run: "ActiveRun") -> None:
     while not run.finalized:
         worker = run.worker
         try:
-            raw = worker.events.get(timeout=POLL_S)
+            raw = read_event(worker.events, POLL_S)
         except queue.Empty:
             if not worker.alive() and worker is run.worker:
                 _drain_and_finish(run, worker)
@@ -47,12 +70,14 @@ def pump_events(run: "ActiveRun") -> None:
                 queue_errors += 1
                 if queue_errors == 1 and not isinstance(exc, EOFError):
                     log.warning("run %s: event queue read failed (%s); retrying while the worker lives", run.run_id, exc)
-                time.sleep(POLL_S)
+                # Not a plain sleep: a worker that just closed its queue exits within
+                # moments, and finalizing should not wait out the whole poll interval.
+                worker.process.join(POLL_S)
                 continue
             _drain_and_finish(run, worker)
             continue
-        except Exception as exc:  # the bytes arrived whole but would not unpickle
-            run.count_malformed(f"unreadable event ({type(exc).__name__}: {exc})")
+        except UnreadableEvent as exc:
+            run.count_malformed(f"unreadable event ({exc})")
             continue
         _apply_safely(run, raw)
 
@@ -69,11 +94,11 @@ def _drain_and_finish(run: "ActiveRun", worker) -> None:
     """The worker is gone: apply everything it managed to send, then finalize."""
     while not run.finalized:
         try:
-            raw = worker.events.get(timeout=DRAIN_POLL_S)
+            raw = read_event(worker.events, DRAIN_POLL_S)
         except (queue.Empty, EOFError, OSError):
             break
-        except Exception as exc:
-            run.count_malformed(f"unreadable event ({type(exc).__name__}: {exc})")
+        except UnreadableEvent as exc:
+            run.count_malformed(f"unreadable event ({exc})")
             continue
         _apply_safely(run, raw)
     if worker is run.worker:  # not replaced by a respawn while draining

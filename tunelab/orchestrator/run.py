@@ -25,6 +25,7 @@ from tunelab.orchestrator.child import WorkerHandle, end_process, spawn_worker
 from tunelab.orchestrator.cleanup import remove_partial_checkpoints
 from tunelab.orchestrator.finalize import FinalizeOnce, RunFacts, decide_outcome, with_retries
 from tunelab.orchestrator.progress_log import ProgressLog
+from tunelab.orchestrator.prewarm import WarmWorkers
 from tunelab.orchestrator.pump import start_pump
 from tunelab.orchestrator.state import FINAL_PHASES, STAGE_TO_PHASE, ProgressState
 from tunelab.orchestrator.watchdog import StopWatchdog
@@ -45,7 +46,7 @@ TEXT_FIELDS = ("message", "status_message", "error", "stack")
 class ActiveRun:
     def __init__(self, *, run_id: int, cfg: RunConfig, payload: dict[str, Any], env: dict[str, str],
                  target: str, mp_context: BaseContext, store: Store, output_dir: Path,
-                 notify: Callable[[dict[str, Any]], None]):
+                 notify: Callable[[dict[str, Any]], None], warm: WarmWorkers | None = None):
         self.run_id = run_id
         self.cfg = cfg
         self.started_at = time.time()
@@ -55,6 +56,7 @@ class ActiveRun:
         self._mp = mp_context
         self._store = store
         self._notify = notify
+        self._warm = warm
         self._secrets = cfg.secret_values()
         self.lock = threading.RLock()
         self.state = ProgressState()
@@ -83,8 +85,10 @@ class ActiveRun:
 
     def spawn(self, extra_env: dict[str, str] | None = None) -> None:
         env = {**self._env, **(extra_env or {})}
-        self.worker = spawn_worker(self._mp, self._target, self._payload, env, name=f"tunelab-worker-{self.run_id}")
-        log.info("run %s: worker pid %s started", self.run_id, self.worker.process.pid)
+        # A retry with extra environment (the stall path) must set it before any import: cold.
+        warm = self._warm.take(self._target, self._payload, env) if self._warm is not None and not extra_env else None
+        self.worker = warm or spawn_worker(self._mp, self._target, self._payload, env, name=f"tunelab-worker-{self.run_id}")
+        log.info("run %s: worker pid %s %s", self.run_id, self.worker.process.pid, "took the job (prewarmed)" if warm else "started")
 
     def worker_alive(self) -> bool:
         return self.worker is not None and self.worker.alive()
@@ -109,7 +113,9 @@ class ActiveRun:
             self.state.malformed_events += 1
             count = self.state.malformed_events
         if count <= MALFORMED_LOG_FIRST or count % 100 == 0:
-            log.warning("run %s: skipped malformed event #%d: %s", self.run_id, count, reason[:300])
+            # The reason quotes what the event carried, which may be a secret.
+            log.warning("run %s: skipped malformed event #%d: %s", self.run_id, count,
+                        redact(reason, self._secrets)[:300])
 
     def apply(self, raw: Any) -> None:
         try:
@@ -171,7 +177,7 @@ class ActiveRun:
         row = self.state.apply_progress(event)
         self.progress_events.append({**event, "run_id": self.run_id})
         if self.buffer.add(row):
-            self._store_quietly("store metrics", self.buffer.flush, self._store, self.run_id)
+            self.buffer.flush_in_background(self._store, self.run_id)
         total = event.get("total_steps")
         if total is not None and total != known_total:
             self._store_quietly("record total steps", self._store.set_total_steps, self.run_id, total)
@@ -253,6 +259,8 @@ class ActiveRun:
         did_it = self.finalizer.run(write)
         if did_it and self.worker is not None:
             self.worker.release()
+        if did_it and self._warm is not None:
+            self._warm.refill()  # now that this run no longer needs the cores
         if did_it and final_event:
             self._notify(final_event)
         return did_it

@@ -10,6 +10,7 @@ Nothing imported here (or by the routes) loads torch, transformers, datasets or 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import threading
@@ -26,7 +27,8 @@ from starlette.types import Scope
 from tunelab import paths
 from tunelab.checkpoints import latest_valid_checkpoint
 from tunelab.orchestrator import Orchestrator
-from tunelab.server import routes_datasets, routes_runs, routes_train
+from tunelab.orchestrator.prewarm import prewarm_wanted
+from tunelab.server import routes_datasets, routes_export, routes_runs, routes_train
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.schemas import Health
@@ -37,6 +39,9 @@ STATIC_DIR = Path(__file__).parent / "static"
 DOCS_ASSETS_DIR = Path(__file__).parent / "docs_assets"
 HEARTBEAT_ENV = "TUNELAB_SSE_HEARTBEAT_S"
 DEFAULT_HEARTBEAT_S = 10.0
+# For tests and benchmarks only: run a scripted fake worker ("module:function") instead of
+# the real trainer, so faults (hangs, garbage events) can be caused through a live server.
+WORKER_TARGET_ENV = "TUNELAB_WORKER_TARGET"
 # Libraries that belong in worker processes only; health?detail=1 reports any that leaked in.
 HEAVY_MODULES = ("torch", "transformers", "peft", "trl", "datasets", "accelerate", "bitsandbytes", "mlx", "mlx_lm")
 # Dataset previews run in child processes of a few hundred MB each; two at a time is plenty.
@@ -75,10 +80,13 @@ def create_app(
     token: str | None = None,
     heartbeat_seconds: float | None = None,
     static_dir: Path | None = STATIC_DIR,
+    prewarm: bool = False,
 ) -> FastAPI:
     """The app. Without arguments it uses the tunelab home (TUNELAB_HOME) and owns its
     store and orchestrator; pass your own to share them (you then shut them down).
-    `home` sets TUNELAB_HOME for this process, and so for the workers it spawns."""
+    `home` sets TUNELAB_HOME for this process, and so for the workers it spawns.
+    `prewarm` keeps a worker with its imports done for the next run (an owned
+    orchestrator only; TUNELAB_PREWARM=0/1 overrides it)."""
     if home is not None:
         os.environ["TUNELAB_HOME"] = str(home)
     owns_store = store is None
@@ -87,7 +95,7 @@ def create_app(
     if owns_orchestrator:
         # Rows left `running` by a previous server life are ours to close, before any new run.
         store.close_orphans(latest_valid_checkpoint)
-        orchestrator = Orchestrator(store)
+        orchestrator = Orchestrator(store, prewarm=prewarm_wanted(prewarm), **_worker_target_override())
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -119,12 +127,22 @@ def create_app(
     app.include_router(routes_train.router)
     app.include_router(routes_runs.router)
     app.include_router(routes_datasets.router)
+    app.include_router(routes_export.router)
     _offline_docs(app)
     if static_dir is not None and static_dir.is_dir():
         app.router.routes.append(PageMount("/", app=StaticFiles(directory=static_dir, html=True), name="page"))
     app.add_middleware(TokenGate, token=app.state.token)
     _document_bearer_auth(app)
     return app
+
+
+def _worker_target_override() -> dict[str, str]:
+    target = os.environ.get(WORKER_TARGET_ENV, "").strip()
+    if not target:
+        return {}
+    logging.getLogger("tunelab.server").warning("%s=%s: runs use this worker instead of the trainer",
+                                                WORKER_TARGET_ENV, target)
+    return {"worker_target": target}
 
 
 def _health(request: Request, detail: Annotated[bool, Query(description="Add process facts (needs the token).")] = False) -> Health:

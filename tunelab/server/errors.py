@@ -95,6 +95,19 @@ def _strip_request_part(errors: list[FieldError]) -> list[FieldError]:
     return out
 
 
+def _allowed_methods(request: Request) -> str:
+    """Every method some route takes on this path. Starlette's own 405 names only the
+    methods of the first route whose path matched, and a path such as /api/runs/{id}
+    has one route per method."""
+    path = request.url.path
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        pattern = getattr(route, "path_regex", None)
+        if pattern is not None and getattr(route, "methods", None) and pattern.match(path):
+            methods |= route.methods
+    return ", ".join(sorted(methods))
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Route every failure, expected or not, through the one error shape."""
 
@@ -105,13 +118,19 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         code = HTTP_CODES.get(exc.status_code, f"http_{exc.status_code}")
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 400 and isinstance(exc.__cause__, UnicodeDecodeError):
+            # FastAPI answers a body that is not even text with a bare 400; it is bad JSON like any other.
+            not_text = FieldError(field="body", message="is not valid UTF-8 JSON; send one JSON object")
+            return field_errors_response([not_text])
         if exc.status_code == 404:
             message = f"nothing at {request.method} {request.url.path}; see /docs for the API"
         elif exc.status_code == 405:
             message = f"{request.method} is not allowed on {request.url.path}; see /docs for the methods it takes"
+            headers = {**(headers or {}), "Allow": _allowed_methods(request)}
         else:
             message = str(exc.detail)
-        return error_response(exc.status_code, code, message, headers=getattr(exc, "headers", None))
+        return error_response(exc.status_code, code, message, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:

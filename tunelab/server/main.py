@@ -91,7 +91,8 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str 
         raise SystemExit(2) from None
     port = sock.getsockname()[1]
     token, origin = token_and_origin()
-    app = create_app(token=token)
+    # A served lab starts runs again and again: keep a worker warm for the next one.
+    app = create_app(token=token, prewarm=True)
     url = page_url(host, port)
     print(f"tunelab serving on {url}", flush=True)
     if origin == "created":

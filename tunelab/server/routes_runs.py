@@ -124,7 +124,7 @@ def _check_deletable(store: Any, run_id: int, folder: str) -> None:
         )
 
 
-@router.post("/{run_id}/resume", response_model=JobAnswer, responses=error_responses(404, 409, 422, 503))
+@router.post("/{run_id}/resume", response_model=JobAnswer, responses=error_responses(400, 404, 409, 422, 503))
 def resume_run(request: Request, run_id: RunId) -> JobAnswer:
     """Continue a run that ended in error or was stopped early, from its latest valid
     checkpoint; the step count carries on. A run can be resumed once."""

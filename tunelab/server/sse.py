@@ -125,9 +125,8 @@ class ProgressStream:
             yield final_event(final_from_snapshot(snapshot))
             return
         while not self.overflowed:
-            try:
-                event = await asyncio.wait_for(self.queue.get(), timeout=self.heartbeat_seconds)
-            except TimeoutError:
+            event = await self._next_event()
+            if event is None:
                 yield ServerSentEvent(_encode({"ts": time.time()}), event="heartbeat")
                 continue
             if run_id is None:
@@ -145,3 +144,14 @@ class ProgressStream:
                 yield ServerSentEvent(_encode(event), event=kind)
         log.warning("progress stream dropped a client that fell %d events behind; it can reconnect with Last-Event-ID",
                     self.queue.maxsize)
+
+    async def _next_event(self) -> dict[str, Any] | None:
+        """The next queued event, or None after `heartbeat_seconds` without one. A queued
+        event is taken directly: `wait_for` costs a task per call, which under a flood of
+        steps was a third of the stream's time."""
+        if not self.queue.empty():
+            return self.queue.get_nowait()
+        try:
+            return await asyncio.wait_for(self.queue.get(), timeout=self.heartbeat_seconds)
+        except TimeoutError:
+            return None

@@ -22,6 +22,7 @@ from typing import Any
 
 from tunelab import events as ev
 from tunelab.worker.context import RunSettingError, StopRequested, WorkerContext
+from tunelab.worker.output_checks import explain_output_failure
 
 PARENT_POLL_SECONDS = 1.0
 BACKENDS = {"torch": "tunelab.worker.torch_backend", "mlx": "tunelab.worker.mlx"}
@@ -61,7 +62,8 @@ def run_worker(config: dict[str, Any], events: Any, stops: Any) -> None:
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent as an event
         if not ctx.finished:  # after `complete` the parent has its answer; a late failure changes nothing
             secrets = _secrets(config)
-            ctx.emit(ev.error(_scrub(_describe(exc), secrets), _scrub(traceback.format_exc(), secrets)))
+            message = explain_output_failure(config.get("output_dir"), exc) or _describe(exc)
+            ctx.emit(ev.error(_scrub(message, secrets), _scrub(traceback.format_exc(), secrets)))
     finally:
         _flush_and_exit(events)
 

@@ -40,6 +40,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     with _stall_watch(config, ctx):
         tokenizer = model_setup.load_tokenizer(config)
         model = model_setup.load_model(config, device)
+    device = model_setup.settle_cpu_precision(config, device, model)
     ctx.emit(events.make(events.MODEL_LOAD_COMPLETED))
 
     ctx.stage("loading_dataset", "Loading the dataset")

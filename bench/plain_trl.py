@@ -1,0 +1,79 @@
+"""A plain TRL + PEFT fine-tuning script — what one would write without tunelab.
+
+It is the yardstick for tunelab's worker: same model, data and settings, nothing of
+tunelab imported. Run as `python bench/plain_trl.py '<json settings>'`; it prints one
+`BENCH {json}` line per logged step ({"event": "step", "step", "ts", "loss", "num_tokens"}), one
+with the precision settings in force ({"event": "args", ...}) and {"event": "done"}.
+
+`trl_defaults: true` leaves precision and gradient checkpointing at TRL's defaults
+(bf16 + checkpointing); otherwise it trains in fp32 without checkpointing, like
+tunelab's CPU defaults. `cuda: true` trains on the first GPU (with `dtype` for the
+frozen base weights, e.g. "bfloat16"); otherwise it runs on the CPU.
+"""
+
+import json
+import sys
+import time
+
+from datasets import load_dataset
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
+from trl import SFTConfig, SFTTrainer
+
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class PrintSteps(TrainerCallback):
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            print("BENCH " + json.dumps({"event": "step", "step": state.global_step, "ts": time.time(), "loss": logs["loss"],
+                              "num_tokens": state.num_input_tokens_seen}), flush=True)
+
+
+def main(settings: dict) -> None:
+    tokenizer = AutoTokenizer.from_pretrained(settings["model"])
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "right"
+    model = AutoModelForCausalLM.from_pretrained(settings["model"], dtype=settings.get("dtype", "float32"),
+                                                 device_map={"": 0} if settings.get("cuda") else None)
+    model.config.use_cache = False
+    dataset = load_dataset("json", data_files=settings["data"], split="train")
+
+    seed = settings.get("seed", 3407)
+    set_seed(seed)  # LoRA's initial weights come from the global generator
+    model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=settings.get("lora_r", 16),
+                                             lora_alpha=settings.get("lora_alpha", 16), lora_dropout=0.0,
+                                             target_modules=TARGETS, bias="none"))
+    precision = {} if settings.get("trl_defaults") else {"bf16": False, "activation_checkpointing": False}
+    args = SFTConfig(
+        output_dir=settings["output_dir"],
+        max_steps=settings["max_steps"],
+        per_device_train_batch_size=settings.get("batch_size", 4),
+        gradient_accumulation_steps=settings.get("gradient_accumulation_steps", 1),
+        learning_rate=settings.get("learning_rate", 2e-4),
+        weight_decay=settings.get("weight_decay", 0.001),
+        warmup_steps=settings.get("warmup_steps", 0),
+        max_length=settings.get("max_length", 1024),
+        packing=settings.get("packing", False),
+        seed=seed,
+        logging_steps=1,
+        logging_nan_inf_filter=False,
+        include_num_input_tokens_seen="non_padding",
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+        use_cpu=not settings.get("cuda"),
+        **precision,
+    )
+    print("BENCH " + json.dumps({"event": "args", "bf16": args.bf16, "gradient_checkpointing": args.activation_checkpointing}),
+          flush=True)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
+                         callbacks=[PrintSteps()])
+    trainer.train()
+    print("BENCH " + json.dumps({"event": "done"}), flush=True)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

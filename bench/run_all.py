@@ -1,0 +1,96 @@
+"""Run every benchmark, print each ratio against its target, and write the results.
+
+    python bench/run_all.py            # all targets (under 20 minutes on 2 CPU cores)
+    python bench/run_all.py --quick    # fewer steps and repetitions (under 5 minutes)
+    python bench/run_all.py --json results.json --only overhead,packing
+
+Each benchmark runs in a fresh interpreter (`python bench/<name>.py --json ...`), so one
+cannot disturb the next; a benchmark that crashes is reported as not met, with its error.
+A full run writes docs/PERFORMANCE.md (a quick one only with --doc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from report import write
+from results import Result
+from sidebyside import Spread
+
+BENCH = Path(__file__).resolve().parent
+DOC = BENCH.parent / "docs" / "PERFORMANCE.md"
+BENCHMARKS = ("overhead", "defaults", "packing", "first_step", "event_path", "logging_cost", "stop_latency",
+              "footprint")
+BENCHMARK_TIMEOUT_S = 900
+
+
+def run_one(name: str, quick: bool) -> list[Result]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "results.json"
+        argv = [sys.executable, str(BENCH / f"{name}.py"), "--json", str(out)] + (["--quick"] if quick else [])
+        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        timer = threading.Timer(BENCHMARK_TIMEOUT_S, process.kill)
+        timer.start()
+        output = []
+        for line in process.stdout:
+            output.append(line.rstrip("\n"))
+            if line.startswith("    ") and " #" in line:
+                print(line, end="", flush=True)  # live progress of the arms
+        timer.cancel()
+        if process.wait() == 0 and out.exists():
+            return [Result.from_json(item) for item in json.loads(out.read_text())]
+        tail = "\n".join(line for line in output if "kernels" not in line)[-1500:]
+        print(tail)
+        nan = Spread(math.nan, math.nan, math.nan, ())
+        return [Result(key=name, title=name, measures="(the benchmark failed)", ratio=nan, target=math.nan,
+                       higher_is_better=True, command=f"python bench/{name}.py",
+                       obstacle=f"the benchmark failed: {tail[-600:]}")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Run tunelab's benchmarks.")
+    parser.add_argument("--quick", action="store_true", help="a shorter version (under 5 minutes)")
+    parser.add_argument("--json", help="write [{name, ratio, target, met, ...}] to this file")
+    parser.add_argument("--only", help=f"comma-separated subset of {','.join(BENCHMARKS)}")
+    parser.add_argument("--doc", help=f"write the report here (default for a full run: {DOC})")
+    args = parser.parse_args()
+    chosen = args.only.split(",") if args.only else list(BENCHMARKS)
+    unknown = sorted(set(chosen) - set(BENCHMARKS))
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; choose from {', '.join(BENCHMARKS)}")
+
+    started, load_before = time.monotonic(), os.getloadavg()
+    results: list[Result] = []
+    for name in chosen:
+        print(f"== {name}", flush=True)
+        batch = run_one(name, args.quick)
+        for result in batch:
+            print(result.line(), flush=True)
+        results.extend(batch)
+    seconds = time.monotonic() - started
+    shutil.rmtree(BENCH / "out" / "runs", ignore_errors=True)  # the runs' checkpoints
+
+    print(f"\n{sum(r.met for r in results)} of {len(results)} targets met in {seconds / 60:.1f} min")
+    for result in results:
+        print(result.line())
+    if args.json:
+        Path(args.json).write_text(json.dumps([r.as_json() for r in results], indent=1))
+    doc = Path(args.doc) if args.doc else (DOC if not args.quick and not args.only else None)
+    if doc is not None:
+        command = "python bench/run_all.py" + (" --quick" if args.quick else "")
+        write(doc, results, command=command, seconds=seconds, load_before=load_before, load_after=os.getloadavg())
+        print(f"wrote {doc}")
+
+
+if __name__ == "__main__":
+    main()

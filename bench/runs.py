@@ -1,0 +1,130 @@
+"""Running one training job for a benchmark and recording its steps.
+
+`tunelab_run` starts the real tunelab worker (`tunelab.worker.entry:run_worker`) the way
+the orchestrator does — a fresh `spawn` child through `tunelab.orchestrator.child` — and
+reads its events; `plain_run` starts `plain_trl.py` in a fresh interpreter and reads its
+`BENCH {json}` `BENCH {json}` lines. Both give a `StepLog`: per step the worker's own clock, loss and tokens seen, so
+throughput is measured inside each process over the same steady-state window.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tunelab.config import parse_config
+from tunelab.orchestrator.child import DEFAULT_WORKER, end_process, spawn_worker
+
+BENCH = Path(__file__).resolve().parent
+RUN_TIMEOUT_S = 600
+LINE_PREFIX = "BENCH "
+# Share of the slowest steps left out of a throughput figure (see StepLog.tokens_per_s).
+TRIM = 0.1
+
+
+@dataclass
+class StepLog:
+    launched: float  # time.time() just before the process was started
+    steps: list[int] = field(default_factory=list)
+    ts: list[float] = field(default_factory=list)
+    losses: list[float | None] = field(default_factory=list)
+    tokens: list[int | None] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, step: int, ts: float, loss: Any, tokens: Any) -> None:
+        self.steps.append(step)
+        self.ts.append(ts)
+        self.losses.append(loss)
+        self.tokens.append(tokens)
+
+    def tokens_per_s(self, skip: int, trim: float = TRIM) -> float:
+        """Tokens per second over the steps after step `skip`, leaving out the slowest
+        `trim` share of steps: on a shared machine those are the steps another process
+        interrupted. A cost of the trainer's own is paid on every step and stays in."""
+        i = self.steps.index(skip)
+        per_step = [(self.ts[j + 1] - self.ts[j], self.tokens[j + 1] - self.tokens[j]) for j in range(i, len(self.ts) - 1)]
+        kept = sorted(per_step)[: max(1, round(len(per_step) * (1 - trim)))]
+        return sum(tokens for _, tokens in kept) / sum(seconds for seconds, _ in kept)
+
+    def step_seconds(self, skip: int) -> list[float]:
+        i = self.steps.index(skip)
+        return [b - a for a, b in zip(self.ts[i:], self.ts[i + 1:])]
+
+    @property
+    def first_step_after_launch(self) -> float:
+        return self.ts[0] - self.launched
+
+
+def scratch_dir(prefix: str) -> str:
+    (BENCH / "out" / "runs").mkdir(parents=True, exist_ok=True)
+    return tempfile.mkdtemp(prefix=prefix, dir=BENCH / "out" / "runs")
+
+
+def tunelab_run(settings: dict[str, Any]) -> StepLog:
+    """One run of the real worker in a spawn child; `settings` are RunConfig fields."""
+    cfg = parse_config(settings)
+    payload = {**cfg.worker_payload(), "output_dir": scratch_dir("tunelab-"), "resume_from": None}
+    log = StepLog(launched=time.time())
+    worker = spawn_worker(multiprocessing.get_context("spawn"), DEFAULT_WORKER, payload, {}, name="bench-worker")
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    try:
+        while time.monotonic() < deadline:
+            try:
+                event = worker.events.get(timeout=1.0)
+            except queue.Empty:
+                if not worker.alive():
+                    raise RuntimeError("the tunelab worker died without a final event")
+                continue
+            if event["type"] == "progress" and event.get("loss") is not None:
+                log.add(event["step"], event["ts"], event["loss"], event["num_tokens"])
+            elif event["type"] == "status":
+                log.facts.setdefault("statuses", []).append(event["message"])
+            elif event["type"] == "error":
+                raise RuntimeError(f"tunelab run failed: {event['error']}")
+            elif event["type"] == "complete":
+                log.facts["output_dir"] = event["output_dir"]
+                return log
+        raise RuntimeError("the tunelab run did not finish in time")
+    finally:
+        worker.process.join(10)
+        end_process(worker.process)
+        worker.release()
+
+
+def plain_run(settings: dict[str, Any], stop_after_first_step: bool = False) -> StepLog:
+    """One run of plain_trl.py in a fresh interpreter."""
+    settings = {"output_dir": scratch_dir("plain-"), **settings}
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+    stderr_path = Path(settings["output_dir"]) / "stderr.txt"
+    log = StepLog(launched=time.time())
+    with open(stderr_path, "w") as stderr:
+        process = subprocess.Popen([sys.executable, str(BENCH / "plain_trl.py"), json.dumps(settings)],
+                                   stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+    try:
+        for line in process.stdout:
+            if not line.startswith(LINE_PREFIX):
+                continue  # the Trainer's own prints
+            record = json.loads(line[len(LINE_PREFIX):])
+            if record["event"] == "step":
+                log.add(record["step"], record["ts"], record["loss"], record["num_tokens"])
+                if stop_after_first_step:
+                    break
+            elif record["event"] == "args":
+                log.facts.update(record)
+        else:
+            if process.wait(RUN_TIMEOUT_S) != 0:
+                raise RuntimeError(f"plain TRL run failed: {stderr_path.read_text()[-2000:]}")
+        return log
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()

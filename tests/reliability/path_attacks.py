@@ -1,0 +1,115 @@
+"""Paths that try to leave the folders tunelab manages, and sending them: shared by the
+suite and bench/reliability.py.
+
+Every field that names a file or folder gets values that lead outside: `..` traversal,
+absolute paths, and symlinks planted inside a managed folder (to a file, to a folder
+above one). They go to the start route (all fields) and the dataset preview (the fields
+it reads). Delete-with-artifacts is attacked through run folders swapped for, or
+holding, links to the outside.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+
+from canary import Canary
+from harness import start_run, wait_run_ended
+
+PREVIEWED_FIELDS = ("local_datasets", "model_name")
+
+
+@dataclass
+class Attempt:
+    route: str
+    field: str
+    value: str
+    status: int
+    error_field: str | None
+
+    @property
+    def refused_naming_the_field(self) -> bool:
+        return 400 <= self.status < 500 and self.error_field == self.field
+
+
+def plant_escape_links(home: Path, canary: Canary) -> None:
+    """Symlinks inside the managed folders that point at the canary outside."""
+    links = {
+        home / "datasets" / "escape.jsonl": canary.data_file,
+        home / "datasets" / "escape-dir": canary.root,
+        home / "datasets" / "escape-model": canary.model_dir,
+        home / "outputs" / "escape-ckpt": canary.checkpoint,
+        home / "outputs" / "escape-out": canary.victim_dir,
+    }
+    for link, target in links.items():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(target)
+
+
+def attack_table(home: Path, canary: Canary) -> dict[str, list[str]]:
+    """For each field, values that lead to the canary (which lies in <home>/../outside)."""
+    data = home / "datasets"
+    from_cwd = os.path.relpath(canary.model_dir)  # the server resolves model folders from its cwd
+    data_files = ["../../outside/canary.jsonl", str(canary.data_file), "escape.jsonl", "escape-dir/canary.jsonl",
+                  f"{data}/../../outside/canary.jsonl"]
+    return {
+        "local_datasets": data_files,
+        "local_eval_datasets": data_files,
+        "model_name": [str(canary.model_dir), str(data / "escape-model"), f"{data}/../../outside/model",
+                       from_cwd if from_cwd.startswith(".") else f"./{from_cwd}"],
+        "resume_from": ["../../outside/run/checkpoint-2", str(canary.checkpoint), "escape-ckpt"],
+        "output_dir": ["../../outside/victim/run", str(canary.victim_dir / "run"), "escape-out/run", "escape-out"],
+    }
+
+
+def _body(make_body: Callable[..., dict[str, Any]], field: str, value: str) -> dict[str, Any]:
+    if field in ("local_datasets", "local_eval_datasets"):
+        return make_body(max_steps=1, **{field: [value]})
+    return make_body(max_steps=1, **{field: value})
+
+
+def send_attacks(client: httpx.Client, make_body: Callable[..., dict[str, Any]],
+                 table: dict[str, list[str]]) -> list[Attempt]:
+    attempts = []
+    for field, values in table.items():
+        routes = ["/api/train/start"] + (["/api/datasets/preview"] if field in PREVIEWED_FIELDS else [])
+        for value in values:
+            for route in routes:
+                response = client.post(route, json=_body(make_body, field, value))
+                error = (response.json().get("error") or {}) if response.status_code >= 400 else {}
+                attempts.append(Attempt(route, field, value, response.status_code, error.get("field")))
+    return attempts
+
+
+@dataclass
+class DeleteOutcome:
+    swapped_status: int  # deleting a run whose folder became a link to the outside
+    swapped_error_field: str | None
+    swapped_run_kept: bool
+    linked_status: int  # deleting a run whose folder holds links to the outside
+    linked_folder_removed: bool
+
+
+def attack_delete(client: httpx.Client, make_body: Callable[..., dict[str, Any]], canary: Canary) -> DeleteOutcome:
+    swapped = wait_run_ended(client, start_run(client, make_body(max_steps=1)))
+    with_links = wait_run_ended(client, start_run(client, make_body(max_steps=1)))
+    folder = Path(swapped["output_dir"])
+    shutil.rmtree(folder)
+    folder.symlink_to(canary.victim_dir)
+    refused = client.delete(f"/api/runs/{swapped['id']}", params={"delete_artifacts": "true"})
+    inside = Path(with_links["output_dir"])
+    (inside / "data-link.jsonl").symlink_to(canary.data_file)
+    (inside / "victim-link").symlink_to(canary.victim_dir)
+    deleted = client.delete(f"/api/runs/{with_links['id']}", params={"delete_artifacts": "true"})
+    return DeleteOutcome(
+        swapped_status=refused.status_code,
+        swapped_error_field=(refused.json().get("error") or {}).get("field"),
+        swapped_run_kept=client.get(f"/api/runs/{swapped['id']}").status_code == 200,
+        linked_status=deleted.status_code,
+        linked_folder_removed=not inside.exists(),
+    )

@@ -1,0 +1,42 @@
+"""Bad input at the HTTP surface: schemathesis fuzzes every route with the token (no 5xx,
+no response outside the documented schema), and every route but health refuses a
+request without the right token — even a request that would otherwise succeed, which
+then changes nothing."""
+
+from __future__ import annotations
+
+import httpx
+
+from fuzzing import run_schemathesis, sweep_auth
+from harness import start_run, wait_run_ended, worker_env
+
+FUZZ_SEED = 1130
+FUZZ_EXAMPLES = 12
+KNOWN_RUNS = 3
+
+
+def fuzz_server(start_server, demo_run):
+    """A server whose runs finish at once, with a few finished runs to find by id."""
+    server = start_server(extra_env=worker_env("fault_workers:completes_at_once", HF_HUB_OFFLINE="1"))
+    with server.client() as client:
+        for _ in range(KNOWN_RUNS):
+            wait_run_ended(client, start_run(client, demo_run(max_steps=1)))
+    return server
+
+
+def test_fuzzing_every_route_finds_no_server_error_and_no_schema_violation(start_server, demo_run, demo_assets,
+                                                                          tmp_path):
+    server = fuzz_server(start_server, demo_run)
+    result = run_schemathesis(server, demo_assets, KNOWN_RUNS, FUZZ_EXAMPLES, FUZZ_SEED, tmp_path / "st")
+    assert result.returncode == 0, result.output[-6000:]
+    assert result.cases > 500, result.output[-2000:]
+    assert httpx.get(server.base_url + "/api/health").status_code == 200
+    log = (server.home / "server-stderr.log").read_text()
+    assert "Traceback" not in log  # nothing failed unseen behind a well-formed answer either
+
+
+def test_every_route_but_health_refuses_a_missing_or_wrong_token_and_does_nothing(start_server, demo_run):
+    sweep = sweep_auth(fuzz_server(start_server, demo_run), demo_run)
+    assert sweep.operations >= 12
+    assert sweep.not_refused == []
+    assert not sweep.history_changed
