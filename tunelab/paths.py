@@ -140,6 +140,9 @@ def resolve_output_dir(value: str | None, label: str, allow_outside: bool) -> Pa
         path = outputs_root() / path
     if not allow_outside and not is_within(path, outputs_root()):
         raise PathNotAllowed("output_dir", f"{value!r} is outside the outputs root {outputs_root()}; use a folder inside it or set allow_output_outside_root=true")
+    if Path(os.path.realpath(path)) == Path(os.path.realpath(outputs_root())):
+        # Every run's folder lives in the root; a run owning the root could delete them all.
+        raise PathNotAllowed("output_dir", f"{value!r} is the outputs root itself; name a folder inside it, e.g. 'my-run'")
     return Path(os.path.realpath(path))
 
 
