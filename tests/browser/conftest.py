@@ -172,7 +172,9 @@ def proxy(server: LiveServer) -> Iterator[CuttableProxy]:
     cuttable.close()
 
 
-@pytest.fixture(scope="session")
+# Module scope, not session: Playwright's sync API keeps an asyncio loop running on the
+# main thread while it is open, which would break later tests that call asyncio.run().
+@pytest.fixture(scope="module")
 def browser():
     if not CHROMIUM.exists():
         pytest.skip(f"browser tests need Debian's Chromium at {CHROMIUM} (apt-get install chromium)")
