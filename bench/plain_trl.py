@@ -46,6 +46,7 @@ def main(settings: dict) -> None:
                                              lora_alpha=settings.get("lora_alpha", 16), lora_dropout=0.0,
                                              target_modules=TARGETS, bias="none"))
     precision = {} if settings.get("trl_defaults") else {"bf16": False, "activation_checkpointing": False}
+    optimizer = {"optim": settings["optim"]} if "optim" in settings else {}  # else TRL's default
     args = SFTConfig(
         output_dir=settings["output_dir"],
         max_steps=settings["max_steps"],
@@ -66,6 +67,7 @@ def main(settings: dict) -> None:
         dataloader_num_workers=0,
         use_cpu=not settings.get("cuda"),
         **precision,
+        **optimizer,
     )
     print("BENCH " + json.dumps({"event": "args", "bf16": args.bf16, "gradient_checkpointing": args.activation_checkpointing}),
           flush=True)

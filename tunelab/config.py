@@ -114,7 +114,7 @@ class RunConfig(BaseModel):
     weight_decay: float = Field(0.001, ge=0.0)
     max_grad_norm: float = Field(1.0, description="Gradient clip; 0 or negative disables clipping.")
     lr_scheduler_type: str = "linear"
-    optim: str = "adamw_torch"
+    optim: str = Field("adamw_torch_fused", description="Any HF Trainer optimizer name; the default is fused AdamW, as in transformers.")
     seed: int = 3407
     packing: bool = False
     save_steps: int = Field(0, ge=0, description="0 = save only at the end.")

@@ -106,14 +106,22 @@ def _build_trainer(config, ctx, device, model, tokenizer, prepared, output_dir) 
     trainer = SFTTrainer(
         model=model,
         args=args,
-        train_dataset=prepared.train,
-        eval_dataset=prepared.eval if args.eval_strategy != "no" else None,
+        train_dataset=_collator_columns(prepared.train, config),
+        eval_dataset=_collator_columns(prepared.eval, config) if args.eval_strategy != "no" else None,
         processing_class=tokenizer,
         callbacks=[ProgressReporter(ctx), stopper],
     )
     # With tqdm off the Trainer prints every log dict to stdout; progress events replace it.
     trainer.remove_callback(PrinterCallback)
     return trainer, stopper
+
+
+def _collator_columns(dataset: Any, config: dict[str, Any]) -> Any:
+    """Only what TRL's collator reads: the input ids, and the labels where completion
+    masking made them differ (without them it uses the ids). Every column left in is
+    fetched and converted for every row of every batch: 5% of a small model's step."""
+    unused = ["completion_mask"] if config.get("train_on_completions") else ["completion_mask", "labels"]
+    return dataset.remove_columns([name for name in unused if name in dataset.column_names])
 
 
 def _step_of(checkpoint: str) -> str:

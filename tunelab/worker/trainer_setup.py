@@ -84,7 +84,7 @@ def build_sft_config(config: dict[str, Any], device: DeviceSettings, output_dir:
         max_grad_norm=float(config.get("max_grad_norm") or 0.0),
         lr_scheduler_type=config.get("lr_scheduler_type") or "linear",
         warmup_steps=_warmup(config),
-        optim=config.get("optim") or "adamw_torch",
+        optim=config.get("optim") or "adamw_torch_fused",
         seed=seed_of(config),
         bf16=device.precision == "bf16",
         fp16=device.precision == "fp16",

@@ -93,7 +93,7 @@ export const ADVANCED_FIELDS = [
   f("weight_decay", "Weight decay", "float", 0.001, { section: "Optimiser" }),
   f("max_grad_norm", "Gradient clip", "float", 1, { section: "Optimiser", help: "0 disables clipping." }),
   f("lr_scheduler_type", "LR schedule", "text", "linear", { section: "Optimiser", help: "linear, cosine, constant, …" }),
-  f("optim", "Optimiser", "text", "adamw_torch", { section: "Optimiser" }),
+  f("optim", "Optimiser", "text", "adamw_torch_fused", { section: "Optimiser" }),
   f("seed", "Seed", "int", 3407, { section: "Optimiser" }),
   f("packing", "Packing", "bool", false, { section: "Optimiser", help: "Pack short rows together: faster on short data." }),
   f("precision", "Precision", "select", "auto", { section: "Optimiser", options: ["auto", "fp32", "bf16", "fp16"] }),
