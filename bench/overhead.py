@@ -29,7 +29,7 @@ UNMET_NOTES = {
 
 def measure(quick: bool) -> list[Result]:
     demo = demo_assets()
-    steps, reps = (60, 2) if quick else (200, 4)
+    steps, reps = (60, 2) if quick else (200, 6)
     shared = dict(max_steps=steps, batch_size=4, learning_rate=3e-3, lora_r=16, lora_alpha=32, seed=3407,
                   warmup_steps=5, weight_decay=0.001, optim="adamw_torch_fused")
     tunelab_settings = dict(model_name=str(demo.model_dir), local_datasets=[str(demo.chatml)], max_seq_length=128,
