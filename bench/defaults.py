@@ -56,6 +56,7 @@ UNMET_NOTES = {
                        "the tiny model (2a) and on CPUs without native bf16 the precision choice itself pays.",
 }
 
+
 def measure(quick: bool) -> list[Result]:
     demo, larger = demo_assets(), larger_assets()
     reps = 1 if quick else 3

@@ -33,6 +33,7 @@ UNMET_NOTES = {
                      "cores busy delays both.",
 }
 
+
 def live_run(server: Server, body: dict) -> tuple[list[int], list[float], list[float], int]:
     """Steps, arrival times and worker timestamps of one run's live events, and its run id."""
     with server.client() as client:

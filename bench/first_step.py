@@ -56,6 +56,7 @@ UNMET_NOTES = {
                   "way (started less than ~6 s after the previous run ended) waits for them.",
 }
 
+
 def measure(quick: bool) -> list[Result]:
     demo = demo_assets()
     body, plain_settings = settings(demo)

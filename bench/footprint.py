@@ -31,6 +31,7 @@ UNMET_NOTES = {
                 "and the plot code.",
 }
 
+
 def measure(quick: bool) -> list[Result]:
     reps = 2 if quick else 4
     cli = shutil.which("tunelab", path=str(Path(sys.executable).parent)) or "tunelab"

@@ -36,6 +36,7 @@ UNMET_NOTES = {
                "head, which scores every position of both arms.",
 }
 
+
 def measure(quick: bool) -> list[Result]:
     larger = larger_assets()
     reps = 1 if quick else 3

@@ -33,6 +33,7 @@ UNMET_NOTES = {
                     "end. A step or save slowed by other processes on the machine counts against the budget.",
 }
 
+
 def measure(quick: bool) -> list[Result]:
     demo = demo_assets()
     reps = 2 if quick else 4
