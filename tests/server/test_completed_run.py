@@ -38,7 +38,7 @@ def test_the_stream_carries_every_step_then_complete(completed):
     assert events[0].retry is not None and events[0].event == "message"  # the retry: line comes first
     progress = [e for e in events if e.event == "progress"]
     assert [e.data["step"] for e in progress] == list(range(1, STEPS + 1))
-    assert all(e.id == str(e.data["step"]) and e.data["run_id"] == job for e in progress)
+    assert all(e.id == f"{job}:{e.data['step']}" and e.data["run_id"] == job for e in progress)
     end = final_event(events)
     assert end.event == "complete"
     assert end.data["status"] == "completed" and end.data["final_step"] == STEPS
@@ -72,12 +72,13 @@ def test_detail_has_the_sanitized_config_and_paired_metrics(live_server, complet
 
 def test_reconnecting_with_last_event_id_replays_exactly_the_missed_steps(live_server, completed):
     client = live_server.client()
-    after_seven = stream_until_end(client, headers={"Last-Event-ID": "7"})
+    job = completed[0]
+    after_seven = stream_until_end(client, headers={"Last-Event-ID": f"{job}:7"})
     assert progress_steps(after_seven) == list(range(8, STEPS + 1))
     assert final_event(after_seven).event == "complete"
-    by_query = stream_until_end(client, params={"last_event_id": STEPS - 2})
+    by_query = stream_until_end(client, params={"last_event_id": f"{job}:{STEPS - 2}"})
     assert progress_steps(by_query) == [STEPS - 1, STEPS]
-    assert progress_steps(stream_until_end(client, headers={"Last-Event-ID": str(STEPS)})) == []
+    assert progress_steps(stream_until_end(client, headers={"Last-Event-ID": f"{job}:{STEPS}"})) == []
 
 
 def test_status_and_metrics_keep_the_finished_run(live_server, completed):

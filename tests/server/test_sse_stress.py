@@ -19,7 +19,7 @@ from tunelab import paths
 from tunelab.orchestrator import Orchestrator
 from tunelab.server.app import create_app
 from tunelab.server.main import bind_socket
-from tunelab.server.sse import ProgressStream
+from tunelab.server.sse import ProgressStream, parse_event_id
 from tunelab.store import Store
 
 TOKEN = "flood-token"
@@ -60,16 +60,18 @@ def test_reconnecting_during_a_flood_never_loses_or_repeats_a_step(flood_url, de
     client = httpx.Client(base_url=flood_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
     assert client.post("/api/train/start", json=flood_body(demo_assets, FLOOD_STEPS)).status_code == 200
     received: list[int] = []
+    last_id = ""
     reconnects = 0
     finished = False
     while not finished:
-        headers = {"Last-Event-ID": str(received[-1])} if received else {}
+        headers = {"Last-Event-ID": last_id} if received else {}
         params = {} if received else {"last_event_id": 0}
         with client.stream("GET", "/api/train/progress", headers=headers, params=params) as response:
             read_now = 0
             for event in iter_sse(response):
                 if event.event == "progress":
                     received.append(event.data["step"])
+                    last_id = event.id
                     read_now += 1
                     if read_now >= 700:  # hang up mid-flood, at an arbitrary step
                         break
@@ -84,7 +86,7 @@ def test_reconnecting_during_a_flood_never_loses_or_repeats_a_step(flood_url, de
 
 def test_a_client_that_stops_reading_is_dropped_and_recovers(flood_orchestrator, demo_assets):
     async def scenario() -> tuple[int, list[str], int, list[int], list[str]]:
-        stream = ProgressStream(flood_orchestrator, last_event_id=None, heartbeat_seconds=5, queue_limit=50)
+        stream = ProgressStream(flood_orchestrator, None, heartbeat_seconds=5, queue_limit=50)
         events = stream.events()
         assert (await anext(events)).retry is not None  # subscribed from here on
         flood_orchestrator.start(flood_body(demo_assets, 3000))
@@ -96,13 +98,51 @@ def test_a_client_that_stops_reading_is_dropped_and_recovers(flood_orchestrator,
         await asyncio.sleep(0.2)  # let the last deliveries reach the queue
         queued = stream.queue.qsize()
         after_stall = [sse.event async for sse in events]
-        again = ProgressStream(flood_orchestrator, last_event_id=int(first.id), heartbeat_seconds=5)
+        again = ProgressStream(flood_orchestrator, parse_event_id(first.id), heartbeat_seconds=5)
         caught_up = [sse async for sse in again.events()]
-        steps = [int(s.id) for s in caught_up if s.event == "progress"]
-        return queued, after_stall, int(first.id), steps, [s.event for s in caught_up]
+        steps = [parse_event_id(s.id).step for s in caught_up if s.event == "progress"]
+        return queued, after_stall, parse_event_id(first.id).step, steps, [s.event for s in caught_up]
 
     queued, after_stall, first_step, steps, caught_up_kinds = asyncio.run(scenario())
     assert queued <= 50  # bounded: the flood did not pile up behind the stalled client
     assert after_stall == []  # it was cut off, not served late
     assert steps == list(range(first_step + 1, 3001))  # reconnecting fills the hole exactly
     assert caught_up_kinds[-1] == "complete"
+
+
+def run_to_the_end(client: httpx.Client, demo_assets, steps: int) -> list[Any]:
+    """Start a flood of `steps` and read its whole stream; its progress events."""
+    assert client.post("/api/train/start", json=flood_body(demo_assets, steps)).status_code == 200
+    with client.stream("GET", "/api/train/progress", params={"last_event_id": 0}) as response:
+        events = [e for e in iter_sse(response)]
+    assert events[-1].event == "complete", events[-1]
+    return [e for e in events if e.event == "progress"]
+
+
+def test_event_ids_name_the_run_and_an_id_from_another_run_replays_the_new_one_whole(flood_url, demo_assets):
+    client = httpx.Client(base_url=flood_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=60)
+    first = run_to_the_end(client, demo_assets, 60)
+    old_run = first[0].data["run_id"]
+    assert [e.id for e in first] == [f"{old_run}:{step}" for step in range(1, 61)]
+    # A client of the first run held `<old run>:40` when the next (shorter) run began.
+    second = run_to_the_end(client, demo_assets, 50)
+    new_run = second[0].data["run_id"]
+    assert new_run != old_run
+
+    def replay(**request: Any) -> list[str]:
+        with client.stream("GET", "/api/train/progress", **request) as response:
+            assert response.status_code == 200, response.read()
+            return [e.id for e in iter_sse(response) if e.event == "progress"]
+
+    everything = [f"{new_run}:{step}" for step in range(1, 51)]
+    assert replay(headers={"Last-Event-ID": f"{old_run}:40"}) == everything
+    assert replay(params={"last_event_id": f"{old_run}:40"}) == everything
+    # Its own run's id, and a bare step number (as older clients send), mean "after that step".
+    assert replay(headers={"Last-Event-ID": f"{new_run}:40"}) == everything[40:]
+    assert replay(headers={"Last-Event-ID": "40"}) == everything[40:]
+    for bad in ("7:", ":40", "7:forty", "-1", "7:40:1"):
+        refused = client.get("/api/train/progress", headers={"Last-Event-ID": bad})
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "Last-Event-ID", bad
+        assert "<run_id>:<step>" in refused.json()["error"]["message"]
+    refused = client.get("/api/train/progress", params={"last_event_id": "x:1"})
+    assert refused.status_code == 422 and refused.json()["error"]["field"] == "last_event_id"

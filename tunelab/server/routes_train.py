@@ -24,7 +24,7 @@ from tunelab.server.schemas import (
     TrainStatus,
     error_responses,
 )
-from tunelab.server.sse import ProgressStream
+from tunelab.server.sse import ProgressStream, parse_event_id
 from tunelab.server.user_paths import confine_user_paths
 
 router = APIRouter(prefix="/api/train", tags=["training"], responses=error_responses(401))
@@ -103,22 +103,26 @@ def metrics(request: Request) -> MetricsAnswer:
 async def progress(
     request: Request,
     last_event_id_header: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
-    last_event_id: Annotated[int | None, Query(ge=0, description="Replay steps after this one (same as the Last-Event-ID header).")] = None,
+    last_event_id: Annotated[str | None, Query(description=(
+        "The last event id held, `<run_id>:<step>`: replay that run's later steps, or the current run from "
+        "its start when it is another run (same as the Last-Event-ID header; a bare step means the current run)."))] = None,
     token: Annotated[str | None, Query(description="The API token, for EventSource clients that cannot set headers.")] = None,
 ) -> Response:
-    """Live progress (Server-Sent Events): `progress` (id = step), `status`, `heartbeat`,
-    then `complete` or `error`. Reconnect with `Last-Event-ID` to get missed steps."""
+    """Live progress (Server-Sent Events): `progress` (id = `<run_id>:<step>`), `status`,
+    `heartbeat`, then `complete` or `error`. Reconnect with `Last-Event-ID` to get missed steps."""
     del token  # checked by the token gate before routing; declared here for the docs
-    resume_after = last_event_id
-    if last_event_id_header is not None:
+    # The header wins: it is what EventSource sends on its own reconnects.
+    field, given = ("Last-Event-ID", last_event_id_header) if last_event_id_header is not None \
+        else ("last_event_id", last_event_id)
+    resume_from = None
+    if given is not None:
         try:
-            resume_after = int(last_event_id_header)
+            resume_from = parse_event_id(given)
         except ValueError:
-            raise ApiError(422, "invalid_input", "Last-Event-ID must be a step number", field="Last-Event-ID") from None
-        if resume_after < 0:
-            raise ApiError(422, "invalid_input", "Last-Event-ID must be a step number >= 0", field="Last-Event-ID")
+            raise ApiError(422, "invalid_input", f"{field} must be an event id `<run_id>:<step>` (or a bare step "
+                           "number for the current run), e.g. 7:40", field=field) from None
     state = request.app.state
-    return ProgressStream(state.orchestrator, resume_after, state.heartbeat_seconds).response()
+    return ProgressStream(state.orchestrator, resume_from, state.heartbeat_seconds).response()
 
 
 @router.get("/plot.png", response_class=Response,

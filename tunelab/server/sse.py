@@ -3,12 +3,15 @@
 Each client gets its own bounded queue, fed from the pump thread through
 `loop.call_soon_threadsafe` the moment an event arrives, so nothing polls. The stream:
   retry: <ms>                       first, so browsers reconnect quickly
-  event: progress, id: <step>       one per training step
+  event: progress, id: <run>:<step> one per training step
   event: status                     stage changes ("loading model", ...)
   event: heartbeat                  after `heartbeat_seconds` with nothing new
   event: complete | error           the run's end, after which the stream closes
-A client that reconnects with `Last-Event-ID: N` (or `?last_event_id=N`) first gets
-every stored step after N. To leave no gap and send no step twice at the seam, the
+A client that reconnects with `Last-Event-ID: R:N` (or `?last_event_id=R:N`) first gets
+every stored step of run R after N; when the stream now follows another run, it gets
+that run from its first step (the id it holds says nothing about the new run). A bare
+`N`, as clients before the run-qualified ids sent, means "the current run, after step
+N". To leave no gap and send no step twice at the seam, the
 stream subscribes *before* it reads the replay, then drops live steps it already sent.
 A client too slow to keep up is dropped, not buffered without end: it reconnects with
 its last id and the replay fills the hole.
@@ -20,6 +23,7 @@ import asyncio
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -40,12 +44,33 @@ def _encode(data: dict[str, Any]) -> str:
     return json.dumps(public, default=str, separators=(",", ":"))
 
 
+@dataclass(frozen=True)
+class ResumePoint:
+    """The last event a reconnecting client holds: `run_id` None for a bare step number."""
+    run_id: int | None
+    step: int
+
+
+def parse_event_id(text: str) -> ResumePoint:
+    """`<run_id>:<step>` or a bare `<step>`; ValueError for anything else."""
+    run_part, colon, step_part = text.strip().partition(":")
+    if not colon:
+        run_part, step_part = "", run_part
+    if not step_part.isdigit() or (colon and not run_part.isdigit()):
+        raise ValueError(text)
+    return ResumePoint(int(run_part) if colon else None, int(step_part))
+
+
+def event_id(event: dict[str, Any]) -> str:
+    return f"{event['run_id']}:{event['step']}"
+
+
 def progress_event(event: dict[str, Any]) -> ServerSentEvent:
-    return ServerSentEvent(_encode(event), event="progress", id=str(event["step"]))
+    return ServerSentEvent(_encode(event), event="progress", id=event_id(event))
 
 
 def final_event(event: dict[str, Any]) -> ServerSentEvent:
-    # No id: the browser keeps the last step as its Last-Event-ID.
+    # No id: the browser keeps its last step's id as its Last-Event-ID.
     return ServerSentEvent(_encode(event), event=event["type"])
 
 
@@ -72,10 +97,10 @@ class ProgressStream:
     """One client's stream: subscribe, replay what it missed, then follow live events
     of one run (the current one, or the next to start when idle) until it ends."""
 
-    def __init__(self, orchestrator: Any, last_event_id: int | None, heartbeat_seconds: float,
+    def __init__(self, orchestrator: Any, resume_from: ResumePoint | None, heartbeat_seconds: float,
                  queue_limit: int = QUEUE_LIMIT):
         self.orchestrator = orchestrator
-        self.last_event_id = last_event_id
+        self.resume_from = resume_from
         self.heartbeat_seconds = heartbeat_seconds
         self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=queue_limit)
         self.overflowed = False
@@ -117,8 +142,12 @@ class ProgressStream:
         # read); they are recognised by step and timestamp, since one step can carry two
         # distinct events (training numbers, then eval numbers).
         replayed: set[tuple[int, Any]] = set()
-        if self.last_event_id is not None and run_id is not None:
-            for event in await asyncio.to_thread(self.orchestrator.progress_since, self.last_event_id):
+        if self.resume_from is not None and run_id is not None:
+            same_run = self.resume_from.run_id in (None, run_id)
+            after = self.resume_from.step if same_run else 0
+            for event in await asyncio.to_thread(self.orchestrator.progress_since, after):
+                if event.get("run_id") != run_id:
+                    continue  # a newer run began between the snapshot and this read
                 replayed.add((event["step"], event.get("ts")))
                 yield progress_event(event)
         if run_id is not None and snapshot.get("phase") in FINAL_PHASES:

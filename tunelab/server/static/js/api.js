@@ -106,11 +106,12 @@ export const api = {
   resumeRun: (id) => request("POST", `/api/runs/${encodeURIComponent(id)}/resume`),
   /**
    * The progress stream. EventSource cannot send headers, so the token rides in the
-   * query; `afterStep` asks the server to replay every step after the ones already held.
+   * query; `runId` and `afterStep` (the event id `<run>:<step>`) ask the server to replay
+   * every step after the ones already held — or the whole run, when it is another one.
    */
-  progressUrl: (afterStep) => {
+  progressUrl: (runId, afterStep) => {
     const query = new URLSearchParams({ token: getToken() });
-    if (Number.isInteger(afterStep)) query.set("last_event_id", String(afterStep));
+    if (Number.isInteger(runId) && Number.isInteger(afterStep)) query.set("last_event_id", `${runId}:${afterStep}`);
     return `/api/train/progress?${query}`;
   },
 };

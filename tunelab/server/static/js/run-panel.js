@@ -3,9 +3,9 @@
  *
  * The server's progress stream follows one run and closes after its end. So the panel
  * reads the status snapshot first (numbers plus the histories so far), then opens the
- * stream with `last_event_id` = the last step it holds: the server replays every step
- * after it and then goes live, leaving no gap. If the connection drops, EventSource
- * reconnects by itself and sends Last-Event-ID. RunSeries merges by step, so a step
+ * stream with `last_event_id` = `<run>:<last step it holds>`: the server replays every
+ * step after it and then goes live, leaving no gap. If the connection drops, EventSource
+ * reconnects by itself and sends Last-Event-ID (the last `<run>:<step>` id it got). RunSeries merges by step, so a step
  * that arrives twice is drawn once. Between runs nothing streams, so the panel polls
  * the status to notice a run started elsewhere (CLI, API, another tab).
  */
@@ -129,7 +129,7 @@ export class RunPanel {
   }
 
   #openStream() {
-    const stream = new EventSource(api.progressUrl(this.series.lastStep));
+    const stream = new EventSource(api.progressUrl(this.runId, this.series.lastStep));
     this.stream = stream;
     stream.addEventListener("open", () => this.#streamState(""));
     stream.addEventListener("progress", (e) => this.#onProgress(JSON.parse(e.data)));
