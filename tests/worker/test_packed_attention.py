@@ -2,8 +2,9 @@
 
 Packed batches are built by TRL's own packing and collator, exactly as in a packed run.
 The attention must keep examples apart (each example's loss equals its loss computed
-alone), agree with transformers' sdpa on ordinary padded batches, and be what a packed
-CPU run loads — and nothing else.
+alone), honour a sliding window shorter than the examples (Mistral/Qwen-style layers),
+agree with transformers' sdpa on ordinary padded batches, and be what a packed CPU run
+loads — and nothing else.
 """
 
 from __future__ import annotations
@@ -14,7 +15,14 @@ torch = pytest.importorskip("torch")
 
 import torch.nn.functional as F  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    MistralConfig,
+    MistralForCausalLM,
+)
 from trl.data_utils import pack_dataset  # noqa: E402
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling  # noqa: E402
 
@@ -68,6 +76,21 @@ def gqa_model_dir(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def sliding_model_dir(tmp_path_factory):
+    """A tiny random Mistral whose sliding window (6 tokens) is shorter than most examples."""
+    torch.manual_seed(0)
+    config = MistralConfig(vocab_size=640, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                           sliding_window=SLIDING_WINDOW)
+    folder = tmp_path_factory.mktemp("sliding-mistral")
+    MistralForCausalLM(config).save_pretrained(folder)
+    return folder
+
+
+SLIDING_WINDOW = 6
+
+
 @pytest.mark.parametrize("which", ["demo", "gqa"])
 def test_packed_examples_never_attend_to_each_other(which, demo_assets, gqa_model_dir):
     folder = demo_assets.model_dir if which == "demo" else gqa_model_dir
@@ -84,6 +107,28 @@ def test_packed_examples_never_attend_to_each_other(which, demo_assets, gqa_mode
         crossed = _per_example_losses(model, unbounded, batch)
     assert packed == pytest.approx(alone, abs=1e-4)
     assert max(abs(c - a) for c, a in zip(crossed[1:], alone[1:])) > 1e-3
+
+
+def test_packed_examples_keep_the_sliding_window(sliding_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(sliding_model_dir, attn_implementation=packed_attention.register()).eval()
+    # The reference is transformers' own sdpa, which builds the windowed mask itself.
+    stock = AutoModelForCausalLM.from_pretrained(sliding_model_dir, attn_implementation="sdpa").eval()
+    unwindowed = AutoModelForCausalLM.from_pretrained(sliding_model_dir, attn_implementation="sdpa").eval()
+    unwindowed.config.sliding_window = None  # read at every forward, by the layers and the mask alike
+    batch, examples = _packed_batch(_rows(30), max_length=128)
+    assert sum(len(example) > 2 * SLIDING_WINDOW for example in examples) > 3
+
+    with torch.no_grad():
+        packed = _per_example_losses(model, batch, batch)
+        alone = [_alone(stock, example) for example in examples]
+        whole_context = [_alone(unwindowed, example) for example in examples]
+        # An unpadded sequence that is not packed keeps the window too.
+        longest = max(range(len(examples)), key=lambda i: len(examples[i]))
+        single = _alone(model, examples[longest])
+    assert packed == pytest.approx(alone, abs=1e-4)
+    assert single == pytest.approx(alone[longest], abs=1e-4)
+    # The window changes the numbers, so the comparison above can tell the difference.
+    assert max(abs(w - a) for w, a in zip(whole_context, alone)) > 1e-3
 
 
 def test_padded_batches_match_library_sdpa(demo_assets):

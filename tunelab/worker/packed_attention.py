@@ -12,6 +12,11 @@ computed (`cu_seq_lens_q`, or where the position ids restart) and runs causal sd
 each piece: the same numbers, at the cost of the examples themselves. Any other batch
 (padded, masked, a single sequence) goes to transformers' own sdpa unchanged.
 
+Sliding-window layers (Mistral, Qwen2 and the like) pass their window as
+`sliding_window`; since the mask hook hands over no mask for an unpadded batch, each
+piece longer than the window gets a banded causal mask here, so a token sees only the
+last `sliding_window` positions of its own example, as the library's mask would allow.
+
 Used by the torch backend for packed runs on CPU (see `model_setup.attention_for`). On
 CUDA, dense sdpa over the flattened batch is cheap next to launching one kernel per
 example, so GPU runs keep the library default.
@@ -38,8 +43,8 @@ def register() -> str:
 
 
 def packed_mask(*args: Any, attention_mask: torch.Tensor | None = None, **kwargs: Any) -> Any:
-    """No mask for a batch without padding (causality, and the example boundaries of a
-    packed batch, are handled by `packed_sdpa`); sdpa's own mask otherwise."""
+    """No mask for a batch without padding (causality, a sliding window and the example
+    boundaries of a packed batch are handled by `packed_sdpa`); sdpa's own mask otherwise."""
     if attention_mask is None:
         return None
     return sdpa_mask(*args, attention_mask=attention_mask, **kwargs)
@@ -63,10 +68,30 @@ def example_bounds(query: torch.Tensor, attention_mask: Any, kwargs: dict[str, A
     return bounds if len(bounds) > 2 else None
 
 
+def window_mask(length: int, window: int, device: torch.device) -> torch.Tensor:
+    """Causal, and each query sees only itself and the `window - 1` positions before it."""
+    positions = torch.arange(length, device=device)
+    distance = positions[:, None] - positions[None, :]
+    return (distance >= 0) & (distance < window)
+
+
+def _piece(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, window: int | None, dropout: float,
+           scaling: float | None) -> torch.Tensor:
+    length = query.shape[2]
+    if window is None or length <= window:
+        return F.scaled_dot_product_attention(query, key, value, dropout_p=dropout, scale=scaling, is_causal=True)
+    return F.scaled_dot_product_attention(query, key, value, attn_mask=window_mask(length, window, query.device),
+                                          dropout_p=dropout, scale=scaling)
+
+
 def packed_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                 attention_mask: Any, dropout: float = 0.0, scaling: float | None = None,
                 **kwargs: Any) -> tuple[torch.Tensor, None]:
+    window = kwargs.get("sliding_window")
     bounds = example_bounds(query, attention_mask, kwargs)
+    if bounds is None and window and attention_mask is None and query.shape[2] == key.shape[2]:
+        # Unpadded but not packed: `packed_mask` gave no mask, so the window is still ours to apply.
+        bounds = [0, query.shape[2]]
     if bounds is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
@@ -74,8 +99,7 @@ def packed_sdpa(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
     if groups > 1:
         key, value = repeat_kv(key, groups), repeat_kv(value, groups)
     pieces = [
-        F.scaled_dot_product_attention(query[:, :, start:end], key[:, :, start:end], value[:, :, start:end],
-                                       dropout_p=dropout, scale=scaling, is_causal=True)
+        _piece(query[:, :, start:end], key[:, :, start:end], value[:, :, start:end], window, dropout, scaling)
         for start, end in zip(bounds[:-1], bounds[1:])
         if end > start
     ]
