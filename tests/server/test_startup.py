@@ -46,6 +46,19 @@ def test_idle_stream_starts_with_retry_then_heartbeats(live_server):
     assert heartbeats[1].data["ts"] >= heartbeats[0].data["ts"]
 
 
+def test_an_idle_stream_sends_heartbeats_and_no_ping_flood(live_server):
+    """The stream turns sse-starlette's pings off (`ping=0`); releases before 3.4.9 then
+    spun on a zero sleep and sent ping comments as fast as the loop ran."""
+    lines = []
+    with live_server.client().stream("GET", "/api/train/progress") as response:
+        for line in response.iter_lines():
+            lines.append(line)
+            if sum(text == "event: heartbeat" for text in lines) == 2 or len(lines) > 1000:
+                break
+    assert [text for text in lines if text.startswith(":")] == []
+    assert len(lines) < 20
+
+
 def test_a_bad_last_event_id_names_the_header(live_server):
     response = live_server.client().get("/api/train/progress", headers={"Last-Event-ID": "step-five"})
     assert response.status_code == 422
