@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import traceback
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator
 
 from tunelab.export.plan import ExportError
-
-if TYPE_CHECKING:
-    from tunelab.export.gguf_vocab import SpecialTokens
 
 
 def main(argv: list[str]) -> int:
@@ -108,7 +106,7 @@ def _merge_in_float32(peft_model: Any, dtype: Any) -> Any:
 def _export_gguf(request: dict[str, Any], dest: Path) -> None:
     from transformers import AutoConfig, AutoTokenizer
 
-    from tunelab.export.gguf_vocab import byte_level_bpe_vocab
+    from tunelab.export.gguf_vocab import byte_level_bpe_vocab, special_vocab
     from tunelab.export.gguf_writer import check_llama_config, gguf_file_name, write_llama_gguf
 
     remote_code = bool(request["trust_remote_code"])
@@ -118,7 +116,11 @@ def _export_gguf(request: dict[str, Any], dest: Path) -> None:
     check_llama_config(config)
     tokenizer = AutoTokenizer.from_pretrained(request["source"], trust_remote_code=remote_code)
     tokenizer_json = json.loads(tokenizer.backend_tokenizer.to_str()) if hasattr(tokenizer, "backend_tokenizer") else {}
-    special = _special_tokens(tokenizer)
+    # Saved afresh, so the folder read for merges and special tokens holds exactly the
+    # tokenizer loaded here, in the files transformers writes today.
+    with tempfile.TemporaryDirectory(prefix="tunelab-gguf-tokenizer-") as saved:
+        tokenizer.save_pretrained(saved)
+        special = special_vocab(Path(saved))
     vocab = byte_level_bpe_vocab(tokenizer_json, int(config["vocab_size"]), special)
     model, _ = _merged_model(request)
     rows = model.get_input_embeddings().weight.shape[0]
@@ -127,17 +129,6 @@ def _export_gguf(request: dict[str, Any], dest: Path) -> None:
     name = f"{Path(request['base_model']).name or request['base_model']} (tunelab run {request['run_id']})"
     write_llama_gguf(dest / gguf_file_name(request["dtype"]), model.config.to_dict(), _float32_weights(model), vocab,
                      request["dtype"], name)
-
-
-def _special_tokens(tokenizer: Any) -> "SpecialTokens":
-    from tunelab.export.gguf_vocab import SpecialTokens
-
-    bos = tokenizer.bos_token_id
-    probe = tokenizer("a")["input_ids"]
-    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else None
-    return SpecialTokens(bos_id=bos, eos_id=tokenizer.eos_token_id, pad_id=tokenizer.pad_token_id,
-                         unk_id=tokenizer.unk_token_id, add_bos=bos is not None and bool(probe) and probe[0] == bos,
-                         chat_template=template)
 
 
 def _float32_weights(model: Any) -> Iterator[tuple[str, Any]]:

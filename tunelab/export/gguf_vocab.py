@@ -4,15 +4,19 @@ GGUF's "gpt2" tokenizer model is byte-level BPE: the token strings exactly as th
 tokenizer stores them (bytes mapped to printable characters, "Ġ" for a space), one type
 per token, the merge rules as "left right" strings, and the special token ids. Only that
 family is handled; any other tokenizer is refused with a message saying what to do.
-Plain data in, plain data out: no torch, no transformers.
+The merges, special token ids, add-BOS flag and chat template are read from the saved
+tokenizer folder by `gguf.SpecialVocab`, the reader llama.cpp's own converter uses
+(it also encodes merges whose pieces contain spaces the way llama.cpp expects).
+No torch, no transformers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from gguf import TokenType
+from gguf import SpecialVocab, TokenType
 
 from tunelab.export.plan import ExportInputError
 
@@ -27,25 +31,31 @@ LLAMA3_SPLIT_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p
 
 
 @dataclass(frozen=True)
-class SpecialTokens:
-    bos_id: int | None
-    eos_id: int | None
-    pad_id: int | None
-    unk_id: int | None
-    add_bos: bool
-    chat_template: str | None
-
-
-@dataclass(frozen=True)
 class GGUFVocab:
     tokens: list[str]
     types: list[int]
-    merges: list[str]
     pre_tokenizer: str
-    special: SpecialTokens
+    special: SpecialVocab  # merges, special token ids, add-token flags, chat template
+
+    @property
+    def merges(self) -> list[str]:
+        return self.special.merges
 
 
-def byte_level_bpe_vocab(tokenizer_json: dict[str, Any], n_vocab: int, special: SpecialTokens) -> GGUFVocab:
+def special_vocab(tokenizer_dir: Path) -> SpecialVocab:
+    """Merges and special tokens of the tokenizer saved in `tokenizer_dir`."""
+    try:
+        special = SpecialVocab(tokenizer_dir, load_merges=True)
+    except ValueError as exc:  # an unknown merges format, a negative special token id
+        raise ExportInputError("format", f"gguf export cannot read this model's tokenizer ({exc}); export format merged and "
+                                         "convert that folder with llama.cpp's convert_hf_to_gguf.py") from None
+    # With neither tokenizer_config.json nor the post-processor saying so, a Hugging Face
+    # tokenizer adds no BOS; say that explicitly rather than leave it to llama.cpp's default.
+    special.add_special_token.setdefault("bos", False)
+    return special
+
+
+def byte_level_bpe_vocab(tokenizer_json: dict[str, Any], n_vocab: int, special: SpecialVocab) -> GGUFVocab:
     """The vocab for a model whose embedding has `n_vocab` rows; ids the tokenizer never
     uses become unused padding tokens, as llama.cpp's own converter writes them."""
     model = tokenizer_json.get("model") or {}
@@ -73,8 +83,7 @@ def byte_level_bpe_vocab(tokenizer_json: dict[str, Any], n_vocab: int, special: 
         else:
             tokens.append(by_id[token_id])
             types.append(TokenType.NORMAL)
-    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges") or []]
-    return GGUFVocab(tokens=tokens, types=[int(t) for t in types], merges=merges,
+    return GGUFVocab(tokens=tokens, types=[int(t) for t in types],
                      pre_tokenizer=_pre_tokenizer_name(tokenizer_json.get("pre_tokenizer")), special=special)
 
 

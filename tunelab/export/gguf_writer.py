@@ -126,15 +126,7 @@ def _add_tokenizer(writer: gguf.GGUFWriter, vocab: GGUFVocab) -> None:
     writer.add_tokenizer_pre(vocab.pre_tokenizer)
     writer.add_token_list(vocab.tokens)
     writer.add_token_types(vocab.types)
-    writer.add_token_merges(vocab.merges)
-    special = vocab.special
-    for token_id, add in ((special.bos_id, writer.add_bos_token_id), (special.eos_id, writer.add_eos_token_id),
-                          (special.pad_id, writer.add_pad_token_id), (special.unk_id, writer.add_unk_token_id)):
-        if token_id is not None:
-            add(int(token_id))
-    writer.add_add_bos_token(special.add_bos)
-    if special.chat_template:
-        writer.add_chat_template(special.chat_template)
+    vocab.special.add_to_gguf(writer, quiet=True)
 
 
 def _llama_tensors(tensors: Iterable[tuple[str, np.ndarray]], config: dict[str, Any]) -> Iterator[tuple[str, np.ndarray]]:
