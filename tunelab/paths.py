@@ -4,6 +4,9 @@ Layout under the home (`TUNELAB_HOME`, default `~/.tunelab`):
   tunelab.db   run history      outputs/   run folders (the outputs root)
   token        API token        datasets/  user data the server may read
   cache/       demo model/data  logs/      server logs
+  previews/    one short-lived `datasets` cache per dataset preview
+A run's own `datasets` caches (Arrow copies, tokenized rows) live in its folder, under
+`.cache/datasets`, so they go wherever the folder goes (cancel, delete).
 Any path a user gives is checked here: reads must stay inside the data roots (or the
 outputs root), writes and deletions inside the outputs root unless explicitly allowed,
 and symlinks are never followed out of a root.
@@ -52,6 +55,15 @@ def cache_dir() -> Path:
 
 def logs_dir() -> Path:
     return _sub("logs")
+
+
+def previews_dir() -> Path:
+    return _sub("previews")
+
+
+def run_datasets_cache(output_dir: str | Path) -> Path:
+    """Where a run's `datasets` caches go: inside its own folder, never the user's global cache."""
+    return Path(output_dir) / ".cache" / "datasets"
 
 
 def db_path() -> Path:

@@ -24,8 +24,8 @@ def _write_jsonl(path: Path, rows: list[dict]) -> Path:
     [("alpaca", "alpaca"), ("sharegpt", "sharegpt"), ("chatml", "chatml"), ("text", "text"),
      ("alpaca_csv", "alpaca"), ("alpaca_parquet", "alpaca")],
 )
-def test_each_demo_file_is_detected(demo_assets, attr, expected):
-    raw = load_raw(_config(getattr(demo_assets, attr)))
+def test_each_demo_file_is_detected(demo_assets, attr, expected, data_cache):
+    raw = load_raw(_config(getattr(demo_assets, attr)), data_cache)
     assert raw.format == expected
     assert raw.eval is None
     assert len(raw.train) > 0
@@ -41,41 +41,41 @@ def test_alpaca_row_becomes_user_and_assistant_turns():
     assert to_messages({"instruction": "Hi", "input": None, "output": "Hello"}, "alpaca", {})[0] == {"role": "user", "content": "Hi"}
 
 
-def test_sharegpt_function_calling_roles_are_mapped(demo_assets):
-    raw = load_raw(_config(demo_assets.sharegpt))
+def test_sharegpt_function_calling_roles_are_mapped(demo_assets, data_cache):
+    raw = load_raw(_config(demo_assets.sharegpt), data_cache)
     with_tools = next(r for r in raw.train if any(t["from"] == "function_call" for t in r["conversations"]))
     roles = [m["role"] for m in to_messages(with_tools, "sharegpt", {})]
     # system, human, function_call (the model's call), observation (the tool's answer), gpt
     assert roles == ["system", "user", "assistant", "tool", "assistant"]
 
 
-def test_role_mapping_overrides_the_defaults(demo_assets):
-    raw = load_raw(_config(demo_assets.sharegpt))
+def test_role_mapping_overrides_the_defaults(demo_assets, data_cache):
+    raw = load_raw(_config(demo_assets.sharegpt), data_cache)
     with_tools = next(r for r in raw.train if any(t["from"] == "observation" for t in r["conversations"]))
     roles = [m["role"] for m in to_messages(with_tools, "sharegpt", {"role_mapping": {"observation": "user"}})]
     assert roles[3] == "user"
 
 
-def test_unknown_sharegpt_speaker_names_role_mapping(tmp_path):
+def test_unknown_sharegpt_speaker_names_role_mapping(tmp_path, data_cache):
     path = tmp_path / "odd.jsonl"
     _write_jsonl(path, [{"conversations": [{"from": "narrator", "value": "Once"}, {"from": "gpt", "value": "upon"}]}])
-    raw = load_raw(_config(path))
+    raw = load_raw(_config(path), data_cache)
     with pytest.raises(DataFormatError) as err:
         to_messages(raw.train[0], raw.format, {})
     assert err.value.field == "role_mapping" and "narrator" in str(err.value)
 
 
-def test_chatml_roles_pass_through(demo_assets):
-    raw = load_raw(_config(demo_assets.chatml))
+def test_chatml_roles_pass_through(demo_assets, data_cache):
+    raw = load_raw(_config(demo_assets.chatml), data_cache)
     messages = to_messages(raw.train[0], "chatml", {})
     assert [m["role"] for m in messages] == ["system", "user", "assistant"]
     assert messages[2]["content"].startswith("The sum is")
 
 
-def test_ambiguous_columns_error_lists_what_was_seen(tmp_path):
+def test_ambiguous_columns_error_lists_what_was_seen(tmp_path, data_cache):
     path = _write_jsonl(tmp_path / "qa.jsonl", [{"question": "2+2?", "answer": "4", "source": "quiz"}] * 3)
     with pytest.raises(DataFormatError) as err:
-        load_raw(_config(path))
+        load_raw(_config(path), data_cache)
     message = str(err.value)
     assert err.value.field == "format"
     for column in ("question", "answer", "source"):
@@ -83,30 +83,30 @@ def test_ambiguous_columns_error_lists_what_was_seen(tmp_path):
     assert "column_mapping" in message
 
 
-def test_column_mapping_renames_onto_alpaca(tmp_path):
+def test_column_mapping_renames_onto_alpaca(tmp_path, data_cache):
     path = _write_jsonl(tmp_path / "qa.jsonl", [{"question": "2+2?", "answer": "4", "source": "quiz"}] * 3)
-    raw = load_raw(_config(path, column_mapping={"instruction": "question", "output": "answer"}))
+    raw = load_raw(_config(path, column_mapping={"instruction": "question", "output": "answer"}), data_cache)
     assert raw.format == "alpaca"
     assert to_messages(raw.train[0], raw.format, {})[-1] == {"role": "assistant", "content": "4"}
 
 
-def test_column_mapping_to_a_missing_column_names_the_columns(tmp_path):
+def test_column_mapping_to_a_missing_column_names_the_columns(tmp_path, data_cache):
     path = _write_jsonl(tmp_path / "qa.jsonl", [{"question": "2+2?", "answer": "4"}])
     with pytest.raises(DataFormatError) as err:
-        load_raw(_config(path, column_mapping={"instruction": "prompt"}))
+        load_raw(_config(path, column_mapping={"instruction": "prompt"}), data_cache)
     assert err.value.field == "column_mapping" and "question" in str(err.value) and "prompt" in str(err.value)
 
 
-def test_single_string_column_is_raw_text(tmp_path):
+def test_single_string_column_is_raw_text(tmp_path, data_cache):
     path = _write_jsonl(tmp_path / "docs.jsonl", [{"body": "first document"}, {"body": "second"}])
-    raw = load_raw(_config(path))
+    raw = load_raw(_config(path), data_cache)
     assert raw.format == "text" and raw.train.column_names == ["text"]
     assert to_messages(raw.train[0], "text", {}) == "first document"
 
 
-def test_explicit_format_checks_its_columns(demo_assets):
+def test_explicit_format_checks_its_columns(demo_assets, data_cache):
     with pytest.raises(DataFormatError) as err:
-        load_raw(_config(demo_assets.text, format="alpaca"))
+        load_raw(_config(demo_assets.text, format="alpaca"), data_cache)
     assert "instruction" in str(err.value) and "text" in str(err.value)
 
 

@@ -21,56 +21,56 @@ def _instructions(dataset) -> list[str]:
     return [row["instruction"] + row["input"] for row in dataset]
 
 
-def test_files_of_different_types_are_joined(demo_assets):
-    raw = load_raw(_config(demo_assets.alpaca_csv, demo_assets.alpaca_parquet))
+def test_files_of_different_types_are_joined(demo_assets, data_cache):
+    raw = load_raw(_config(demo_assets.alpaca_csv, demo_assets.alpaca_parquet), data_cache)
     assert raw.format == "alpaca" and len(raw.train) == 120
 
 
-def test_files_with_different_columns_are_refused(demo_assets):
+def test_files_with_different_columns_are_refused(demo_assets, data_cache):
     with pytest.raises(DataFormatError) as err:
-        load_raw(_config(demo_assets.alpaca, demo_assets.text))
+        load_raw(_config(demo_assets.alpaca, demo_assets.text), data_cache)
     assert err.value.field == "local_datasets" and "columns" in str(err.value)
 
 
-def test_missing_and_unsupported_files_are_named(tmp_path):
+def test_missing_and_unsupported_files_are_named(tmp_path, data_cache):
     with pytest.raises(DataFormatError, match="does not exist"):
-        load_raw(_config(tmp_path / "absent.jsonl"))
+        load_raw(_config(tmp_path / "absent.jsonl"), data_cache)
     (tmp_path / "notes.txt").write_text("hello")
     with pytest.raises(DataFormatError, match="unsupported file type"):
-        load_raw(_config(tmp_path / "notes.txt"))
+        load_raw(_config(tmp_path / "notes.txt"), data_cache)
 
 
-def test_slice_selects_rows(demo_assets):
-    whole = load_raw(_config(demo_assets.alpaca))
-    part = load_raw(_config(demo_assets.alpaca, slice_start=10, slice_end=30))
+def test_slice_selects_rows(demo_assets, data_cache):
+    whole = load_raw(_config(demo_assets.alpaca), data_cache)
+    part = load_raw(_config(demo_assets.alpaca, slice_start=10, slice_end=30), data_cache)
     assert _instructions(part.train) == _instructions(whole.train)[10:30]
     with pytest.raises(DataFormatError) as err:
-        load_raw(_config(demo_assets.alpaca, slice_start=5000))
+        load_raw(_config(demo_assets.alpaca, slice_start=5000), data_cache)
     assert err.value.field == "slice_start"
 
 
-def test_no_eval_set_without_eval_steps(demo_assets):
-    assert load_raw(_config(demo_assets.alpaca, eval_holdout=0.2)).eval is None
+def test_no_eval_set_without_eval_steps(demo_assets, data_cache):
+    assert load_raw(_config(demo_assets.alpaca, eval_holdout=0.2), data_cache).eval is None
 
 
-def test_holdout_share_is_split_off_the_training_rows(demo_assets):
-    whole = load_raw(_config(demo_assets.alpaca))
-    raw = load_raw(_config(demo_assets.alpaca, eval_steps=5, eval_holdout=0.25))
+def test_holdout_share_is_split_off_the_training_rows(demo_assets, data_cache):
+    whole = load_raw(_config(demo_assets.alpaca), data_cache)
+    raw = load_raw(_config(demo_assets.alpaca, eval_steps=5, eval_holdout=0.25), data_cache)
     assert (len(raw.train), len(raw.eval)) == (240, 80)
     # Every row lands on exactly one side.
     assert Counter(_instructions(raw.train)) + Counter(_instructions(raw.eval)) == Counter(_instructions(whole.train))
-    default = load_raw(_config(demo_assets.alpaca, eval_steps=5))
+    default = load_raw(_config(demo_assets.alpaca, eval_steps=5), data_cache)
     assert len(default.eval) == 16  # 5% of 320 when no share is given
 
 
-def test_local_eval_files_are_used_as_given(demo_assets):
-    raw = load_raw(_config(demo_assets.alpaca, eval_steps=5, local_eval_datasets=[str(demo_assets.alpaca_csv)]))
+def test_local_eval_files_are_used_as_given(demo_assets, data_cache):
+    raw = load_raw(_config(demo_assets.alpaca, eval_steps=5, local_eval_datasets=[str(demo_assets.alpaca_csv)]), data_cache)
     assert len(raw.train) == 320 and len(raw.eval) == 60
 
 
-def test_eval_split_must_exist(demo_assets):
+def test_eval_split_must_exist(demo_assets, data_cache):
     with pytest.raises(DataFormatError) as err:
-        load_raw(_config(demo_assets.alpaca, eval_steps=5, eval_split="validation"))
+        load_raw(_config(demo_assets.alpaca, eval_steps=5, eval_split="validation"), data_cache)
     assert err.value.field == "eval_split" and "local_eval_datasets" in str(err.value)
 
 
@@ -98,7 +98,7 @@ def _s3_config(endpoint: str, prefix: str, **extra) -> dict:
     return {"s3": s3, "eval_steps": 0, "format": "auto", "seed": 3, **extra}
 
 
-def test_s3_prefix_is_downloaded_with_its_splits(s3_server, demo_assets, tmp_path):
+def test_s3_prefix_is_downloaded_with_its_splits(s3_server, demo_assets, tmp_path, data_cache):
     import boto3
 
     client = boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1",
@@ -109,29 +109,29 @@ def test_s3_prefix_is_downloaded_with_its_splits(s3_server, demo_assets, tmp_pat
     client.put_object(Bucket="tunelab-data", Key="sets/qa/validation.jsonl", Body="\n".join(rows[50:60]).encode())
     client.put_object(Bucket="tunelab-data", Key="sets/qa/README.md", Body=b"not data")
 
-    raw = load_raw(_s3_config(s3_server, "sets/qa/", eval_steps=5))
+    raw = load_raw(_s3_config(s3_server, "sets/qa/", eval_steps=5), data_cache)
     assert raw.format == "alpaca" and len(raw.train) == 50
     assert len(raw.eval) == 10  # the conventional "validation" split was found
     assert raw.eval[0]["instruction"] == json.loads(rows[50])["instruction"]
 
     with pytest.raises(DataFormatError) as err:
-        load_raw(_s3_config(s3_server, "nothing-here/"))
+        load_raw(_s3_config(s3_server, "nothing-here/"), data_cache)
     assert err.value.field == "s3" and "no data files" in str(err.value)
 
 
-def test_s3_bad_credentials_or_bucket_is_an_s3_error(s3_server):
+def test_s3_bad_credentials_or_bucket_is_an_s3_error(s3_server, data_cache):
     with pytest.raises(DataFormatError) as err:
-        load_raw(_s3_config(s3_server, "x/") | {"s3": {**_s3_config(s3_server, "x/")["s3"], "bucket": "no-such-bucket"}})
+        load_raw(_s3_config(s3_server, "x/") | {"s3": {**_s3_config(s3_server, "x/")["s3"], "bucket": "no-such-bucket"}}, data_cache)
     assert err.value.field == "s3" and "no-such-bucket" in str(err.value)
 
 
-def test_two_sources_are_refused(demo_assets):
+def test_two_sources_are_refused(demo_assets, data_cache):
     with pytest.raises(DataFormatError) as err:
-        load_raw(_config(demo_assets.alpaca, dataset="org/name"))
+        load_raw(_config(demo_assets.alpaca, dataset="org/name"), data_cache)
     assert "exactly one" in str(err.value)
 
 
-def test_unreachable_hub_dataset_is_a_dataset_error(tmp_path, monkeypatch):
+def test_unreachable_hub_dataset_is_a_dataset_error(tmp_path, monkeypatch, data_cache):
     # No hub is reachable from tests; the real loading code must fail with a clear field.
     import datasets
     import huggingface_hub
@@ -142,33 +142,33 @@ def test_unreachable_hub_dataset_is_a_dataset_error(tmp_path, monkeypatch):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
     with pytest.raises(DataFormatError) as err:
-        load_raw({"dataset": "tunelab-test/not-a-dataset", "eval_steps": 0})
+        load_raw({"dataset": "tunelab-test/not-a-dataset", "eval_steps": 0}, data_cache)
     assert err.value.field == "dataset" and "tunelab-test/not-a-dataset" in str(err.value)
 
 
-def test_hub_loader_reads_a_dataset_folder_with_splits(demo_assets, tmp_path):
+def test_hub_loader_reads_a_dataset_folder_with_splits(demo_assets, tmp_path, data_cache):
     # `dataset` goes through datasets.load_dataset, which also takes a folder of files.
     folder = tmp_path / "local-hub"
     folder.mkdir()
     shutil.copy(demo_assets.alpaca, folder / "train.jsonl")
     (folder / "test.jsonl").write_text("".join(demo_assets.alpaca.read_text().splitlines(True)[:7]))
-    raw = load_raw({"dataset": str(folder), "eval_steps": 3, "format": "auto", "seed": 1})
+    raw = load_raw({"dataset": str(folder), "eval_steps": 3, "format": "auto", "seed": 1}, data_cache)
     assert len(raw.train) == 320 and len(raw.eval) == 7
 
 
-def test_streaming_reads_only_the_slice(demo_assets, tmp_path):
+def test_streaming_reads_only_the_slice(demo_assets, tmp_path, data_cache):
     folder = tmp_path / "streamed"
     folder.mkdir()
     shutil.copy(demo_assets.alpaca, folder / "train.jsonl")
     shutil.copy(demo_assets.alpaca, folder / "validation.jsonl")
-    whole = load_raw(_config(demo_assets.alpaca))
+    whole = load_raw(_config(demo_assets.alpaca), data_cache)
     raw = load_raw({"dataset": str(folder), "streaming": True, "slice_start": 5, "slice_end": 25,
-                    "eval_steps": 2, "format": "auto", "seed": 1})
+                    "eval_steps": 2, "format": "auto", "seed": 1}, data_cache)
     assert _instructions(raw.train) == _instructions(whole.train)[5:25]
     assert len(raw.eval) == 320  # all of the (small) streamed validation split
     with pytest.raises(DataFormatError) as err:
-        load_raw({"dataset": str(folder), "streaming": True, "eval_steps": 0})
+        load_raw({"dataset": str(folder), "streaming": True, "eval_steps": 0}, data_cache)
     assert err.value.field == "slice_end"
     with pytest.raises(DataFormatError) as err:
-        load_raw(_config(demo_assets.alpaca, streaming=True))
+        load_raw(_config(demo_assets.alpaca, streaming=True), data_cache)
     assert err.value.field == "streaming"

@@ -8,12 +8,16 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from tunelab.worker.data import FALLBACK_CHAT_TEMPLATE, IGNORE_INDEX, DataFormatError, prepare, to_messages
+from tunelab.worker.data import FALLBACK_CHAT_TEMPLATE, IGNORE_INDEX, DataFormatError, load_raw, prepare, to_messages
 
 
 @pytest.fixture(scope="module")
 def tokenizer(demo_assets):
     return AutoTokenizer.from_pretrained(demo_assets.model_dir)
+
+
+def _prepare(config: dict, tokenizer, cache_dir):
+    return prepare(config, tokenizer, load_raw(config, cache_dir))
 
 
 def _config(path, **extra) -> dict:
@@ -43,10 +47,10 @@ def expected_labels(ids: list[int], tokenizer) -> list[int]:
 
 
 @pytest.mark.parametrize("attr", ["alpaca", "sharegpt", "chatml"])
-def test_completion_mask_matches_an_independent_walk(demo_assets, tokenizer, attr):
+def test_completion_mask_matches_an_independent_walk(demo_assets, tokenizer, attr, data_cache):
     config = _config(getattr(demo_assets, attr), train_on_completions=True)
-    prepared = prepare(config, tokenizer)
-    unmasked = prepare({**config, "train_on_completions": False}, tokenizer)
+    prepared = _prepare(config, tokenizer, data_cache)
+    unmasked = _prepare({**config, "train_on_completions": False}, tokenizer, data_cache)
     assert len(prepared.train) == len(unmasked.train)
     for row, plain in zip(prepared.train, unmasked.train):
         # Masking changes only the labels, never the tokens the model reads.
@@ -55,8 +59,8 @@ def test_completion_mask_matches_an_independent_walk(demo_assets, tokenizer, att
         assert row["completion_mask"] == [int(label != IGNORE_INDEX) for label in row["labels"]]
 
 
-def test_function_call_turns_are_trained_and_tool_answers_are_not(demo_assets, tokenizer):
-    prepared = prepare(_config(demo_assets.sharegpt, train_on_completions=True), tokenizer)
+def test_function_call_turns_are_trained_and_tool_answers_are_not(demo_assets, tokenizer, data_cache):
+    prepared = _prepare(_config(demo_assets.sharegpt, train_on_completions=True), tokenizer, data_cache)
     turns = json.loads(demo_assets.sharegpt.read_text())[0]["conversations"]  # has a function call
     assert [t["from"] for t in turns] == ["system", "human", "function_call", "observation", "gpt"]
     trained = tokenizer.decode([t for t in prepared.train[0]["labels"] if t != IGNORE_INDEX])
@@ -64,10 +68,10 @@ def test_function_call_turns_are_trained_and_tool_answers_are_not(demo_assets, t
     assert trained == f"{turns[2]['value']}<|end|>{turns[4]['value']}<|end|>"
 
 
-def test_model_without_chat_template_gets_the_fallback(demo_assets, tokenizer):
+def test_model_without_chat_template_gets_the_fallback(demo_assets, tokenizer, data_cache):
     bare = copy.deepcopy(tokenizer)
     bare.chat_template = None
-    prepared = prepare(_config(demo_assets.chatml, train_on_completions=True), bare)
+    prepared = _prepare(_config(demo_assets.chatml, train_on_completions=True), bare, data_cache)
     assert bare.chat_template == FALLBACK_CHAT_TEMPLATE
     row = prepared.train[0]
     assert row["input_ids"][0] == bare.bos_token_id
@@ -75,23 +79,23 @@ def test_model_without_chat_template_gets_the_fallback(demo_assets, tokenizer):
     assert row["labels"] == expected_labels(row["input_ids"], bare)
 
 
-def test_masking_that_leaves_most_rows_empty_fails_with_a_reason(demo_assets, tokenizer):
+def test_masking_that_leaves_most_rows_empty_fails_with_a_reason(demo_assets, tokenizer, data_cache):
     with pytest.raises(DataFormatError) as err:
-        prepare(_config(demo_assets.alpaca, train_on_completions=True, max_seq_length=8), tokenizer)
+        _prepare(_config(demo_assets.alpaca, train_on_completions=True, max_seq_length=8), tokenizer, data_cache)
     assert err.value.field == "train_on_completions"
     assert "max_seq_length" in str(err.value) and "rows have no tokens" in str(err.value)
 
 
-def test_role_mapping_that_removes_every_reply_is_caught(demo_assets, tokenizer):
+def test_role_mapping_that_removes_every_reply_is_caught(demo_assets, tokenizer, data_cache):
     config = _config(demo_assets.sharegpt, train_on_completions=True,
                      role_mapping={"gpt": "user", "function_call": "user"})
     with pytest.raises(DataFormatError) as err:
-        prepare(config, tokenizer)
+        _prepare(config, tokenizer, data_cache)
     assert "assistant" in str(err.value)
 
 
-def test_continued_pretraining_trains_plain_text_on_every_token(demo_assets, tokenizer):
-    prepared = prepare(_config(demo_assets.alpaca, training_type="continued_pretraining"), tokenizer)
+def test_continued_pretraining_trains_plain_text_on_every_token(demo_assets, tokenizer, data_cache):
+    prepared = _prepare(_config(demo_assets.alpaca, training_type="continued_pretraining"), tokenizer, data_cache)
     row = prepared.train[0]
     assert row["labels"] == row["input_ids"]
     assert row["input_ids"][-1] == tokenizer.eos_token_id
@@ -100,14 +104,14 @@ def test_continued_pretraining_trains_plain_text_on_every_token(demo_assets, tok
     assert text.startswith("Add the two numbers.")
 
 
-def test_raw_text_cannot_train_on_completions(demo_assets, tokenizer):
+def test_raw_text_cannot_train_on_completions(demo_assets, tokenizer, data_cache):
     with pytest.raises(DataFormatError) as err:
-        prepare(_config(demo_assets.text, train_on_completions=True), tokenizer)
+        _prepare(_config(demo_assets.text, train_on_completions=True), tokenizer, data_cache)
     assert err.value.field == "train_on_completions"
 
 
-def test_rows_are_truncated_to_max_seq_length(demo_assets, tokenizer):
-    prepared = prepare(_config(demo_assets.sharegpt, max_seq_length=24), tokenizer)
+def test_rows_are_truncated_to_max_seq_length(demo_assets, tokenizer, data_cache):
+    prepared = _prepare(_config(demo_assets.sharegpt, max_seq_length=24), tokenizer, data_cache)
     lengths = [len(ids) for ids in prepared.train["input_ids"]]
     assert max(lengths) == 24
 

@@ -2,8 +2,9 @@
 
 Reading a dataset needs `datasets` and rendering chat needs a tokenizer (transformers),
 neither of which may ever load in the server process. So the server starts this module
-as a child, writes `{"config": <worker payload>, "rows": n, "tokenizer": name|null}` to
-its stdin, and reads one JSON answer from its stdout:
+as a child, writes `{"config": <worker payload>, "rows": n, "tokenizer": name|null,
+"cache_dir": folder}` to its stdin (`datasets` caches go to that folder, which the server
+removes afterwards), and reads one JSON answer from its stdout:
   {"ok": true, "preview": {format, columns, row_count, rendered_with, rows: [...]}}
   {"ok": false, "error": {"code", "message", "field"}}
 The rows are rendered by the same functions training uses (tunelab.worker.data), so the
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -39,11 +41,11 @@ def _plain_chat(messages: list[dict[str, str]]) -> str:
     return "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages)
 
 
-def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None) -> dict[str, Any]:
+def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None, cache_dir: Path) -> dict[str, Any]:
     from tunelab.worker.data import load_raw, to_messages, to_plain_text
     from tunelab.worker.tokenization import render, uses_raw_text
 
-    raw = load_raw({**config, "eval_steps": 0})
+    raw = load_raw({**config, "eval_steps": 0}, cache_dir)
     raw_text = uses_raw_text(raw.format, config)
     tokenizer, note = (None, "")
     if tokenizer_name and not raw_text:
@@ -71,7 +73,7 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
     from tunelab.worker.data import DataFormatError
 
     try:
-        preview = build_preview(request["config"], int(request["rows"]), request.get("tokenizer"))
+        preview = build_preview(request["config"], int(request["rows"]), request.get("tokenizer"), Path(request["cache_dir"]))
     except DataFormatError as exc:
         return {"ok": False, "error": {"code": "bad_dataset", "message": exc.message, "field": exc.field}}
     except (OSError, ValueError) as exc:

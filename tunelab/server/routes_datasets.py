@@ -2,7 +2,9 @@
 
 The settings are validated and every path checked here, in the server; the reading and
 rendering happen in a short-lived child process (`preview_child`) so the server never
-loads `datasets` or `transformers`. The child is killed when it runs past its time.
+loads `datasets` or `transformers`. The child is killed when it runs past its time. Its
+`datasets` caches go to a folder of its own under the home's `previews/`, removed when
+the preview ends, however it ends.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import sys
+import tempfile
 from typing import Any
 
 from fastapi import APIRouter, Request
 
+from tunelab import paths
 from tunelab.config import RunConfig, parse_config
 from tunelab.server.errors import ApiError
 from tunelab.server.schemas import DatasetPreview, DatasetPreviewRequest, error_responses
@@ -76,7 +81,12 @@ async def preview(body: DatasetPreviewRequest, request: Request) -> DatasetPrevi
     tokenizer = config.model_name if body.model_name else None
     child_request = {"config": config.worker_payload(), "rows": body.rows, "tokenizer": tokenizer}
     async with request.app.state.preview_slots:
-        answer = await run_preview_child(child_request, _timeout())
+        cache_dir = tempfile.mkdtemp(prefix="preview-", dir=paths.previews_dir())
+        try:
+            answer = await run_preview_child({**child_request, "cache_dir": cache_dir}, _timeout())
+        finally:
+            # The child has exited (or was killed) by now, so nothing writes here any more.
+            await asyncio.to_thread(shutil.rmtree, cache_dir, True)
     if not answer.get("ok"):
         error = answer.get("error") or {}
         raise ApiError(422, error.get("code", "bad_dataset"), error.get("message", "the dataset cannot be read"), error.get("field"))

@@ -1,7 +1,7 @@
 """Data preparation shared by the torch and mlx backends: raw rows in, token rows out.
 
-`prepare(config, tokenizer)` loads the data (`sources.load_raw`), renders and tokenizes
-every row (`tokenization.tokenize_example`) and returns `PreparedData(train, eval,
+`prepare(config, tokenizer, raw)` takes the data loaded by `sources.load_raw`, renders
+and tokenizes every row (`tokenization.tokenize_example`) and returns `PreparedData(train, eval,
 format)` whose rows hold `input_ids`, `labels` (-100 where no loss is taken) and
 `completion_mask`. Both backends train on exactly these tokens. The pieces are re-exported
 here because this module is the interface the backends use. Torch-free.
@@ -39,9 +39,9 @@ class PreparedData:
     format: str
 
 
-def prepare(config: dict[str, Any], tokenizer: Any, raw: RawData | None = None) -> PreparedData:
-    """Load (unless `raw` is given, already loaded), render and tokenize the run's data."""
-    raw = raw if raw is not None else load_raw(config)
+def prepare(config: dict[str, Any], tokenizer: Any, raw: RawData) -> PreparedData:
+    """Render and tokenize the run's data (loaded by `load_raw`; the token rows are cached
+    next to its Arrow files)."""
     _check_masking_applies(raw.format, config)
     if not uses_raw_text(raw.format, config):
         ensure_chat_template(tokenizer)

@@ -30,7 +30,7 @@ if sys.platform != "darwin":
 import mlx.core as mx  # noqa: E402
 import mlx.nn as nn  # noqa: E402
 
-from tunelab import events
+from tunelab import events, paths
 from tunelab.config import DEFAULT_TARGET_MODULES
 from tunelab.worker import data
 from tunelab.worker.context import RunSettingError, WorkerContext
@@ -58,7 +58,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     hf_tokenizer = tokenizer._tokenizer  # the transformers tokenizer inside mlx-lm's wrapper
 
     ctx.stage("loading_dataset", "Loading the dataset")
-    raw = data.load_raw(config)
+    raw = data.load_raw(config, paths.run_datasets_cache(output_dir))
     ctx.stage("formatting", f"Tokenizing {len(raw.train)} {raw.format} rows")
     prepared = data.prepare(config, hf_tokenizer, raw=raw)
     train_rows = _rows(prepared.train)

@@ -1,7 +1,10 @@
 """Loading raw training data: local files, hub datasets and S3, with slicing and eval choice.
 
-`load_raw(config)` returns `RawData(train, eval, format)`: `datasets.Dataset`s whose
-columns carry canonical names (after `column_mapping`), and the detected format.
+`load_raw(config, cache_dir)` returns `RawData(train, eval, format)`: `datasets.Dataset`s
+whose columns carry canonical names (after `column_mapping`), and the detected format.
+`datasets` writes its Arrow copies into `cache_dir` (the run's own folder, or a preview's
+temporary one), never into the user's global cache; every later `.map()`, split or
+filter of those datasets writes its cache files next to them.
 The eval set is chosen in this order: `eval_split`; `local_eval_datasets`; a split with a
 conventional name (validation, valid, val, test) in a hub or S3 dataset; finally a
 held-out share of the training rows (`eval_holdout`, 5% when unset). No eval set is
@@ -36,15 +39,15 @@ class RawData:
     format: str
 
 
-def load_raw(config: dict[str, Any]) -> RawData:
+def load_raw(config: dict[str, Any], cache_dir: Path) -> RawData:
     """Load, slice, map columns, detect the format and choose the eval set."""
-    splits = _load_splits(config)
+    splits = _load_splits(config, cache_dir)
     train_name = config.get("train_split") or "train"
     if train_name not in splits:
         raise DataFormatError("train_split", f"the dataset has no split '{train_name}'; it has {sorted(splits)}")
     # A streamed split was already cut to the slice while reading it.
     train = splits[train_name] if config.get("streaming") else _slice(splits[train_name], config)
-    eval_set = _choose_eval(splits, train_name, config)
+    eval_set = _choose_eval(splits, train_name, config, cache_dir)
     if eval_set is None and _wants_eval(config):
         train, eval_set = _hold_out(train, config)
 
@@ -73,7 +76,7 @@ def _sources(config: dict[str, Any]) -> list[str]:
     return [name for name in ("dataset", "local_datasets", "s3") if config.get(name)]
 
 
-def _load_splits(config: dict[str, Any]) -> dict[str, Any]:
+def _load_splits(config: dict[str, Any], cache_dir: Path) -> dict[str, Any]:
     chosen = _sources(config)
     if not chosen:
         raise DataFormatError("dataset", "no training data: set dataset (hub id), local_datasets (file paths) or s3")
@@ -82,13 +85,13 @@ def _load_splits(config: dict[str, Any]) -> dict[str, Any]:
     if config.get("streaming") and chosen[0] != "dataset":
         raise DataFormatError("streaming", "streaming works with hub datasets only; set streaming=false for local or S3 data")
     if chosen[0] == "local_datasets":
-        return {"train": load_local_files(config["local_datasets"], "local_datasets")}
+        return {"train": load_local_files(config["local_datasets"], "local_datasets", cache_dir)}
     if chosen[0] == "s3":
-        return _load_s3(config)
-    return _load_hub(config)
+        return _load_s3(config, cache_dir)
+    return _load_hub(config, cache_dir)
 
 
-def load_local_files(files: list[str], field: str) -> Any:
+def load_local_files(files: list[str], field: str, cache_dir: Path) -> Any:
     """One Dataset from local data files (each loaded with its own builder, then joined)."""
     import datasets
 
@@ -101,7 +104,7 @@ def load_local_files(files: list[str], field: str) -> Any:
         if not path.is_file():
             raise DataFormatError(field, f"{path} does not exist or is not a file")
         try:
-            parts.append(datasets.load_dataset(builder, data_files=str(path), split="train"))
+            parts.append(datasets.load_dataset(builder, data_files=str(path), split="train", cache_dir=str(cache_dir)))
         except Exception as exc:  # the builders raise many types for unreadable files
             raise DataFormatError(field, f"cannot read {path.name} as {builder}: {exc}") from exc
     return _concatenate(parts, [Path(f).name for f in files], field)
@@ -122,14 +125,14 @@ def _concatenate(parts: list[Any], names: list[str], field: str) -> Any:
         raise DataFormatError(field, f"the files cannot be combined: {exc}") from exc
 
 
-def _load_hub(config: dict[str, Any]) -> dict[str, Any]:
+def _load_hub(config: dict[str, Any], cache_dir: Path) -> dict[str, Any]:
     import datasets
 
     name = config["dataset"]
     # `trust_remote_code` is not passed: `datasets` no longer runs loading scripts at all.
     try:
         loaded = datasets.load_dataset(name, config.get("subset"), token=config.get("hf_token") or None,
-                                       streaming=bool(config.get("streaming")))
+                                       streaming=bool(config.get("streaming")), cache_dir=str(cache_dir))
     except Exception as exc:  # network, auth, missing dataset or subset: all end the run here
         raise DataFormatError("dataset", f"cannot load '{name}' from the hub: {exc}") from exc
     splits = dict(loaded) if isinstance(loaded, dict) else {"train": loaded}
@@ -160,13 +163,13 @@ def _materialise_stream(splits: dict[str, Any], config: dict[str, Any]) -> dict[
     return out
 
 
-def _load_s3(config: dict[str, Any]) -> dict[str, Any]:
+def _load_s3(config: dict[str, Any], cache_dir: Path) -> dict[str, Any]:
     """Download the prefix's data files into a temp folder and load them as local data."""
     folder = Path(tempfile.mkdtemp(prefix="tunelab-s3-"))
     try:
         download_s3_prefix(config["s3"], folder)
         # `datasets` copies the rows into its own Arrow cache, so the download can go.
-        return load_folder(folder, "s3")
+        return load_folder(folder, "s3", cache_dir)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -205,7 +208,7 @@ def download_s3_prefix(s3: dict[str, Any], folder: Path) -> list[Path]:
     return fetched
 
 
-def load_folder(folder: Path, field: str) -> dict[str, Any]:
+def load_folder(folder: Path, field: str, cache_dir: Path) -> dict[str, Any]:
     """Splits from a folder of data files; file names like train/validation/test name them."""
     import datasets
 
@@ -213,7 +216,7 @@ def load_folder(folder: Path, field: str) -> dict[str, Any]:
     if len(kinds) > 1:
         raise DataFormatError(field, f"the data files mix formats {sorted(kinds)}; keep one kind of file per dataset")
     try:
-        return dict(datasets.load_dataset(str(folder)))
+        return dict(datasets.load_dataset(str(folder), cache_dir=str(cache_dir)))
     except Exception as exc:  # the builders raise many types for unreadable files
         raise DataFormatError(field, f"cannot load the data files: {exc}") from exc
 
@@ -229,7 +232,7 @@ def _slice(train: Any, config: dict[str, Any]) -> Any:
     return train.select(range(start, end))
 
 
-def _choose_eval(splits: dict[str, Any], train_name: str, config: dict[str, Any]) -> Any | None:
+def _choose_eval(splits: dict[str, Any], train_name: str, config: dict[str, Any], cache_dir: Path) -> Any | None:
     if not _wants_eval(config):
         return None
     wanted = config.get("eval_split")
@@ -239,7 +242,7 @@ def _choose_eval(splits: dict[str, Any], train_name: str, config: dict[str, Any]
             raise DataFormatError("eval_split", f"the dataset has no split '{wanted}'; it has {sorted(splits)}{hint}")
         return splits[wanted]
     if config.get("local_eval_datasets"):
-        return load_local_files(config["local_eval_datasets"], "local_eval_datasets")
+        return load_local_files(config["local_eval_datasets"], "local_eval_datasets", cache_dir)
     for name in EVAL_SPLIT_NAMES:
         if name in splits and name != train_name:
             return splits[name]

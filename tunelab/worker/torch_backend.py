@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from tunelab import events
+from tunelab import events, paths
 from tunelab.worker import data
 from tunelab.worker.context import WorkerContext
 from tunelab.worker.stall import DownloadStallWatch, hub_cache_folders
@@ -44,7 +44,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     ctx.emit(events.make(events.MODEL_LOAD_COMPLETED))
 
     ctx.stage("loading_dataset", "Loading the dataset")
-    raw = data.load_raw(config)
+    raw = data.load_raw(config, paths.run_datasets_cache(output_dir))
     ctx.stage("formatting", f"Tokenizing {len(raw.train)} {raw.format} rows")
     prepared = data.prepare(config, tokenizer, raw=raw)
 
