@@ -152,3 +152,25 @@ def test_a_failing_run_shows_its_error_and_can_be_cleared(server, open_page, fil
     expect(page.locator("#run-phase")).to_have_text("idle")
     expect(page.locator("#run-steps")).to_have_text("No run yet")
     expect(page.locator("#run-error")).to_be_hidden()
+
+
+def test_the_stopping_notice_lasts_exactly_as_long_as_the_stop(server, open_page, fill_demo_config):
+    page = open_page()
+    # The page's clock is faked so the test can stop it: a notice that merely times out
+    # would then stay for good, and only one that follows the run can go.
+    page.clock.install()
+    page.reload()
+    fill_demo_config(page)
+    page.get_by_role("button", name="Start training").click()
+    expect(page.locator("#run-phase")).to_have_text("training", timeout=RUN_START_MS)
+    wait_points(page, 3)
+
+    page.get_by_role("button", name="Stop…").click()
+    page.get_by_role("dialog", name="Stop this run?").get_by_role("button", name="Stop and save").click()
+    stopping = page.locator("#notices .notice", has_text="Stopping at the next step")
+    expect(stopping).to_be_visible()
+    page.clock.pause_at(page.evaluate("Date.now()") / 1000 + 1)
+    # The stream's `complete` event brings the end; no timer of the page runs from here on.
+    expect(page.locator("#run-phase")).to_have_text("stopped", timeout=RUN_START_MS)
+    expect(stopping).to_have_count(0)
+    page.clock.resume()

@@ -7,7 +7,8 @@
  * step after it and then goes live, leaving no gap. If the connection drops, EventSource
  * reconnects by itself and sends Last-Event-ID (the last `<run>:<step>` id it got). RunSeries merges by step, so a step
  * that arrives twice is drawn once. Between runs nothing streams, so the panel polls
- * the status to notice a run started elsewhere (CLI, API, another tab).
+ * the status to notice a run started elsewhere (CLI, API, another tab). The "Stopping…"
+ * notice follows the run: it stays while the run winds down and goes when it has ended.
  */
 
 import { api } from "./api.js";
@@ -43,6 +44,7 @@ export class RunPanel {
     this.phase = "idle";
     this.running = false;
     this.stream = null;
+    this.dismissStopNotice = null;
     this.pollTimer = null;
     this.refreshes = 0;
     this.drawPending = false;
@@ -104,6 +106,7 @@ export class RunPanel {
   #adoptRun(runId, keepStream = false) {
     if (runId === this.runId) return;
     if (!keepStream) this.#closeStream();
+    this.#endStopNotice();
     this.runId = runId;
     this.series.clear();
     this.#drawSoon();
@@ -189,6 +192,7 @@ export class RunPanel {
   #showStatus(status) {
     this.phase = status.phase;
     this.running = Boolean(status.is_training_running);
+    if (!this.running) this.#endStopNotice();
     this.#showPhase(status.phase);
     this.#showNumbers(status);
     // A failed run's message repeats its error; say it once, in the error box.
@@ -249,12 +253,20 @@ export class RunPanel {
       if (choice !== "save" && choice !== "cancel") return;
       try {
         await api.stop(choice === "save", this.runId);
-        notify(choice === "save" ? "Stopping at the next step and saving a checkpoint…" : "Cancelling the run…");
+        this.#endStopNotice();
+        const message = choice === "save" ? "Stopping at the next step and saving a checkpoint…" : "Cancelling the run…";
+        this.dismissStopNotice = notify(message, "info", { sticky: true });
       } catch (err) {
         notify(`Stop refused: ${err.message}`, "error");
       }
       this.refresh();
     }, { once: true });
+  }
+
+  #endStopNotice() {
+    if (!this.dismissStopNotice) return;
+    this.dismissStopNotice();
+    this.dismissStopNotice = null;
   }
 
   async #clear() {
