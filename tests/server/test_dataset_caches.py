@@ -5,6 +5,8 @@ the user's global cache (`~/.cache/huggingface/datasets`)."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -56,10 +58,17 @@ def test_runs_and_previews_keep_their_data_caches_to_themselves(start_server, us
     assert global_datasets_cache(user_home) == []
 
 
-def test_a_preview_killed_at_its_timeout_leaves_no_folder(start_server, user_home, demo_assets):
+def test_a_preview_killed_at_its_timeout_leaves_no_folder(start_server, user_home, demo_assets, tmp_path):
+    home = tmp_path / "home"
+    # What a server that died mid-preview two days ago left, and another server's preview now.
+    stale, live = home / "previews" / "preview-stale", home / "previews" / "preview-live"
+    for folder in (stale, live):
+        (folder / "json").mkdir(parents=True)
+    two_days_ago = time.time() - 2 * 24 * 3600
+    os.utime(stale, (two_days_ago, two_days_ago))
     # The child cannot even finish its imports in this time.
-    server = start_server(extra_env={"HOME": str(user_home), "TUNELAB_PREVIEW_TIMEOUT_S": "0.3"})
+    server = start_server(home=home, extra_env={"HOME": str(user_home), "TUNELAB_PREVIEW_TIMEOUT_S": "0.3"})
     answer = server.client().post("/api/datasets/preview", json={"local_datasets": [str(demo_assets.alpaca)]})
     assert answer.status_code == 504, answer.text
-    assert list((server.home / "previews").iterdir()) == []
+    assert list((home / "previews").iterdir()) == [live]
     assert global_datasets_cache(user_home) == []

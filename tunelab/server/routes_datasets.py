@@ -4,7 +4,8 @@ The settings are validated and every path checked here, in the server; the readi
 rendering happen in a short-lived child process (`preview_child`) so the server never
 loads `datasets` or `transformers`. The child is killed when it runs past its time. Its
 `datasets` caches go to a folder of its own under the home's `previews/`, removed when
-the preview ends, however it ends.
+the preview ends, however it ends; a folder left there by a server that died mid-preview
+is swept once it is a day old.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import os
 import shutil
 import sys
 import tempfile
+import time
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -33,6 +36,8 @@ PREVIEW_TIMEOUT_ENV = "TUNELAB_PREVIEW_TIMEOUT_S"
 DEFAULT_PREVIEW_TIMEOUT_S = 90.0
 # Stand-in model for validating data settings when no model was named; never loaded.
 NO_MODEL = "preview-without-model"
+# Far beyond any preview's timeout, so a folder this old belongs to no live preview.
+STALE_PREVIEW_S = 24 * 3600
 
 
 def preview_config(body: DatasetPreviewRequest) -> RunConfig:
@@ -47,6 +52,13 @@ def _timeout() -> float:
         return float(os.environ.get(PREVIEW_TIMEOUT_ENV, DEFAULT_PREVIEW_TIMEOUT_S))
     except ValueError:
         return DEFAULT_PREVIEW_TIMEOUT_S
+
+
+def _sweep_stale(previews: Path) -> None:
+    cutoff = time.time() - STALE_PREVIEW_S
+    for folder in previews.iterdir():
+        if folder.is_dir() and not folder.is_symlink() and folder.stat().st_mtime < cutoff:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 async def run_preview_child(request: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -81,6 +93,7 @@ async def preview(body: DatasetPreviewRequest, request: Request) -> DatasetPrevi
     tokenizer = config.model_name if body.model_name else None
     child_request = {"config": config.worker_payload(), "rows": body.rows, "tokenizer": tokenizer}
     async with request.app.state.preview_slots:
+        await asyncio.to_thread(_sweep_stale, paths.previews_dir())
         cache_dir = tempfile.mkdtemp(prefix="preview-", dir=paths.previews_dir())
         try:
             answer = await run_preview_child({**child_request, "cache_dir": cache_dir}, _timeout())
