@@ -95,3 +95,81 @@ def test_broken_yaml_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config_file(path)
     assert info.value.errors[0].field == "config"
+
+
+# --- hostile values: refused at parse, before any filesystem call or worker ------------
+@pytest.mark.parametrize(
+    "overrides, field, words",
+    [
+        ({"output_dir": "x" * 300}, "output_dir", "at most 255 bytes"),
+        ({"model_name": "m" * 256}, "model_name", "at most 255 bytes"),
+        ({"resume_from": "/tmp/" + "r" * 300}, "resume_from", "at most 255 bytes"),
+        ({"local_datasets": ["/d/" * 1400 + "a.jsonl"]}, "local_datasets.0", "at most 4096"),
+        ({"subset": "s" * 257}, "subset", "at most 256"),
+        ({"target_modules": ["q" * 300]}, "target_modules.0", "at most 256"),
+        ({"display_name": "n" * 201}, "display_name", "at most 200"),
+        ({"batch_size": 1_000_000_000}, "batch_size", "less than or equal to 4096"),
+        ({"gradient_accumulation_steps": 10**6}, "gradient_accumulation_steps", "less than or equal"),
+        ({"num_epochs": 1e9}, "num_epochs", "less than or equal"),
+        ({"max_steps": 10**12}, "max_steps", "less than or equal"),
+        ({"save_steps": 10**12}, "save_steps", "less than or equal"),
+        ({"eval_steps": 10**12}, "eval_steps", "less than or equal"),
+        ({"seed": 2**32}, "seed", "less than or equal"),
+        ({"seed": -1}, "seed", "greater than or equal"),
+        ({"slice_end": 10**15}, "slice_end", "less than or equal"),
+        ({"lora_alpha": float("inf")}, "lora_alpha", "finite"),
+        ({"max_grad_norm": float("nan")}, "max_grad_norm", "finite"),
+        ({"learning_rate": float("nan")}, "learning_rate", "finite"),
+        ({"eval_holdout": float("nan")}, "eval_holdout", "finite"),
+        ({"model_name": "org/m\x1b]0;pwned\x07"}, "model_name", "U+001B"),
+        ({"display_name": "run\u009b2J"}, "display_name", "U+009B"),
+        ({"display_name": "evil\u202etxt.exe"}, "display_name", "U+202E"),
+        ({"output_dir": "runs/a\nb"}, "output_dir", "U+000A"),
+        ({"output_dir": "runs/\u2066x"}, "output_dir", "U+2066"),
+        ({"s3": {"bucket": "b\x07"}}, "s3.bucket", "U+0007"),
+        ({"local_datasets": ["notes.txt"]}, "local_datasets.0", "use a .json"),
+    ],
+)
+def test_hostile_values_are_refused_naming_the_field(overrides, field, words):
+    errors = errors_of(**overrides)
+    assert field in errors, errors
+    assert words in errors[field]
+
+
+def test_a_control_character_in_a_mapping_key_is_refused_and_shown_escaped():
+    errors = errors_of(role_mapping={"bot\x1b[2J": "assistant"})
+    (field, message), = errors.items()
+    assert field.startswith("role_mapping.") and "\x1b" not in field and "\\x1b" in field
+    assert "U+001B" in message
+
+
+def test_non_finite_numbers_from_json_text_are_refused(tmp_path):
+    # Python's JSON parser accepts the NaN/Infinity literals; the config must not.
+    path = tmp_path / "run.json"
+    path.write_text('{"model_name": "m", "local_datasets": ["d.jsonl"], "lora_alpha": Infinity, "weight_decay": NaN}')
+    with pytest.raises(ConfigError) as info:
+        load_config_file(path)
+    assert {e.field for e in info.value.errors} == {"lora_alpha", "weight_decay"}
+
+
+def test_unknown_key_and_bad_value_are_reported_together():
+    errors = errors_of(lora_rnk=8, batch_size=0, learning_rate=3)
+    assert set(errors) == {"lora_rnk", "batch_size", "learning_rate"}
+    assert "did you mean 'lora_r'" in errors["lora_rnk"]
+
+
+def test_role_names_that_look_like_secret_names_are_stored(tmp_path):
+    from tunelab.store import Store
+
+    cfg = parse_config({**BASE, "role_mapping": {"token": "user", "password": "assistant"},
+                        "column_mapping": {"text": "api_key"}})
+    store = Store(tmp_path / "runs.db")
+    run_id = store.create_run(cfg.public(), cfg.model_name, cfg.dataset_label)
+    assert store.get_run(run_id)["config"]["role_mapping"] == {"token": "user", "password": "assistant"}
+
+
+def test_the_store_refuses_non_standard_json(tmp_path):
+    from tunelab.store import InvalidValue, Store
+
+    with pytest.raises(InvalidValue, match="NaN and Infinity"):
+        Store(tmp_path / "runs.db").create_run({"model_name": "m", "lora_alpha": float("inf")}, "m", "d")

@@ -12,10 +12,13 @@ import difflib
 import json
 import platform
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from tunelab.text import char_name, first_unsafe_char, printable
 
 TrainingType = Literal["lora", "qlora", "full", "continued_pretraining"]
 DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text"]
@@ -30,6 +33,72 @@ CANONICAL_COLUMNS = ("instruction", "input", "output", "text", "conversations", 
 # Learning-rate schedules the mlx backend implements (the torch backend takes any HF name).
 MLX_LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+# Files tunelab reads as training data (the worker's `datasets` builders take these).
+DATA_FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
+# Lengths checked before any filesystem call: longer names make the OS raise
+# ENAMETOOLONG from a mere exists(), far from where the name was given.
+NAME_MAX_CHARS = 256
+PATH_MAX_CHARS = 4096
+PATH_PART_MAX_BYTES = 255
+DISPLAY_NAME_MAX_CHARS = 200
+# Upper bounds on counts: far above any real run, low enough that a typo cannot make a
+# worker allocate without limit.
+MAX_BATCH_SIZE = 4096
+MAX_ACCUMULATION_STEPS = 4096
+MAX_EPOCHS = 10_000
+MAX_STEPS = 100_000_000
+MAX_ROWS = 10**12
+MAX_SEED = 2**32 - 1
+
+
+def _safe_chars(text: str) -> None:
+    found = first_unsafe_char(text)
+    if found is not None:
+        pos, ch = found
+        raise ValueError(f"contains {char_name(ch)}, a control or bidi-override character, at position {pos}; "
+                         "remove it: names and paths must be plain text")
+
+
+def _name(text: str) -> str:
+    """A short name: hub id part, split, role, column, project, ..."""
+    _safe_chars(text)
+    if len(text) > NAME_MAX_CHARS:
+        raise ValueError(f"is {len(text)} characters long; a name may have at most {NAME_MAX_CHARS}")
+    return text
+
+
+def _path(text: str) -> str:
+    """A file path, hub id or URI: at most PATH_MAX_CHARS, each part at most 255 bytes."""
+    _safe_chars(text)
+    if len(text) > PATH_MAX_CHARS:
+        raise ValueError(f"is {len(text)} characters long; a path may have at most {PATH_MAX_CHARS}")
+    for part in text.split("/"):
+        size = len(part.encode("utf-8", "surrogatepass"))
+        if size > PATH_PART_MAX_BYTES:
+            raise ValueError(f"has a part of {size} bytes ('{printable(part, 40)}'); each folder or file name "
+                             f"may have at most {PATH_PART_MAX_BYTES} bytes")
+    return text
+
+
+def _data_file(text: str) -> str:
+    _path(text)
+    if not text.lower().endswith(DATA_FILE_SUFFIXES):
+        raise ValueError(f"'{printable(Path(text).name, 80)}' is not a data file tunelab reads; "
+                         f"use a {', '.join(DATA_FILE_SUFFIXES)} file")
+    return text
+
+
+Name = Annotated[str, AfterValidator(_name)]
+PathText = Annotated[str, AfterValidator(_path)]
+DataFile = Annotated[str, AfterValidator(_data_file)]
+DisplayName = Annotated[str, Field(max_length=DISPLAY_NAME_MAX_CHARS), AfterValidator(_name)]
+
+
+def check_display_name(text: str) -> str:
+    """The rule for a run's display name, for callers outside RunConfig (rename)."""
+    if len(text) > DISPLAY_NAME_MAX_CHARS:
+        raise ValueError(f"is {len(text)} characters long; a display name may have at most {DISPLAY_NAME_MAX_CHARS}")
+    return _name(text)
 
 
 class FieldError(BaseModel):
@@ -53,10 +122,10 @@ class S3Source(BaseModel):
     """A dataset stored in S3 (or an S3-compatible store)."""
 
     model_config = ConfigDict(extra="forbid")
-    bucket: str
-    prefix: str = ""
-    region: str | None = None
-    endpoint_url: str | None = None
+    bucket: Name
+    prefix: PathText = ""
+    region: Name | None = None
+    endpoint_url: PathText | None = None
     access_key_id: SecretStr | None = None
     secret_access_key: SecretStr | None = None
     session_token: SecretStr | None = None
@@ -65,10 +134,10 @@ class S3Source(BaseModel):
 class RunConfig(BaseModel):
     """Everything one run needs. Field docs double as the CLI/API reference."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
     # --- model
-    model_name: str = Field(min_length=1, description="Hub id (org/name) or a local model folder.")
+    model_name: PathText = Field(min_length=1, description="Hub id (org/name) or a local model folder.")
     training_type: TrainingType = Field("lora", description="lora | qlora | full | continued_pretraining.")
     max_seq_length: int = Field(2048, ge=16, le=1_048_576, description="Longest tokenized example; longer rows are truncated.")
     load_in_4bit: bool = Field(False, description="Load the base model in 4-bit (QLoRA). Needs CUDA.")
@@ -76,86 +145,94 @@ class RunConfig(BaseModel):
     hf_token: SecretStr | None = Field(None, description="Hub token (secret; never stored).")
 
     # --- data
-    dataset: str | None = Field(None, description="Hub dataset id.")
-    local_datasets: list[str] = Field(default_factory=list, description="Local .json/.jsonl/.csv/.parquet files.")
+    dataset: PathText | None = Field(None, description="Hub dataset id.")
+    local_datasets: list[DataFile] = Field(default_factory=list, description="Local .json/.jsonl/.csv/.parquet files.")
     s3: S3Source | None = Field(None, description="S3 bucket/prefix holding data files.")
-    subset: str | None = Field(None, description="Hub dataset configuration name.")
-    train_split: str = Field("train", min_length=1)
-    eval_split: str | None = Field(None, description="Split used for evaluation; auto-detected when absent.")
-    local_eval_datasets: list[str] = Field(default_factory=list)
+    subset: Name | None = Field(None, description="Hub dataset configuration name.")
+    train_split: Name = Field("train", min_length=1)
+    eval_split: Name | None = Field(None, description="Split used for evaluation; auto-detected when absent.")
+    local_eval_datasets: list[DataFile] = Field(default_factory=list)
     eval_holdout: float = Field(0.0, ge=0.0, le=0.5, description="Share of training rows held out for eval when no eval split exists.")
-    eval_steps: float = Field(0, ge=0, description="0 = no eval; >= 1 every N steps; < 1 a fraction of total steps.")
+    eval_steps: float = Field(0, ge=0, le=MAX_STEPS, description="0 = no eval; >= 1 every N steps; < 1 a fraction of total steps.")
     streaming: bool = False
-    slice_start: int | None = Field(None, ge=0)
-    slice_end: int | None = Field(None, ge=1)
+    slice_start: int | None = Field(None, ge=0, le=MAX_ROWS)
+    slice_end: int | None = Field(None, ge=1, le=MAX_ROWS)
     format: DataFormat = Field("auto", description="auto | alpaca | sharegpt | chatml | text.")
-    column_mapping: dict[str, str] = Field(default_factory=dict, description="Canonical column -> dataset column, e.g. {instruction: question}.")
-    role_mapping: dict[str, str] = Field(default_factory=dict, description="Dataset role -> chat role, e.g. {function_call: tool}.")
+    column_mapping: dict[Name, Name] = Field(default_factory=dict, description="Canonical column -> dataset column, e.g. {instruction: question}.")
+    role_mapping: dict[Name, Name] = Field(default_factory=dict, description="Dataset role -> chat role, e.g. {function_call: tool}.")
     train_on_completions: bool = Field(False, description="Compute loss on assistant tokens only.")
 
     # --- adapter
     lora_r: int = Field(16, ge=1, le=4096)
-    lora_alpha: float = Field(16, gt=0)
+    lora_alpha: float = Field(16, gt=0, le=1_000_000)
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
-    target_modules: list[str] | None = Field(None, description="Default: all attention and MLP projections.")
+    target_modules: list[Name] | None = Field(None, description="Default: all attention and MLP projections.")
     use_rslora: bool = False
     use_dora: bool = False
     use_loftq: bool = False
     gradient_checkpointing: bool | None = Field(None, description="None = device-aware default (off on CPU, on with CUDA).")
 
     # --- optimisation
-    num_epochs: float = Field(3, ge=0)
-    max_steps: int = Field(0, ge=0, description="0 = train for num_epochs.")
+    num_epochs: float = Field(3, ge=0, le=MAX_EPOCHS)
+    max_steps: int = Field(0, ge=0, le=MAX_STEPS, description="0 = train for num_epochs.")
     learning_rate: float = 2e-4
-    batch_size: int = Field(2, ge=1)
-    gradient_accumulation_steps: int = Field(4, ge=1)
-    warmup_steps: int | None = Field(None, ge=0)
+    batch_size: int = Field(2, ge=1, le=MAX_BATCH_SIZE, description="Rows per device per step; at most the number of training rows.")
+    gradient_accumulation_steps: int = Field(4, ge=1, le=MAX_ACCUMULATION_STEPS)
+    warmup_steps: int | None = Field(None, ge=0, le=MAX_STEPS)
     warmup_ratio: float | None = Field(None, ge=0.0, lt=1.0)
     weight_decay: float = Field(0.001, ge=0.0)
     max_grad_norm: float = Field(1.0, description="Gradient clip; 0 or negative disables clipping.")
-    lr_scheduler_type: str = "linear"
-    optim: str = Field("adamw_torch_fused", description="Any HF Trainer optimizer name; the default is fused AdamW, as in transformers.")
-    seed: int = 3407
+    lr_scheduler_type: Name = "linear"
+    optim: Name = Field("adamw_torch_fused", description="Any HF Trainer optimizer name; the default is fused AdamW, as in transformers.")
+    seed: int = Field(3407, ge=0, le=MAX_SEED, description="0 to 2**32-1.")
     packing: bool = False
-    save_steps: int = Field(0, ge=0, description="0 = save only at the end.")
-    save_total_limit: int | None = Field(None, ge=1)
-    logging_steps: int = Field(1, ge=1)
+    save_steps: int = Field(0, ge=0, le=MAX_STEPS, description="0 = save only at the end.")
+    save_total_limit: int | None = Field(None, ge=1, le=100_000)
+    logging_steps: int = Field(1, ge=1, le=MAX_STEPS)
     precision: Precision = Field("auto", description="auto picks bf16 on capable GPUs; on a CPU fp32, or bf16 autocast where the CPU has native bf16 and the model is at least 256 wide.")
 
     # --- tracking
     report_to: ReportTo = "none"
-    wandb_project: str | None = None
+    wandb_project: Name | None = None
     wandb_token: SecretStr | None = None
-    tensorboard_dir: str | None = None
-    mlflow_tracking_uri: str | None = None
-    mlflow_experiment: str | None = None
+    tensorboard_dir: PathText | None = None
+    mlflow_tracking_uri: PathText | None = None
+    mlflow_experiment: Name | None = None
 
     # --- hardware
-    gpu_ids: list[int] | None = Field(None, description="Explicit CUDA device ids; None = choose by free memory.")
+    gpu_ids: list[Annotated[int, Field(ge=0, le=4096)]] | None = Field(None, description="Explicit CUDA device ids; None = choose by free memory.")
     backend: Backend = "auto"
 
     # --- output
-    output_dir: str | None = Field(None, description="Default: a new folder under the outputs root.")
+    output_dir: PathText | None = Field(None, description="Default: a new folder under the outputs root.")
     allow_output_outside_root: bool = Field(False, description="Required for an output_dir outside the outputs root.")
-    resume_from: str | None = Field(None, description="A checkpoint folder or a run id to continue from.")
-    display_name: str | None = Field(None, max_length=200)
+    resume_from: PathText | None = Field(None, description="A checkpoint folder or a run id to continue from.")
+    display_name: DisplayName | None = None
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _normalise_input(cls, data: Any) -> Any:
+    def _normalise_input(cls, data: Any, handler: Any) -> Any:
+        """None means "use the default"; unknown keys are reported together with every
+        other field's problem, so one attempt shows all that needs fixing."""
         if not isinstance(data, dict):
-            return data
+            return handler(data)
         unknown = [k for k in data if k not in cls.model_fields]
-        if unknown:
-            raise _unknown_keys_message(unknown, list(cls.model_fields))
-        # None means "use the default" for every field whose default is not None.
         cleaned = {}
         for key, value in data.items():
-            field = cls.model_fields[key]
+            field = cls.model_fields.get(key)
+            if field is None:
+                continue
             if value is None and not field.is_required() and field.get_default(call_default_factory=True) is not None:
                 continue
             cleaned[key] = value
-        return cleaned
+        if not unknown:
+            return handler(cleaned)
+        problems = [_unknown_key_error(key, data[key], list(cls.model_fields)) for key in unknown]
+        try:
+            handler(cleaned)
+        except ValidationError as exc:
+            problems = [_rebuilt(err) for err in exc.errors()] + problems
+        raise ValidationError.from_exception_data(cls.__name__, problems)
 
     @field_validator("max_grad_norm")
     @classmethod
@@ -283,13 +360,20 @@ def _mlx_limits(cfg: RunConfig) -> list[tuple[str, str]]:
     return errs
 
 
-def _unknown_keys_message(unknown: list[str], known: list[str]) -> _ErrorList:
-    errs = []
-    for key in unknown:
-        close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-        hint = f"did you mean '{close[0]}'?" if close else "remove it; see `tunelab train --help` for the fields"
-        errs.append((key, f"unknown setting '{key}'; {hint}"))
-    return _ErrorList(errs)
+def _unknown_key_error(key: Any, value: Any, known: list[str]) -> dict[str, Any]:
+    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+    hint = f"did you mean '{close[0]}'?" if close else "remove it; see `tunelab fields` for the settings"
+    message = f"unknown setting '{printable(key, 80)}'; {hint}"
+    return {"type": PydanticCustomError("unknown_setting", message.replace("{", "{{").replace("}", "}}")),
+            "loc": (key,), "input": value}
+
+
+def _rebuilt(err: dict[str, Any]) -> dict[str, Any]:
+    """A reported error in the form ValidationError.from_exception_data takes again."""
+    if err["type"] == "value_error":  # keeps ctx["error"], e.g. an _ErrorList of several fields
+        return {"type": "value_error", "loc": err["loc"], "input": err["input"], "ctx": err["ctx"]}
+    message = err["msg"].replace("{", "{{").replace("}", "}}")
+    return {"type": PydanticCustomError(err["type"], message), "loc": err["loc"], "input": err["input"]}
 
 
 def errors_from_validation(exc: ValidationError) -> list[FieldError]:
@@ -300,12 +384,15 @@ def errors_from_validation(exc: ValidationError) -> list[FieldError]:
         if isinstance(ctx_error, _ErrorList):
             out.extend(FieldError(field=f, message=m) for f, m in ctx_error.pairs)
             continue
-        loc = ".".join(str(p) for p in err["loc"]) or "config"
+        # A location may be a user's own dict key: shown escaped and short, never raw.
+        loc = ".".join(printable(p, 80) for p in err["loc"]) or "config"
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "missing":
             msg = "is required"
         elif err["type"] == "extra_forbidden":
             msg = "unknown setting; remove it"
+        elif err["type"] == "finite_number":
+            msg = "must be a finite number (NaN and Infinity are not numbers a run can use)"
         out.append(FieldError(field=loc, message=msg))
     return out
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from tunelab import paths
 from tunelab.events import finite_or_none
+from tunelab.text import char_name, first_unsafe_char
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -36,6 +37,9 @@ METRIC_FIELDS = ("loss", "learning_rate", "grad_norm", "eval_loss", "epoch", "nu
 SECRET_KEYS = frozenset(
     {"hf_token", "wandb_token", "access_key_id", "secret_access_key", "session_token", "password", "token", "api_key"}
 )
+# Config mappings whose keys are the dataset's own column and role names, not settings:
+# a chat role may well be called "token" or "password".
+DATA_NAME_MAPPINGS = frozenset({"column_mapping", "role_mapping"})
 ORPHAN_MESSAGE = "server restarted during training"
 NAME_MAX_CHARS = 200
 SPARKLINE_POINTS = 50
@@ -149,6 +153,8 @@ def check_no_secrets(config: Any, where: str = "config") -> None:
     """Defence in depth: refuse a config that still carries a secret-named key."""
     if isinstance(config, Mapping):
         for key, value in config.items():
+            if key in DATA_NAME_MAPPINGS:
+                continue
             if str(key).lower() in SECRET_KEYS:
                 raise InvalidValue(f"{where}.{key}", "looks like a secret and is never stored; pass RunConfig.public()")
             check_no_secrets(value, f"{where}.{key}")
@@ -161,8 +167,10 @@ def clean_display_name(name: Any) -> str:
     text = name.strip() if isinstance(name, str) else ""
     if not 1 <= len(text) <= NAME_MAX_CHARS:
         raise InvalidValue("display_name", f"must be 1 to {NAME_MAX_CHARS} characters of text, got {len(text)}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in text):
-        raise InvalidValue("display_name", "must not contain control characters such as line breaks")
+    found = first_unsafe_char(text)
+    if found is not None:
+        raise InvalidValue("display_name", f"must not contain control or bidi-override characters such as line breaks "
+                                           f"({char_name(found[1])} at position {found[0]})")
     return text
 
 
@@ -328,9 +336,10 @@ class Store:
             raise InvalidValue("config", "must be a mapping (RunConfig.public())")
         check_no_secrets(config_public)
         try:
-            config_json = json.dumps(dict(config_public))
+            # allow_nan=False: NaN/Infinity are not JSON, and a row holding them breaks strict readers.
+            config_json = json.dumps(dict(config_public), allow_nan=False)
         except (TypeError, ValueError) as exc:
-            raise InvalidValue("config", f"is not JSON-serialisable: {exc}") from None
+            raise InvalidValue("config", f"is not standard JSON (NaN and Infinity are refused): {exc}") from None
         name = clean_display_name(display_name) if display_name is not None else None
 
         def work(conn: sqlite3.Connection) -> int:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tunelab.config import DataFormat, RunConfig, S3Source, TrainingType
+from tunelab.config import DataFormat, DisplayName, RunConfig, S3Source, TrainingType
 
 
 # --- errors ---------------------------------------------------------------------------
@@ -154,7 +154,7 @@ class RunDetail(RunSummary):
 
 class RenameRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    display_name: str = Field(min_length=1, max_length=200)
+    display_name: DisplayName = Field(min_length=1)
 
 
 class DeleteAnswer(BaseModel):
