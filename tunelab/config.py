@@ -33,8 +33,6 @@ CANONICAL_COLUMNS = ("instruction", "input", "output", "text", "conversations", 
 # Learning-rate schedules the mlx backend implements (the torch backend takes any HF name).
 MLX_LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-# Files tunelab reads as training data (the worker's `datasets` builders take these).
-DATA_FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 # Lengths checked before any filesystem call: longer names make the OS raise
 # ENAMETOOLONG from a mere exists(), far from where the name was given.
 NAME_MAX_CHARS = 256
@@ -80,17 +78,8 @@ def _path(text: str) -> str:
     return text
 
 
-def _data_file(text: str) -> str:
-    _path(text)
-    if not text.lower().endswith(DATA_FILE_SUFFIXES):
-        raise ValueError(f"'{printable(Path(text).name, 80)}' is not a data file tunelab reads; "
-                         f"use a {', '.join(DATA_FILE_SUFFIXES)} file")
-    return text
-
-
 Name = Annotated[str, AfterValidator(_name)]
 PathText = Annotated[str, AfterValidator(_path)]
-DataFile = Annotated[str, AfterValidator(_data_file)]
 DisplayName = Annotated[str, Field(max_length=DISPLAY_NAME_MAX_CHARS), AfterValidator(_name)]
 
 
@@ -146,12 +135,12 @@ class RunConfig(BaseModel):
 
     # --- data
     dataset: PathText | None = Field(None, description="Hub dataset id.")
-    local_datasets: list[DataFile] = Field(default_factory=list, description="Local .json/.jsonl/.csv/.parquet files.")
+    local_datasets: list[PathText] = Field(default_factory=list, description="Local .json/.jsonl/.csv/.parquet files.")
     s3: S3Source | None = Field(None, description="S3 bucket/prefix holding data files.")
     subset: Name | None = Field(None, description="Hub dataset configuration name.")
     train_split: Name = Field("train", min_length=1)
     eval_split: Name | None = Field(None, description="Split used for evaluation; auto-detected when absent.")
-    local_eval_datasets: list[DataFile] = Field(default_factory=list)
+    local_eval_datasets: list[PathText] = Field(default_factory=list)
     eval_holdout: float = Field(0.0, ge=0.0, le=0.5, description="Share of training rows held out for eval when no eval split exists.")
     eval_steps: float = Field(0, ge=0, le=MAX_STEPS, description="0 = no eval; >= 1 every N steps; < 1 a fraction of total steps.")
     streaming: bool = False

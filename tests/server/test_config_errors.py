@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 # (case, changes to the demo body, field named, words the message must contain)
@@ -55,3 +57,29 @@ def test_refused_configs_start_nothing(live_server, demo_run):
     assert client.get("/api/runs").json()["total"] == 0
     status = client.get("/api/train/status").json()
     assert status["phase"] == "idle" and status["is_training_running"] is False
+
+
+def test_unknown_key_and_bad_value_are_both_listed(live_server, demo_run):
+    body = {**demo_run(), "lora_rnk": 8, "batch_size": 10**9}
+    response = live_server.client().post("/api/train/start", json=body)
+    assert response.status_code == 422
+    fields = {f["field"]: f["message"] for f in response.json()["error"]["fields"]}
+    assert set(fields) == {"lora_rnk", "batch_size"}
+    assert "did you mean 'lora_r'" in fields["lora_rnk"]
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_json_literals_are_refused(live_server, demo_run, literal):
+    text = json.dumps(demo_run())[:-1] + f', "lora_alpha": {literal}, "max_grad_norm": {literal}}}'
+    response = live_server.client().post("/api/train/start", content=text, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text
+    assert {f["field"] for f in response.json()["error"]["fields"]} == {"lora_alpha", "max_grad_norm"}
+    assert live_server.client().get("/api/runs").json()["total"] == 0
+
+
+def test_rename_refuses_control_and_bidi_characters(live_server):
+    # Any run row will do: the name is judged before the run is looked up.
+    for name in ("evil\u202etxt", "x\u009b2J", "title\x1b]0;pwned\x07"):
+        response = live_server.client().patch("/api/runs/1", json={"display_name": name})
+        assert response.status_code == 422, response.text
+        assert response.json()["error"]["field"] == "display_name"
