@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -106,10 +108,77 @@ def test_ctrl_c_stops_and_saves_then_resume_continues(tmp_path, home, demo_asset
 
 
 def _steps_logged(db: Path) -> int:
-    import sqlite3
-
     try:
         with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1) as conn:
             return conn.execute("SELECT COALESCE(MAX(step), 0) FROM metrics").fetchone()[0]
     except sqlite3.Error:
         return 0
+
+
+def run_cli_at(args, home: Path, columns: int):
+    env = {**os.environ, "TUNELAB_HOME": str(home), "COLUMNS": str(columns)}
+    return subprocess.run(TUNELAB + args, env=env, capture_output=True, text=True, timeout=60)
+
+
+def _recorded_run(home: Path, **fields) -> int:
+    """A finished row written straight into the home's database, as an older tunelab
+    (or another tool) may have left it."""
+    from tunelab.store import Store
+
+    store = Store(home / "tunelab.db")
+    run_id = store.create_run({"model_name": fields["model_name"]}, fields["model_name"], fields.get("dataset", "train.jsonl"))
+    store.finalize_run(run_id, status=fields.get("status", "completed"), total_steps=400, final_step=400, final_loss=1.2345,
+                       output_dir=fields.get("output_dir"), error_message=fields.get("error_message"), loss_sparkline=[3, 2, 1])
+    if fields.get("display_name"):
+        # Straight SQL: today's store refuses control characters in names, older rows may hold them.
+        with sqlite3.connect(home / "tunelab.db") as conn:
+            conn.execute("UPDATE runs SET display_name = ? WHERE id = ?", (fields["display_name"], run_id))
+    return run_id
+
+
+def test_runs_fits_80_columns_and_wide_shows_the_rest(home):
+    long_model = "/home/someone/models/" + "very-long-model-folder-name-" * 3 + "final"
+    _recorded_run(home, model_name=long_model, dataset="/data/" + "x" * 60 + ".jsonl")
+    _recorded_run(home, model_name="org/model", display_name="a run with a rather long display name indeed")
+    narrow = run_cli_at(["runs"], home, 80)
+    assert narrow.returncode == 0, narrow.stderr
+    lines = narrow.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    row_lines = [line for line in lines if "completed" in line]
+    assert len(row_lines) == 2  # one line per run, nothing wrapped
+    for line in row_lines:
+        assert "400/400" in line and "1.2345" in line and re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", line)
+    assert "very-long-model" in narrow.stdout  # the model folder's own name stands in for a missing name
+    wide = run_cli_at(["runs", "--wide"], home, 320)
+    assert "org/model" in wide.stdout and "x" * 60 in wide.stdout and "▁" in wide.stdout
+
+
+def test_show_and_runs_print_stored_control_characters_escaped(home):
+    hostile = "org/m\x1b]0;pwned\x07\x1b[2J\u009b2J\u202eevil"
+    run_id = _recorded_run(home, model_name=hostile, display_name="n\u202ex", output_dir="/tmp/out\nput",
+                           status="error", error_message="boom\x1b[31m\nsecond line")
+    for args in (["show", str(run_id)], ["runs"], ["runs", "--wide"]):
+        result = run_cli_at(args, home, 200)
+        assert result.returncode == 0, result.stderr
+        for raw in ("\x1b", "\x07", "\u009b", "\u202e"):
+            assert raw not in result.stdout, (args, raw)
+    shown = run_cli_at(["show", str(run_id)], home, 200).stdout
+    assert "\\x1b]0;pwned\\x07" in shown and "\\u202e" in shown and "/tmp/out\\nput" in shown
+    assert "boom\\x1b[31m\nsecond line" in shown  # an error message keeps its own line breaks
+
+
+def test_outcome_of_a_run_that_never_stepped_prints_no_none(home):
+    import io
+
+    from rich.console import Console
+
+    from tunelab.foreground import RunOutcome, print_outcome
+    from tunelab.store import Store
+
+    store = Store(home / "tunelab.db")
+    run_id = store.create_run({"model_name": "m"}, "m", "d")
+    store.finalize_run(run_id, status="error", error_message="the worker could not load the model")
+    out = io.StringIO()
+    print_outcome(RunOutcome(run_id, store.get_run(run_id), None, None, 0), Console(file=out, width=120))
+    assert "None" not in out.getvalue()
+    assert f"run {run_id}: error before the first training step" in out.getvalue()

@@ -13,13 +13,17 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from tunelab import paths
 from tunelab.config import ConfigError, RunConfig, load_config_file
 from tunelab.foreground import EXIT_BAD_CONFIG, EXIT_ERROR, print_outcome, watch_run
 from tunelab.paths import PathNotAllowed
+from tunelab.text import printable
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="tunelab: a local fine-tuning lab for LLMs.")
 console = Console()
@@ -42,13 +46,13 @@ def _when(timestamp: float | None) -> str:
 
 
 def _fail(code: int, message: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/] {message}")
+    err_console.print(f"[red]error:[/] {escape(printable(message))}")
     return typer.Exit(code)
 
 
 def _config_failure(exc: ConfigError) -> typer.Exit:
     for err in exc.errors:
-        err_console.print(f"[red]config error[/] [bold]{err.field}[/]: {err.message}")
+        err_console.print(f"[red]config error[/] [bold]{escape(printable(err.field))}[/]: {escape(printable(err.message))}")
     return typer.Exit(EXIT_BAD_CONFIG)
 
 
@@ -101,6 +105,7 @@ def resume(run: int = typer.Argument(..., help="Run id (see `tunelab runs`).")) 
 @app.command()
 def runs(
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    wide: bool = typer.Option(False, "--wide", help="Every column: name, model and dataset apart, and the loss sparkline."),
     limit: int = typer.Option(50, min=1, max=10_000),
     offset: int = typer.Option(0, min=0),
 ) -> None:
@@ -111,13 +116,38 @@ def runs(
     if as_json:
         print(json.dumps(rows, indent=1, default=str))
         return
-    table = Table("id", "status", "name", "model", "dataset", "steps", "final loss", "loss", "started")
+    console.print(_runs_table(rows, wide))
+
+
+def _runs_table(rows: list[dict], wide: bool) -> Table:
+    """The narrow table fits the terminal (80 columns is enough): every cell but the
+    name is kept whole and the name gives way with '…'. `--wide` adds model, dataset
+    and the sparkline and lets long cells wrap."""
+    headers = ["id", "status", *(["name", "model", "dataset"] if wide else ["name"]), "steps", "final loss",
+               *(["loss"] if wide else []), "started"]
+    table_rows = []
     for r in rows:
         loss = f"{r['final_loss']:.4f}" if r.get("final_loss") is not None else ""
-        table.add_row(str(r["id"]), r["status"], r.get("display_name") or "", r["model_name"], r.get("dataset_name") or "",
-                      f"{r.get('final_step') or 0}/{r.get('total_steps') or '?'}", loss, sparkline(r.get("loss_sparkline")),
-                      _when(r.get("started_at")))
-    console.print(table)
+        steps = f"{r.get('final_step') or 0}/{r.get('total_steps') or '?'}"
+        if wide:
+            names = [r.get("display_name") or "", r["model_name"], r.get("dataset_name") or ""]
+            middle = [*names, steps, loss, sparkline(r.get("loss_sparkline"))]
+        else:
+            middle = [r.get("display_name") or Path(r["model_name"]).name or r["model_name"], steps, loss]
+        table_rows.append([str(r["id"]), r["status"], *map(printable, middle), _when(r.get("started_at"))])
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for i, header in enumerate(headers):
+        if wide or header != "name":
+            table.add_column(header, no_wrap=not wide or header in ("steps", "final loss", "started"),
+                             justify="right" if header in ("id", "steps", "final loss") else "left", overflow="fold")
+            continue
+        # Rich would shrink every column alike; give the name only what the others leave.
+        others = sum(max([len(h)] + [len(row[j]) for row in table_rows]) for j, h in enumerate(headers) if j != i)
+        room = console.width - others - 3 * (len(headers) - 1)
+        table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=max(8, room))
+    for row in table_rows:
+        table.add_row(*map(Text, row))
+    return table
 
 
 @app.command()
@@ -132,15 +162,18 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
     if as_json:
         print(json.dumps({**row, "metrics": store.get_metrics(run)}, indent=1, default=str))
         return
-    console.print(f"[bold]run {row['id']}[/] {row.get('display_name') or ''}  status: [bold]{row['status']}[/]")
+    # Stored text may predate today's input rules: print it escaped and never as markup.
+    console.print(Text.assemble(("run " + str(row["id"]), "bold"), " ", printable(row.get("display_name")),
+                                "  status: ", (printable(row["status"]), "bold")))
     console.print(f"  started: {_when(row.get('started_at'))}  ended: {_when(row.get('ended_at'))}")
     for key in ("model_name", "dataset_name", "duration_seconds", "final_step", "total_steps", "final_loss",
                 "output_dir", "error_message"):
         if row.get(key) not in (None, ""):
-            console.print(f"  {key}: {row[key]}")
+            console.print(Text(f"  {key}: {printable(row[key], keep_lines=key == 'error_message')}"))
     console.print(f"  loss: {sparkline(row.get('loss_sparkline'))}")
     config = row.get("config") or {}
-    console.print("  config: " + json.dumps(config, default=str))
+    # json.dumps escapes every control character (ensure_ascii), bidi ones included.
+    console.print(Text("  config: " + json.dumps(config, default=str)))
 
 
 @app.command()

@@ -40,10 +40,10 @@ def print_demo_summary(outcome, console: Console) -> None:
     last = f"{outcome.last_loss:.3f}" if outcome.last_loss is not None else "?"
     console.rule("demo summary")
     console.print(f"run:        {outcome.run_id} ({run.get('status')})")
-    console.print(f"steps:      {run.get('final_step')} of {run.get('total_steps')}")
+    console.print(f"steps:      {run.get('final_step') or 0} of {run.get('total_steps') or '?'}")
     console.print(f"loss:       {first} -> {last}")
     duration = run.get("duration_seconds")
     console.print(f"time:       {duration:.1f} s" if duration is not None else "time:       ?")
-    console.print(f"output:     {run.get('output_dir')}")
+    console.print(f"output:     {run.get('output_dir') or '(none)'}")
     if run.get("error_message"):
         console.print(f"[red]error:      {run['error_message']}[/]")

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from tunelab.text import printable
 
 EXIT_OK, EXIT_ERROR, EXIT_BAD_CONFIG, EXIT_STOPPED = 0, 1, 2, 130
 EXIT_BY_STATUS = {"completed": EXIT_OK, "stopped": EXIT_STOPPED, "error": EXIT_ERROR}
@@ -87,7 +91,7 @@ def watch_run(orchestrator, run_id: int, console: Console, on_event: Callable[[d
                     on_event(event)
                 kind = event.get("type")
                 if kind == "status":
-                    bar.update(task, description=event.get("message", "")[:40])
+                    bar.update(task, description=escape(printable(event.get("message"), 40)))
                 elif kind == "progress":
                     loss = event.get("loss")
                     if loss is not None:
@@ -108,10 +112,19 @@ def watch_run(orchestrator, run_id: int, console: Console, on_event: Callable[[d
 
 def print_outcome(outcome: RunOutcome, console: Console) -> None:
     run = outcome.run
-    colour = {"completed": "green", "stopped": "yellow"}.get(run.get("status"), "red")
-    console.print(f"run {outcome.run_id}: [{colour}]{run.get('status')}[/] at step {run.get('final_step')}"
-                  f" of {run.get('total_steps')}")
+    status = run.get("status") or "error"
+    colour = {"completed": "green", "stopped": "yellow"}.get(status, "red")
+    console.print(f"run {outcome.run_id}: [{colour}]{escape(printable(status))}[/]{_where(run)}")
     if run.get("error_message"):
-        console.print(f"[red]{run['error_message']}[/]")
+        console.print(Text(printable(run["error_message"], keep_lines=True), style="red"))
     if run.get("output_dir"):
-        console.print(f"output: {run['output_dir']}")
+        console.print(Text(f"output: {printable(run['output_dir'])}"))
+
+
+def _where(run: dict[str, Any]) -> str:
+    """' at step 5 of 8' — only the numbers that are known; a run that never reached
+    its first step says so instead of printing 'None'."""
+    step, total = run.get("final_step"), run.get("total_steps")
+    if step is None:
+        return " before the first training step" if run.get("status") != "completed" else ""
+    return f" at step {step}" + (f" of {total}" if total is not None else "")

@@ -27,10 +27,13 @@ def char_name(ch: str) -> str:
     return f"U+{ord(ch):04X}"
 
 
-def printable(value: object, limit: int | None = None) -> str:
+def printable(value: object, limit: int | None = None, keep_lines: bool = False) -> str:
     """`value` as text with every unsafe character written as an escape (`\\x1b`,
-    `\\u202e`), shortened to `limit` characters with a trailing '…'."""
+    `\\u202e`), shortened to `limit` characters with a trailing '…'. `keep_lines` lets
+    line breaks through (a multi-line error message)."""
     text = "" if value is None else str(value)
+    if keep_lines:
+        return "\n".join(printable(line, limit) for line in text.split("\n"))
     if first_unsafe_char(text) is not None:
         text = "".join(ascii(ch)[1:-1] if is_unsafe_char(ch) else ch for ch in text)
     if limit is not None and len(text) > limit:
