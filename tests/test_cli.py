@@ -182,3 +182,34 @@ def test_outcome_of_a_run_that_never_stepped_prints_no_none(home):
     print_outcome(RunOutcome(run_id, store.get_run(run_id), None, None, 0), Console(file=out, width=120))
     assert "None" not in out.getvalue()
     assert f"run {run_id}: error before the first training step" in out.getvalue()
+
+
+def _no_runs_recorded(home: Path) -> bool:
+    db = home / "tunelab.db"
+    if not db.exists():
+        return True
+    with sqlite3.connect(db) as conn:
+        return conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
+
+
+@pytest.mark.parametrize("case", ["missing file", "folder", "not json", "model without config", "hub offline"])
+def test_what_can_be_checked_before_a_run_is_checked_before_a_row_exists(tmp_path, home, demo_assets, case):
+    bare_model = tmp_path / "bare-model"
+    bare_model.mkdir()
+    (tmp_path / "notes.jsonl").write_text("just some words\n")
+    overrides, field, words = {
+        "missing file": ({"local_datasets": [str(tmp_path / "missing.jsonl")]}, "local_datasets", "does not exist"),
+        "folder": ({"local_datasets": [str(tmp_path)]}, "local_datasets", "is a folder"),
+        "not json": ({"local_datasets": [str(tmp_path / "notes.jsonl")]}, "local_datasets", "does not hold JSON"),
+        "model without config": ({"model_name": str(bare_model)}, "model_name", "has no config.json"),
+        "hub offline": ({"model_name": "nobody-here/not-cached-model"}, "model_name",
+                        "not a local folder, and the hub cannot be reached (offline mode is on)"),
+    }[case]
+    config = write_config(tmp_path / "run.yaml", demo_assets, **overrides)
+    # Offline and with an empty hub cache: the test never touches the network.
+    env = {**os.environ, "TUNELAB_HOME": str(home), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    result = subprocess.run(TUNELAB + ["train", str(config)], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert field in result.stderr and words in " ".join(result.stderr.split()), result.stderr
+    assert "None" not in result.stdout + result.stderr and "Traceback" not in result.stderr
+    assert _no_runs_recorded(home)

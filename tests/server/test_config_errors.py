@@ -83,3 +83,26 @@ def test_rename_refuses_control_and_bidi_characters(live_server):
         response = live_server.client().patch("/api/runs/1", json={"display_name": name})
         assert response.status_code == 422, response.text
         assert response.json()["error"]["field"] == "display_name"
+
+
+def test_missing_files_and_a_bare_model_folder_are_refused_before_a_run_exists(live_server, demo_run):
+    datasets = live_server.home / "datasets"
+    (datasets / "bare-model").mkdir(parents=True, exist_ok=True)
+    body = demo_run(model_name=str(datasets / "bare-model"), local_datasets=[str(datasets / "missing.jsonl")],
+                    local_eval_datasets=[str(datasets)])
+    response = live_server.client().post("/api/train/start", json=body)
+    assert response.status_code == 422, response.text
+    fields = {f["field"]: f["message"] for f in response.json()["error"]["fields"]}
+    assert "does not exist" in fields["local_datasets"] and "is a folder" in fields["local_eval_datasets"]
+    assert "config.json" in fields["model_name"]
+    assert live_server.client().get("/api/runs").json()["total"] == 0
+
+
+def test_an_uncached_hub_model_offline_is_refused_naming_the_reason(start_server, demo_run, tmp_path):
+    server = start_server(extra_env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")})
+    response = server.client().post("/api/train/start", json=demo_run(model_name="nobody-here/not-cached-model"))
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["field"] == "model_name"
+    assert "not a local folder, and the hub cannot be reached (offline mode is on)" in error["message"]
+    assert server.client().get("/api/runs").json()["total"] == 0

@@ -24,6 +24,7 @@ from tunelab.orchestrator.child import DEFAULT_WORKER, target_name
 from tunelab.orchestrator.errors import NoActiveRun, NotResumable, PersistError, RunActive, RunMismatch
 from tunelab.orchestrator.finalize import with_retries
 from tunelab.orchestrator.gpus import auto_gpu_env, gpu_env
+from tunelab.orchestrator.prechecks import check_before_start
 from tunelab.orchestrator.prewarm import WarmWorkers, prewarm_wanted
 from tunelab.orchestrator.resume import check_resumable, resolve_resume_from
 from tunelab.orchestrator.run import ActiveRun
@@ -79,6 +80,8 @@ class Orchestrator:
                     return known
             self._refuse_if_busy()
             check_machine(cfg, hardware.cuda_device_count())
+            if self._target == DEFAULT_WORKER:  # a substituted worker (tests' fakes) reads no files
+                check_before_start(cfg)
             label = cfg.display_name or Path(cfg.model_name).name or cfg.model_name
             output_dir = paths.resolve_output_dir(cfg.output_dir, label, cfg.allow_output_outside_root)
             resume_from, resumed_from = resolve_resume_from(self.store, cfg.resume_from, resume_run_id)
