@@ -86,3 +86,12 @@ def test_bad_data_ends_with_an_error_event(demo_assets, tmp_path):
     assert "DataFormatError" in final["stack"]
     assert "hf_secret_123" not in json.dumps(worker.events)
     assert not any(e["type"] == ev.STATUS and e["stage"] == "training" for e in worker.events)
+
+
+def test_a_batch_larger_than_the_data_ends_with_an_error_naming_both(demo_assets, tmp_path):
+    few = tmp_path / "few.jsonl"
+    few.write_text("".join(json.dumps({"instruction": f"say {i}", "output": str(i)}) + "\n" for i in range(5)))
+    final, worker = run_to_end(demo_config(demo_assets, tmp_path / "out", local_datasets=[str(few)], batch_size=64))
+    assert final["type"] == ev.ERROR
+    assert final["error"].startswith("batch_size: ") and "64" in final["error"] and "5 training rows" in final["error"]
+    assert not any(e["type"] == ev.STATUS and e["stage"] == "training" for e in worker.events)

@@ -46,8 +46,18 @@ def prepare(config: dict[str, Any], tokenizer: Any, raw: RawData) -> PreparedDat
     if not uses_raw_text(raw.format, config):
         ensure_chat_template(tokenizer)
     train = _tokenize(raw.train, raw.format, tokenizer, config, "training")
+    _check_batch_fits(len(train), config)
     eval_set = _tokenize(raw.eval, raw.format, tokenizer, config, "eval") if raw.eval is not None else None
     return PreparedData(train=train, eval=eval_set, format=raw.format)
+
+
+def _check_batch_fits(rows: int, config: dict[str, Any]) -> None:
+    """A batch can never be larger than the data; say so instead of training on a
+    fraction of one batch (or allocating for rows that do not exist)."""
+    batch = int(config.get("batch_size") or 1)
+    if batch > rows:
+        raise DataFormatError("batch_size", f"batch_size {batch} is larger than the {rows} training rows; "
+                                            f"set batch_size to {rows} or less, or add data")
 
 
 def _check_masking_applies(fmt: str, config: dict[str, Any]) -> None:
