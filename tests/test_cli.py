@@ -213,3 +213,11 @@ def test_what_can_be_checked_before_a_run_is_checked_before_a_row_exists(tmp_pat
     assert field in result.stderr and words in " ".join(result.stderr.split()), result.stderr
     assert "None" not in result.stdout + result.stderr and "Traceback" not in result.stderr
     assert _no_runs_recorded(home)
+
+
+def test_every_config_error_is_listed_at_once(tmp_path, home, demo_assets):
+    config = write_config(tmp_path / "run.yaml", demo_assets, learning_rate=3, batch_size=10**9, lora_rnk=8)
+    result = run_cli(["train", str(config)], home)
+    assert result.returncode == 2, result.stderr
+    for field in ("learning_rate", "batch_size", "lora_rnk"):
+        assert f"config error {field}:" in result.stderr, result.stderr
