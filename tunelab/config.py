@@ -83,13 +83,6 @@ PathText = Annotated[str, AfterValidator(_path)]
 DisplayName = Annotated[str, Field(max_length=DISPLAY_NAME_MAX_CHARS), AfterValidator(_name)]
 
 
-def check_display_name(text: str) -> str:
-    """The rule for a run's display name, for callers outside RunConfig (rename)."""
-    if len(text) > DISPLAY_NAME_MAX_CHARS:
-        raise ValueError(f"is {len(text)} characters long; a display name may have at most {DISPLAY_NAME_MAX_CHARS}")
-    return _name(text)
-
-
 class FieldError(BaseModel):
     field: str
     message: str
