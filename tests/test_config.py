@@ -172,3 +172,8 @@ def test_the_store_refuses_non_standard_json(tmp_path):
 
     with pytest.raises(InvalidValue, match="NaN and Infinity"):
         Store(tmp_path / "runs.db").create_run({"model_name": "m", "lora_alpha": float("inf")}, "m", "d")
+
+
+def test_unknown_key_and_a_cross_field_problem_are_reported_together():
+    errors = errors_of(lora_rnk=8, warmup_steps=2, warmup_ratio=0.1)
+    assert set(errors) == {"lora_rnk", "warmup_ratio"}

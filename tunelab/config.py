@@ -191,31 +191,6 @@ class RunConfig(BaseModel):
     resume_from: PathText | None = Field(None, description="A checkpoint folder or a run id to continue from.")
     display_name: DisplayName | None = None
 
-    @model_validator(mode="wrap")
-    @classmethod
-    def _normalise_input(cls, data: Any, handler: Any) -> Any:
-        """None means "use the default"; unknown keys are reported together with every
-        other field's problem, so one attempt shows all that needs fixing."""
-        if not isinstance(data, dict):
-            return handler(data)
-        unknown = [k for k in data if k not in cls.model_fields]
-        cleaned = {}
-        for key, value in data.items():
-            field = cls.model_fields.get(key)
-            if field is None:
-                continue
-            if value is None and not field.is_required() and field.get_default(call_default_factory=True) is not None:
-                continue
-            cleaned[key] = value
-        if not unknown:
-            return handler(cleaned)
-        problems = [_unknown_key_error(key, data[key], list(cls.model_fields)) for key in unknown]
-        try:
-            handler(cleaned)
-        except ValidationError as exc:
-            problems = [_rebuilt(err) for err in exc.errors()] + problems
-        raise ValidationError.from_exception_data(cls.__name__, problems)
-
     @field_validator("max_grad_norm")
     @classmethod
     def _clip(cls, v: float) -> float:
@@ -265,6 +240,32 @@ class RunConfig(BaseModel):
         if errs:
             raise _ErrorList(errs)
         return self
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _normalise_input(cls, data: Any, handler: Any) -> Any:
+        """None means "use the default"; unknown keys are reported together with every
+        other field's problem, so one attempt shows all that needs fixing. Defined
+        after `_cross_checks` so that it wraps them too."""
+        if not isinstance(data, dict):
+            return handler(data)
+        unknown = [k for k in data if k not in cls.model_fields]
+        cleaned = {}
+        for key, value in data.items():
+            field = cls.model_fields.get(key)
+            if field is None:
+                continue
+            if value is None and not field.is_required() and field.get_default(call_default_factory=True) is not None:
+                continue
+            cleaned[key] = value
+        if not unknown:
+            return handler(cleaned)
+        problems = [_unknown_key_error(key, data[key], list(cls.model_fields)) for key in unknown]
+        try:
+            handler(cleaned)
+        except ValidationError as exc:
+            problems = [_rebuilt(err) for err in exc.errors()] + problems
+        raise ValidationError.from_exception_data(cls.__name__, problems)
 
     # --- derived facts -------------------------------------------------------------
     @property
