@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 from rich.console import Console
 from rich.markup import escape
-from rich.text import Text
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
 
 from tunelab.text import printable
 
