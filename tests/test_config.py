@@ -177,3 +177,8 @@ def test_the_store_refuses_non_standard_json(tmp_path):
 def test_unknown_key_and_a_cross_field_problem_are_reported_together():
     errors = errors_of(lora_rnk=8, warmup_steps=2, warmup_ratio=0.1)
     assert set(errors) == {"lora_rnk", "warmup_ratio"}
+
+
+def test_a_secret_with_control_characters_is_refused_without_being_quoted():
+    errors = errors_of(hf_token="hf_abc\r\nX-Injected: 1")
+    assert "U+000D" in errors["hf_token"] and "hf_abc" not in errors["hf_token"]

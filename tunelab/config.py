@@ -78,9 +78,19 @@ def _path(text: str) -> str:
     return text
 
 
+def _secret(value: SecretStr) -> SecretStr:
+    """A token or key: plain text of sane length. Messages never quote the value."""
+    text = value.get_secret_value()
+    _safe_chars(text)
+    if len(text) > PATH_MAX_CHARS:
+        raise ValueError(f"is {len(text)} characters long; a token or key may have at most {PATH_MAX_CHARS}")
+    return value
+
+
 Name = Annotated[str, AfterValidator(_name)]
 PathText = Annotated[str, AfterValidator(_path)]
 DisplayName = Annotated[str, Field(max_length=DISPLAY_NAME_MAX_CHARS), AfterValidator(_name)]
+Secret = Annotated[SecretStr, AfterValidator(_secret)]
 
 
 class FieldError(BaseModel):
@@ -108,9 +118,9 @@ class S3Source(BaseModel):
     prefix: PathText = ""
     region: Name | None = None
     endpoint_url: PathText | None = None
-    access_key_id: SecretStr | None = None
-    secret_access_key: SecretStr | None = None
-    session_token: SecretStr | None = None
+    access_key_id: Secret | None = None
+    secret_access_key: Secret | None = None
+    session_token: Secret | None = None
 
 
 class RunConfig(BaseModel):
@@ -124,7 +134,7 @@ class RunConfig(BaseModel):
     max_seq_length: int = Field(2048, ge=16, le=1_048_576, description="Longest tokenized example; longer rows are truncated.")
     load_in_4bit: bool = Field(False, description="Load the base model in 4-bit (QLoRA). Needs CUDA.")
     trust_remote_code: bool = Field(False, description="Allow model code from the hub to run.")
-    hf_token: SecretStr | None = Field(None, description="Hub token (secret; never stored).")
+    hf_token: Secret | None = Field(None, description="Hub token (secret; never stored).")
 
     # --- data
     dataset: PathText | None = Field(None, description="Hub dataset id.")
@@ -176,7 +186,7 @@ class RunConfig(BaseModel):
     # --- tracking
     report_to: ReportTo = "none"
     wandb_project: Name | None = None
-    wandb_token: SecretStr | None = None
+    wandb_token: Secret | None = None
     tensorboard_dir: PathText | None = None
     mlflow_tracking_uri: PathText | None = None
     mlflow_experiment: Name | None = None

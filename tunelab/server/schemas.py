@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tunelab.config import DataFormat, DisplayName, RunConfig, S3Source, TrainingType
+from tunelab.config import DataFormat, DisplayName, Name, RunConfig, S3Source, TrainingType
 
 
 # --- errors ---------------------------------------------------------------------------
@@ -40,7 +40,7 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
 class StartRequest(RunConfig):
     """A run's settings plus an optional idempotency key."""
 
-    start_request_id: str | None = Field(
+    start_request_id: Name | None = Field(
         None, min_length=1, max_length=200,
         description="Client-chosen id; sending the same id again never starts a second run and returns the first job.",
     )
