@@ -131,7 +131,7 @@ class RunConfig(BaseModel):
     mlflow_experiment: str | None = None
 
     # --- hardware
-    gpu_ids: list[int] | None = Field(None, description="Explicit CUDA device ids; None = choose by free memory.")
+    gpu_ids: list[int] | None = Field(None, description="Explicit CUDA device id (one, for now); None = choose by free memory.")
     backend: Backend = "auto"
 
     # --- output
@@ -368,6 +368,10 @@ def check_machine(cfg: RunConfig, cuda_device_count: int) -> None:
     if cfg.load_in_4bit and cuda_device_count == 0:
         field = "training_type" if cfg.training_type == "qlora" else "load_in_4bit"
         raise ConfigError.single(field, "4-bit loading (QLoRA) needs a CUDA GPU and this machine has none; use training_type=lora with load_in_4bit=false")
+    if cfg.gpu_ids and len(cfg.gpu_ids) > 1:
+        # One process would see every listed GPU and TRL refuses nn.DataParallel, only after
+        # the whole model had loaded; until runs span several processes, refuse it here.
+        raise ConfigError.single("gpu_ids", f"a run trains on one GPU; gpu_ids lists {len(cfg.gpu_ids)} ({cfg.gpu_ids}): give one id, e.g. gpu_ids=[{cfg.gpu_ids[0]}], or remove gpu_ids for automatic choice")
     if cfg.gpu_ids:
         bad = [g for g in cfg.gpu_ids if not 0 <= g < cuda_device_count]
         if bad:
