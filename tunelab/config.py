@@ -191,6 +191,9 @@ class RunConfig(BaseModel):
             if self.training_type == "full" and self.load_in_4bit:
                 # SPEC: 4-bit is forced off for full fine-tuning (it cannot train 4-bit weights).
                 object.__setattr__(self, "load_in_4bit", False)
+            elif self.load_in_4bit:
+                # It trains every weight, and packed 4-bit integers cannot take gradients.
+                errs.append(("load_in_4bit", f"training_type={self.training_type} trains every weight and 4-bit weights cannot be trained; set load_in_4bit=false, or use training_type=qlora to train an adapter on a 4-bit base"))
         if self.training_type == "qlora" and not self.load_in_4bit:
             object.__setattr__(self, "load_in_4bit", True)
         if self.warmup_steps is not None and self.warmup_ratio is not None:
