@@ -5,7 +5,7 @@ a run trains without gradient checkpointing (memory is rarely short there, and t
 recomputation costs 1.35-1.8x), in fp32 — or, on a CPU with native bf16 (AVX512-BF16 or
 AMX) and a model whose matrices are at least `BF16_MIN_HIDDEN` wide, with bf16 autocast
 (about 1.8x faster there; narrower models lose more to casting than they gain, the
-demo's tiny Llama 1.4x). With CUDA it uses bf16 where the GPU supports it, else fp16,
+demo's tiny Llama 1.4x). With CUDA it uses bf16 from Ampere on, else fp16,
 and checkpointing unless the config turns it off. `precision` overrides.
 Packed runs on CPU attend per example (`packed_attention`), which is what makes packing
 pay off there. The GPU itself is chosen by the parent through CUDA_VISIBLE_DEVICES.
@@ -44,11 +44,17 @@ class DeviceSettings:
         return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision, torch.float32)
 
 
+def cuda_precision(capability: tuple[int, int]) -> str:
+    """bf16 from Ampere (compute capability 8.0) on; fp16 before it. T4 and V100 answer
+    yes to `torch.cuda.is_bf16_supported()` through emulation, which is slow."""
+    return "bf16" if capability >= (8, 0) else "fp16"
+
+
 def device_settings(config: dict[str, Any]) -> DeviceSettings:
     cuda = torch.cuda.is_available()
     precision = config.get("precision") or "auto"
     if precision == "auto":
-        precision = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if cuda else "fp32"
+        precision = cuda_precision(torch.cuda.get_device_capability()) if cuda else "fp32"
     if precision == "fp16" and not cuda:
         raise SetupError("precision", "fp16 training needs a CUDA GPU; use precision=fp32 (or bf16) on this machine")
     checkpointing = config.get("gradient_checkpointing")
