@@ -14,6 +14,7 @@ pay off there. The GPU itself is chosen by the parent through CUDA_VISIBLE_DEVIC
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -179,8 +180,20 @@ def wrap_for_training(model: Any, config: dict[str, Any], device: DeviceSettings
     if loftq and quantized:
         from peft import replace_lora_weights_loftq
 
-        replace_lora_weights_loftq(model)
+        replace_lora_weights_loftq(model, model_path=loftq_weights_path(config))
     return model
+
+
+def loftq_weights_path(config: dict[str, Any]) -> str | None:
+    """Where PEFT's LoftQ replacement reads the unquantised weights: a local model folder
+    must be named (PEFT finds only hub downloads by itself), and must hold safetensors,
+    the only format PEFT can read lazily; None for a hub id."""
+    folder = Path(config["model_name"]).expanduser()
+    if not folder.is_dir():
+        return None
+    if not any(folder.glob("*.safetensors")):
+        raise SetupError("use_loftq", f"LoftQ on a 4-bit base reads the original weights from safetensors files and {folder} has none; save the model with safetensors or remove use_loftq")
+    return str(folder)
 
 
 def count_parameters(model: Any) -> tuple[int, int]:
