@@ -96,14 +96,14 @@ def _describe_method(config: dict[str, Any], device: Any) -> str:
 
 def _build_trainer(config, ctx, device, model, tokenizer, prepared, output_dir) -> tuple[Any, Any]:
     from transformers import PrinterCallback
-    from trl import SFTTrainer
 
     from tunelab.worker.callbacks import ProgressReporter, StopOnRequest
+    from tunelab.worker.sft_trainer import TokenCountingSFTTrainer
     from tunelab.worker.trainer_setup import build_sft_config
 
     args = build_sft_config(config, device, output_dir, has_eval=prepared.eval is not None)
     stopper = StopOnRequest(ctx)
-    trainer = SFTTrainer(
+    trainer = TokenCountingSFTTrainer(
         model=model,
         args=args,
         train_dataset=_collator_columns(prepared.train, config),
