@@ -104,7 +104,9 @@ def _run_child(plan: ExportPlan, staging: Path) -> None:
                    "run_id": plan.run_id, "result": str(result_file)}
         request_file = Path(scratch) / "request.json"
         request_file.write_text(json.dumps(request))
-        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+        # The merge runs on the CPU; hiding the GPUs keeps libraries (PEFT loads adapter
+        # weights onto cuda:0 when it can) off a GPU that a training run may be using.
+        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": "", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         done = subprocess.run([sys.executable, "-m", "tunelab.export.child", str(request_file)],
                               capture_output=True, text=True, env=env)
         answer = _read_answer(result_file)

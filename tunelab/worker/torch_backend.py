@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tunelab import events, paths
+from tunelab.run_facts import write_run_facts
 from tunelab.worker import data
 from tunelab.worker.context import WorkerContext
 from tunelab.worker.stall import DownloadStallWatch, hub_cache_folders
@@ -41,6 +42,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
         tokenizer = model_setup.load_tokenizer(config)
         model = model_setup.load_model(config, device)
     device = model_setup.settle_cpu_precision(config, device, model)
+    write_run_facts(output_dir, precision=device.precision, cuda=device.cuda)
     ctx.emit(events.make(events.MODEL_LOAD_COMPLETED))
 
     ctx.stage("loading_dataset", "Loading the dataset")
