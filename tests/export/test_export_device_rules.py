@@ -66,3 +66,38 @@ def test_merging_into_a_quantised_base_is_refused(home, lora_run, demo_assets, t
     run_id = _copied_run(home, lora_run, "on-4bit", model_name=str(quantised), precision=None)
     refused(run_cli(["export", run_id, "--format", "merged"], home), 2, "--format", "bitsandbytes-quantised", "format adapter")
     assert not (home / "outputs" / "on-4bit" / "export-merged").exists()
+
+
+def test_a_loftq_adapter_is_merged_into_the_weights_it_was_trained_against(home, demo_assets):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from export_helpers import logits_of, peft_logits, prompt_ids
+    from tunelab.worker.loftq_base import save_loftq_base
+
+    # What LoftQ without 4-bit leaves behind (PEFT's own LoftQ needs CUDA): the adapted
+    # weights replaced by a coarsely quantised copy, and a trained adapter on top.
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(demo_assets.model_dir, dtype=torch.float32)
+    trained = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "down_proj"]))
+    for name, module in trained.named_modules():
+        if hasattr(module, "lora_A"):
+            layer = module.get_base_layer()
+            layer.weight.data = torch.round(layer.weight.data * 8) / 8
+            torch.nn.init.normal_(module.lora_B["default"].weight, std=0.05)
+    folder = home / "outputs" / "loftq-run"
+    trained.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(demo_assets.model_dir).save_pretrained(folder)
+    save_loftq_base(trained, folder)
+    run_id = recorded_run(home, "completed", folder=folder, config={"model_name": str(demo_assets.model_dir),
+                                                                   "training_type": "lora", "use_loftq": True})
+    ids = prompt_ids(demo_assets.model_dir)
+    expected = logits_of(trained, ids)
+    # Merged into the original weights, the adapter would be off by the quantisation error.
+    assert not torch.allclose(peft_logits(demo_assets, folder, ids), expected, atol=1e-3)
+
+    done = run_cli(["export", run_id, "--format", "merged", "--dtype", "float32"], home)
+    assert done.returncode == 0, done.stdout + done.stderr
+    merged = AutoModelForCausalLM.from_pretrained(folder / "export-merged", dtype=torch.float32)
+    assert torch.allclose(logits_of(merged, ids), expected, atol=1e-4)

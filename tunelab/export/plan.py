@@ -17,7 +17,7 @@ from typing import Any
 from tunelab import paths
 from tunelab.checkpoints import WEIGHT_FILES, InvalidCheckpoint, validate_checkpoint
 from tunelab.config import RunConfig
-from tunelab.run_facts import read_run_facts
+from tunelab.run_facts import LOFTQ_BASE, read_run_facts
 
 FORMATS = ("adapter", "merged", "gguf")
 DTYPES = ("float16", "bfloat16", "float32")
@@ -64,6 +64,7 @@ class ExportPlan:
     base_model: str
     trust_remote_code: bool
     dest: Path
+    base_weights: Path | None = None  # a LoftQ run's adapted layers as trained (see run_facts)
 
 
 def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | None, dtype: str | None) -> ExportPlan:
@@ -90,7 +91,13 @@ def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | N
         base_model=str(config.get("model_name") or run.get("model_name") or ""),
         trust_remote_code=bool(config.get("trust_remote_code")),
         dest=_destination(run, fmt, dest),
+        base_weights=_loftq_base(run, kind),
     )
+
+
+def _loftq_base(run: dict[str, Any], kind: str) -> Path | None:
+    found = Path(run["output_dir"]) / LOFTQ_BASE if run.get("output_dir") and kind == "adapter" else None
+    return found if found is not None and found.is_file() and not found.is_symlink() else None
 
 
 def _source_of(run: dict[str, Any]) -> tuple[Path, int | None]:

@@ -55,6 +55,10 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     # same seed start from different adapters (the Trainer seeds only later).
     transformers.set_seed(seed_of(config))
     model = model_setup.wrap_for_training(model, config, device)
+    if config.get("use_loftq"):
+        from tunelab.worker.loftq_base import save_loftq_base
+
+        save_loftq_base(model, output_dir)
     trainer, stopper = _build_trainer(config, ctx, device, model, tokenizer, prepared, output_dir)
     if prepared.eval is not None and trainer.args.eval_strategy != "no":
         ctx.emit(events.make(events.EVAL_CONFIGURED, eval_rows=len(prepared.eval)))
