@@ -50,7 +50,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     ctx.stage("formatting", f"Tokenizing {len(raw.train)} {raw.format} rows")
     prepared = data.prepare(config, tokenizer, raw=raw)
 
-    ctx.stage("configuring", _describe_method(config, device))
+    ctx.stage("configuring", _describe_method(config, device, model))
     # Adapter weights are drawn from the global generator: seed it, or two runs with the
     # same seed start from different adapters (the Trainer seeds only later).
     transformers.set_seed(seed_of(config))
@@ -93,11 +93,13 @@ def _stall_watch(config: dict[str, Any], ctx: WorkerContext) -> Any:
     return DownloadStallWatch(ctx, hub_cache_folders(config["model_name"]))
 
 
-def _describe_method(config: dict[str, Any], device: Any) -> str:
+def _describe_method(config: dict[str, Any], device: Any, model: Any) -> str:
     method = config.get("training_type", "lora")
     extras = [name.removeprefix("use_") for name in ("use_dora", "use_rslora", "use_loftq") if config.get(name)]
     where = "CUDA" if device.cuda else "CPU"
-    return f"Setting up {method}{' (' + ', '.join(extras) + ')' if extras else ''} on {where} in {device.precision}"
+    attention = getattr(model.config, "_attn_implementation", None) or "default"
+    return (f"Setting up {method}{' (' + ', '.join(extras) + ')' if extras else ''} on {where} in {device.precision}, "
+            f"{'packed, ' if config.get('packing') else ''}{attention} attention")
 
 
 def _build_trainer(config, ctx, device, model, tokenizer, prepared, output_dir) -> tuple[Any, Any]:
