@@ -74,6 +74,11 @@ class RunWatcher:
             self.events.append(event)
             self._cond.notify_all()
 
+    def setup(self, run_id: int) -> str:
+        """The worker's own account of the run: device, precision, attention."""
+        return next((e["message"] for e in self.events if e["type"] == "status" and e.get("run_id") == run_id
+                     and str(e.get("message", "")).startswith("Setting up")), "")
+
     def progress(self, run_id: int) -> list[dict[str, Any]]:
         return [e for e in self.events if e["type"] == "progress" and e.get("run_id") == run_id and e.get("loss") is not None]
 
@@ -180,7 +185,7 @@ def training_item(**overrides: Any) -> Callable[[Check], Outcome]:
         if failed:
             failed.figures = figures
             return failed
-        return Outcome(True, f"{c.steps} steps, final loss {row['final_loss']:.3f}", figures)
+        return Outcome(True, f"{c.steps} steps, final loss {row['final_loss']:.3f} ({c.watcher.setup(run_id)})", figures)
     return check
 
 
