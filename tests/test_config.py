@@ -27,6 +27,7 @@ def errors_of(**overrides):
         ({"use_loftq": True, "use_dora": True}, "use_loftq", "cannot be combined"),
         ({"training_type": "full", "use_dora": True}, "use_dora", "adapter option"),
         ({"training_type": "continued_pretraining", "use_rslora": True}, "use_rslora", "adapter option"),
+        ({"training_type": "continued_pretraining", "load_in_4bit": True}, "load_in_4bit", "set load_in_4bit=false"),
         ({"warmup_steps": 10, "warmup_ratio": 0.1}, "warmup_ratio", "not both"),
         ({"learnig_rate": 1e-4}, "learnig_rate", "did you mean 'learning_rate'"),
         ({"lora_r": 0}, "lora_r", "greater than or equal to 1"),

@@ -182,7 +182,7 @@ def export(
     format_: str = typer.Option("adapter", "--format", help="adapter | merged | gguf."),
     dest: Optional[str] = typer.Option(None, "--dest", help="Folder inside the outputs root (a relative path starts there). "
                                                             "Default: <run folder>/export-<format>."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="float16 (default) | bfloat16 | float32; for merged and gguf."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="float16 | bfloat16 | float32 (default: the run's training half type, bf16 runs bfloat16, else float16); for merged and gguf."),
 ) -> None:
     """Export a completed (or stopped-with-checkpoint) run: its adapter, merged weights, or GGUF."""
     from tunelab.export import ExportFailed, ExportInputError, ExportRefused, export_run

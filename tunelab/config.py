@@ -160,7 +160,7 @@ class RunConfig(BaseModel):
     lora_dropout: float = Field(0.0, ge=0.0, lt=1.0)
     target_modules: list[Name] | None = Field(None, description="Default: all attention and MLP projections.")
     use_rslora: bool = False
-    use_dora: bool = False
+    use_dora: bool = Field(False, description="DoRA: LoRA with a learned magnitude per output. Each step costs more than LoRA (1.3x on a small CPU model); on a 4-bit base (QLoRA) every forward pass dequantises each adapted weight to take its norm, which costs extra time and a full-precision copy of one weight at a time.")
     use_loftq: bool = False
     gradient_checkpointing: bool | None = Field(None, description="None = device-aware default (off on CPU, on with CUDA).")
 
@@ -192,7 +192,7 @@ class RunConfig(BaseModel):
     mlflow_experiment: Name | None = None
 
     # --- hardware
-    gpu_ids: list[Annotated[int, Field(ge=0, le=4096)]] | None = Field(None, description="Explicit CUDA device ids; None = choose by free memory.")
+    gpu_ids: list[Annotated[int, Field(ge=0, le=4096)]] | None = Field(None, description="Explicit CUDA device id (one, for now); None = choose by free memory.")
     backend: Backend = "auto"
 
     # --- output
@@ -235,6 +235,9 @@ class RunConfig(BaseModel):
             if self.training_type == "full" and self.load_in_4bit:
                 # SPEC: 4-bit is forced off for full fine-tuning (it cannot train 4-bit weights).
                 object.__setattr__(self, "load_in_4bit", False)
+            elif self.load_in_4bit:
+                # It trains every weight, and packed 4-bit integers cannot take gradients.
+                errs.append(("load_in_4bit", f"training_type={self.training_type} trains every weight and 4-bit weights cannot be trained; set load_in_4bit=false, or use training_type=qlora to train an adapter on a 4-bit base"))
         if self.training_type == "qlora" and not self.load_in_4bit:
             object.__setattr__(self, "load_in_4bit", True)
         if self.warmup_steps is not None and self.warmup_ratio is not None:
@@ -448,6 +451,10 @@ def check_machine(cfg: RunConfig, cuda_device_count: int) -> None:
     if cfg.load_in_4bit and cuda_device_count == 0:
         field = "training_type" if cfg.training_type == "qlora" else "load_in_4bit"
         raise ConfigError.single(field, "4-bit loading (QLoRA) needs a CUDA GPU and this machine has none; use training_type=lora with load_in_4bit=false")
+    if cfg.gpu_ids and len(cfg.gpu_ids) > 1:
+        # One process would see every listed GPU and TRL refuses nn.DataParallel, only after
+        # the whole model had loaded; until runs span several processes, refuse it here.
+        raise ConfigError.single("gpu_ids", f"a run trains on one GPU; gpu_ids lists {len(cfg.gpu_ids)} ({cfg.gpu_ids}): give one id, e.g. gpu_ids=[{cfg.gpu_ids[0]}], or remove gpu_ids for automatic choice")
     if cfg.gpu_ids:
         bad = [g for g in cfg.gpu_ids if not 0 <= g < cuda_device_count]
         if bad:

@@ -27,7 +27,7 @@ EVENT_TYPES = frozenset(
 # Numeric progress fields; any of them may be None (unknown or non-finite).
 PROGRESS_NUMBERS = (
     "total_steps", "epoch", "loss", "learning_rate", "grad_norm", "eval_loss",
-    "num_tokens", "elapsed_seconds", "eta_seconds", "peak_memory_gb",
+    "num_tokens", "elapsed_seconds", "eta_seconds", "peak_memory_gb", "peak_memory_reserved_gb",
 )
 PROGRESS_FIELDS = ("step",) + PROGRESS_NUMBERS
 # The largest count the run database can hold (a signed 64-bit integer).

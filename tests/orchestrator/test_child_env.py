@@ -51,12 +51,22 @@ def test_gpu_is_chosen_by_free_memory_after_the_before_spawn_hook(orchestrator_f
 def test_explicit_gpu_ids_are_used_as_given(orchestrator_for, fake_gpus):
     fake_gpus([80000, 100, 100])
     orch, recorder = orchestrator_for(sw.reports_environment)
-    run_id = orch.start(scripted_config(gpu_ids=[2, 1]))
-    assert _child_env(recorder)["CUDA_VISIBLE_DEVICES"] == "2,1"
+    run_id = orch.start(scripted_config(gpu_ids=[2]))
+    assert _child_env(recorder)["CUDA_VISIBLE_DEVICES"] == "2"
     finished(orch, run_id)
     with pytest.raises(ConfigError) as missing:
         orch.start(scripted_config(gpu_ids=[3]))
     assert missing.value.errors[0].field == "gpu_ids"
+
+
+def test_several_gpu_ids_are_refused_before_anything_starts(orchestrator_for, store, fake_gpus):
+    fake_gpus([80000, 80000, 80000])
+    orch, _ = orchestrator_for(sw.reports_environment)
+    with pytest.raises(ConfigError) as refused:
+        orch.start(scripted_config(gpu_ids=[0, 1]))
+    error = refused.value.errors[0]
+    assert error.field == "gpu_ids" and "one GPU" in error.message and "gpu_ids=[0]" in error.message
+    assert store.count_runs() == 0 and not orch.is_training_active()
 
 
 def test_explicit_gpu_ids_on_a_machine_without_gpus_are_a_config_error(orchestrator_for, store, tmp_path, monkeypatch):

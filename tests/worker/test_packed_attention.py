@@ -146,4 +146,5 @@ def test_padded_batches_match_library_sdpa(demo_assets):
 def test_only_packed_cpu_runs_use_it():
     assert attention_for({"packing": True}, CPU) == {"attn_implementation": packed_attention.NAME}
     assert attention_for({"packing": False}, CPU) == {}
-    assert attention_for({"packing": True}, DeviceSettings(cuda=True, precision="bf16", gradient_checkpointing=True)) == {}
+    cuda = attention_for({"packing": True}, DeviceSettings(cuda=True, precision="bf16", gradient_checkpointing=True))
+    assert cuda["attn_implementation"] in ("flash_attention_2", "flex_attention")  # CUDA's own varlen kernels

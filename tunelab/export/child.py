@@ -3,8 +3,10 @@ short-lived process so the CLI and the server never import torch.
 
 `merged`: an adapter run's base model (the stored `model_name`) is loaded, the adapter
 applied with PEFT and folded into the weights (PEFT's merge, in float32 per layer); a
-full run's weights are loaded as they are. The model is cast to the requested dtype and saved with its
-tokenizer, ready for `AutoModelForCausalLM.from_pretrained`.
+base stored quantised is refused, and a LoftQ run's adapted layers are first put back
+as it trained against them (`run_facts.LOFTQ_BASE`). A full run's weights are loaded as
+they are. The model is cast to the requested dtype and saved with its tokenizer, ready
+for `AutoModelForCausalLM.from_pretrained`. The parent hides the GPUs: all of it runs on the CPU.
 `gguf`: the same merged model, written as one GGUF file (`gguf_writer`).
 The answer goes to the request's `result` file: `{"ok": true}` or `{"error", "field"?}`;
 exit code 0 on success, 2 for an option that cannot be honoured, 1 for anything else.
@@ -20,7 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterator
 
-from tunelab.export.plan import ExportError
+from tunelab.export.plan import ExportError, ExportFailed, ExportInputError
 
 
 def main(argv: list[str]) -> int:
@@ -76,8 +78,11 @@ def _merged_model(request: dict[str, Any]) -> tuple[Any, Any]:
     if request["kind"] == "adapter":
         from peft import PeftModel
 
+        _refuse_quantized_base(request["base_model"], remote_code)
         # The base loads in the dtype it was saved in: exact, and no larger than on disk.
         base = AutoModelForCausalLM.from_pretrained(request["base_model"], dtype="auto", trust_remote_code=remote_code)
+        if request.get("base_weights"):
+            _use_trained_against_weights(base, request["base_weights"])
         model = _merge_in_float32(PeftModel.from_pretrained(base, source), dtype)
     else:
         model = AutoModelForCausalLM.from_pretrained(source, dtype="auto", trust_remote_code=remote_code)
@@ -85,6 +90,30 @@ def _merged_model(request: dict[str, Any]) -> tuple[Any, Any]:
     model.eval()
     tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=remote_code)
     return model, tokenizer
+
+
+def _use_trained_against_weights(base: Any, path: str) -> None:
+    """Put back the adapted layers as a LoftQ adapter was trained against them; merged into
+    the original weights it would be off by LoftQ's quantisation error."""
+    from safetensors.torch import load_file
+
+    result = base.load_state_dict(load_file(path), strict=False)
+    if result.unexpected_keys:
+        raise ExportFailed(f"{path} holds weights the base model does not have ({', '.join(result.unexpected_keys[:3])}); "
+                           "was the run trained on another base?")
+
+
+def _refuse_quantized_base(base_model: str, remote_code: bool) -> None:
+    """An adapter merged into already-quantised weights is rounded away; QLoRA runs on a
+    16-bit base are fine, as the base is loaded here in 16 bits, not as they trained."""
+    from transformers import AutoConfig
+
+    quantization = getattr(AutoConfig.from_pretrained(base_model, trust_remote_code=remote_code), "quantization_config", None)
+    if quantization:
+        method = quantization.get("quant_method", "quantised") if isinstance(quantization, dict) else "quantised"
+        raise ExportInputError("format", f"the base model {base_model} is stored {method}-quantised, and merging an adapter into "
+                                         "quantised weights would round it away; export format adapter (and load it on that base), "
+                                         "or train against a 16-bit copy of the base to export merged weights")
 
 
 def _merge_in_float32(peft_model: Any, dtype: Any) -> Any:

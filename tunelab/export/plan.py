@@ -17,10 +17,11 @@ from typing import Any
 from tunelab import paths
 from tunelab.checkpoints import WEIGHT_FILES, InvalidCheckpoint, validate_checkpoint
 from tunelab.config import RunConfig
+from tunelab.run_facts import LOFTQ_BASE, read_run_facts
 
 FORMATS = ("adapter", "merged", "gguf")
 DTYPES = ("float16", "bfloat16", "float32")
-DEFAULT_DTYPE = "float16"
+DEFAULT_DTYPE = "float16"  # where the run's own training precision does not say otherwise
 # Written into every export folder; a folder holding it may be replaced by a new export.
 MANIFEST = "tunelab-export.json"
 CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
@@ -63,6 +64,7 @@ class ExportPlan:
     base_model: str
     trust_remote_code: bool
     dest: Path
+    base_weights: Path | None = None  # a LoftQ run's adapted layers as trained (see run_facts)
 
 
 def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | None, dtype: str | None) -> ExportPlan:
@@ -82,14 +84,20 @@ def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | N
     return ExportPlan(
         run_id=run_id,
         format=fmt,
-        dtype=None if fmt == "adapter" else (dtype or DEFAULT_DTYPE),
+        dtype=None if fmt == "adapter" else (dtype or _trained_dtype(run, config)),
         kind=kind,
         source=source,
         step=step,
         base_model=str(config.get("model_name") or run.get("model_name") or ""),
         trust_remote_code=bool(config.get("trust_remote_code")),
         dest=_destination(run, fmt, dest),
+        base_weights=_loftq_base(run, kind),
     )
+
+
+def _loftq_base(run: dict[str, Any], kind: str) -> Path | None:
+    found = Path(run["output_dir"]) / LOFTQ_BASE if run.get("output_dir") and kind == "adapter" else None
+    return found if found is not None and found.is_file() and not found.is_symlink() else None
 
 
 def _source_of(run: dict[str, Any]) -> tuple[Path, int | None]:
@@ -134,6 +142,13 @@ def _stopped_checkpoint(output_dir: Path, final_step: int | None) -> Path | None
             continue
         return folder
     return None
+
+
+def _trained_dtype(run: dict[str, Any], config: dict[str, Any]) -> str:
+    """The default export dtype: the half type the run trained in (a bf16 run's weights
+    may not fit float16's range); float16 for fp32 runs and runs that recorded nothing."""
+    precision = read_run_facts(run.get("output_dir")).get("precision") or config.get("precision")
+    return {"bf16": "bfloat16", "fp16": "float16"}.get(precision, DEFAULT_DTYPE)
 
 
 def _backend_of(config: dict[str, Any]) -> str:

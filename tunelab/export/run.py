@@ -101,10 +101,13 @@ def _run_child(plan: ExportPlan, staging: Path) -> None:
         result_file = Path(scratch) / "result.json"
         request = {"format": plan.format, "kind": plan.kind, "source": str(plan.source), "base_model": plan.base_model,
                    "trust_remote_code": plan.trust_remote_code, "dtype": plan.dtype, "dest": str(staging),
-                   "run_id": plan.run_id, "result": str(result_file)}
+                   "run_id": plan.run_id, "result": str(result_file),
+                   "base_weights": str(plan.base_weights) if plan.base_weights else None}
         request_file = Path(scratch) / "request.json"
         request_file.write_text(json.dumps(request))
-        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+        # The merge runs on the CPU; hiding the GPUs keeps libraries (PEFT loads adapter
+        # weights onto cuda:0 when it can) off a GPU that a training run may be using.
+        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": "", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         done = subprocess.run([sys.executable, "-m", "tunelab.export.child", str(request_file)],
                               capture_output=True, text=True, env=env)
         answer = _read_answer(result_file)

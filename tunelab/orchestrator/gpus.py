@@ -1,4 +1,5 @@
-"""Which GPUs a run gets, expressed as the child's CUDA_VISIBLE_DEVICES.
+"""Which GPUs a run gets, expressed as the child's CUDA_VISIBLE_DEVICES (each device's
+`pin`: a physical number in PCI bus order, or a MIG UUID) and CUDA_DEVICE_ORDER=PCI_BUS_ID.
 
 Explicit `gpu_ids` are used as given (they were checked against the machine before
 anything else happened). Otherwise the one GPU with the most free memory is chosen —
@@ -44,6 +45,6 @@ def auto_gpu_env() -> dict[str, str]:
 def _pinning(chosen: list[hardware.Gpu]) -> dict[str, str]:
     if not chosen:
         return {}
-    # Physical ids: the child must not depend on the parent's own CUDA_VISIBLE_DEVICES.
-    return {"CUDA_VISIBLE_DEVICES": ",".join(str(g.physical_index) for g in chosen),
-            "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    # Physical ids or UUIDs: the child must not depend on the parent's own
+    # CUDA_VISIBLE_DEVICES, and a number means the same GPU to it only in PCI bus order.
+    return {"CUDA_VISIBLE_DEVICES": ",".join(g.pin for g in chosen), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}

@@ -25,7 +25,7 @@ STAGE_TO_PHASE = {
     "saving": "finalizing",
 }
 LIVE_NUMBERS = ("total_steps", "epoch", "loss", "learning_rate", "grad_norm", "eval_loss", "num_tokens",
-                "elapsed_seconds", "eta_seconds", "peak_memory_gb")
+                "elapsed_seconds", "eta_seconds", "peak_memory_gb", "peak_memory_reserved_gb")
 METRIC_COLUMNS = ("step", "loss", "learning_rate", "grad_norm", "eval_loss", "epoch", "num_tokens", "elapsed_seconds")
 HISTORY_KEYS = ("steps", "loss", "learning_rate", "grad_norm_steps", "grad_norm", "eval_steps", "eval_loss")
 

@@ -32,7 +32,7 @@ class ExportRequest(BaseModel):
     dest: str | None = Field(None, min_length=1, max_length=4096,
                              description="Folder inside the outputs root (relative paths start there). Default: <run folder>/export-<format>.")
     dtype: Literal["float16", "bfloat16", "float32"] | None = Field(
-        None, description="Weight type of merged and gguf exports (default float16); an adapter is copied as trained.")
+        None, description="Weight type of merged and gguf exports (default: the run's training half type, bf16 runs bfloat16, else float16); an adapter is copied as trained.")
 
 
 class ExportAnswer(BaseModel):

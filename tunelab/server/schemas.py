@@ -92,7 +92,8 @@ class TrainStatus(BaseModel):
     num_tokens: int | None = None
     elapsed_seconds: float | None = None
     eta_seconds: float | None = None
-    peak_memory_gb: float | None = None
+    peak_memory_gb: float | None = Field(None, description="Peak memory of the run: CUDA memory allocated, or the worker's resident memory on CPU.")
+    peak_memory_reserved_gb: float | None = Field(None, description="Peak CUDA memory the allocator reserved (None on CPU).")
     message: str | None = None
     error: str | None = None
     output_dir: str | None = None

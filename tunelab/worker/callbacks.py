@@ -19,12 +19,14 @@ from transformers import TrainerCallback
 from tunelab import events
 
 
-def peak_memory_gb() -> float:
-    """Peak CUDA memory allocated by this process, or its peak resident memory on CPU."""
+def peak_memory_gb() -> tuple[float, float | None]:
+    """(allocated, reserved): the CUDA peaks of this run, what tensors held and what the
+    caching allocator held (what other processes could not use); on CPU the process's
+    peak resident memory, and no reserved figure."""
     if torch.cuda.is_available():
-        return torch.cuda.max_memory_allocated() / 2**30
+        return torch.cuda.max_memory_allocated() / 2**30, torch.cuda.max_memory_reserved() / 2**30
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak * (1 if sys.platform == "darwin" else 1024) / 2**30  # bytes on macOS, KiB on Linux
+    return peak * (1 if sys.platform == "darwin" else 1024) / 2**30, None  # bytes on macOS, KiB on Linux
 
 
 class ProgressReporter(TrainerCallback):
@@ -36,6 +38,9 @@ class ProgressReporter(TrainerCallback):
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._started = time.monotonic()
         self._first_step = state.global_step  # above 0 when resuming
+        if torch.cuda.is_available():
+            # Peaks are per process; a run's figures start with its own training.
+            torch.cuda.reset_peak_memory_stats()
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         logs = logs or {}
@@ -47,6 +52,7 @@ class ProgressReporter(TrainerCallback):
         eta = elapsed / done * max(0, state.max_steps - step) if done > 0 else None
         tokens = state.num_input_tokens_seen or logs.get("num_tokens")
         finite = events.finite_or_none
+        allocated, reserved = peak_memory_gb()
         self.ctx.emit(events.progress(
             step,
             total_steps=state.max_steps,
@@ -58,7 +64,8 @@ class ProgressReporter(TrainerCallback):
             num_tokens=int(tokens) if finite(tokens) is not None else None,
             elapsed_seconds=elapsed,
             eta_seconds=eta,
-            peak_memory_gb=peak_memory_gb(),
+            peak_memory_gb=allocated,
+            peak_memory_reserved_gb=reserved,
         ))
 
 

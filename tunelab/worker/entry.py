@@ -3,7 +3,8 @@
 It sets up what every backend shares — quiet libraries, the stop-queue reader, a
 watchdog that ends the process when its parent dies — then runs the backend named by
 `config["backend"]` (`torch_backend`, or `mlx`, imported only when chosen). A backend
-exception becomes an `error{error, stack}` event with secrets scrubbed out. After the
+exception becomes an `error{error, stack}` event with secrets scrubbed out (out of GPU
+memory and an unwritable output folder are worded as the settings to change). After the
 last event the queue is flushed and the process leaves through `os._exit(0)`: a normal
 interpreter shutdown after training takes 1.3-1.7 s, the flush-and-exit about 0.1 s.
 """
@@ -22,6 +23,7 @@ from typing import Any
 
 from tunelab import events as ev
 from tunelab.worker.context import RunSettingError, StopRequested, WorkerContext
+from tunelab.worker.out_of_memory import explain_out_of_memory
 from tunelab.worker.output_checks import explain_output_failure
 
 PARENT_POLL_SECONDS = 1.0
@@ -62,7 +64,8 @@ def run_worker(config: dict[str, Any], events: Any, stops: Any) -> None:
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent as an event
         if not ctx.finished:  # after `complete` the parent has its answer; a late failure changes nothing
             secrets = _secrets(config)
-            message = explain_output_failure(config.get("output_dir"), exc) or _describe(exc)
+            message = (explain_out_of_memory(config, exc) or explain_output_failure(config.get("output_dir"), exc)
+                       or _describe(exc))
             ctx.emit(ev.error(_scrub(message, secrets), _scrub(traceback.format_exc(), secrets)))
     finally:
         _flush_and_exit(events)

@@ -5,15 +5,17 @@ a run trains without gradient checkpointing (memory is rarely short there, and t
 recomputation costs 1.35-1.8x), in fp32 — or, on a CPU with native bf16 (AVX512-BF16 or
 AMX) and a model whose matrices are at least `BF16_MIN_HIDDEN` wide, with bf16 autocast
 (about 1.8x faster there; narrower models lose more to casting than they gain, the
-demo's tiny Llama 1.4x). With CUDA it uses bf16 where the GPU supports it, else fp16,
+demo's tiny Llama 1.4x). With CUDA it uses bf16 from Ampere on, else fp16,
 and checkpointing unless the config turns it off. `precision` overrides.
-Packed runs on CPU attend per example (`packed_attention`), which is what makes packing
-pay off there. The GPU itself is chosen by the parent through CUDA_VISIBLE_DEVICES.
+Packed runs attend per example (`packed_attention` on CPU, FlashAttention-2 or flex
+attention on CUDA), which is what makes packing pay off. The GPU itself is chosen by the parent through CUDA_VISIBLE_DEVICES.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -36,6 +38,7 @@ class DeviceSettings:
     cuda: bool
     precision: str  # fp32 | bf16 | fp16: the mixed-precision mode the trainer runs in
     gradient_checkpointing: bool
+    capability: tuple[int, int] | None = None  # the CUDA device's compute capability
 
     @property
     def load_dtype(self) -> Any:
@@ -44,15 +47,22 @@ class DeviceSettings:
         return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision, torch.float32)
 
 
+def cuda_precision(capability: tuple[int, int]) -> str:
+    """bf16 from Ampere (compute capability 8.0) on; fp16 before it. T4 and V100 answer
+    yes to `torch.cuda.is_bf16_supported()` through emulation, which is slow."""
+    return "bf16" if capability >= (8, 0) else "fp16"
+
+
 def device_settings(config: dict[str, Any]) -> DeviceSettings:
     cuda = torch.cuda.is_available()
     precision = config.get("precision") or "auto"
     if precision == "auto":
-        precision = ("bf16" if torch.cuda.is_bf16_supported() else "fp16") if cuda else "fp32"
+        precision = cuda_precision(tuple(torch.cuda.get_device_capability())) if cuda else "fp32"
     if precision == "fp16" and not cuda:
         raise SetupError("precision", "fp16 training needs a CUDA GPU; use precision=fp32 (or bf16) on this machine")
     checkpointing = config.get("gradient_checkpointing")
-    return DeviceSettings(cuda=cuda, precision=precision, gradient_checkpointing=cuda if checkpointing is None else bool(checkpointing))
+    return DeviceSettings(cuda=cuda, precision=precision, gradient_checkpointing=cuda if checkpointing is None else bool(checkpointing),
+                          capability=tuple(torch.cuda.get_device_capability()) if cuda else None)
 
 
 def native_cpu_bf16() -> bool:
@@ -119,13 +129,26 @@ def load_model(config: dict[str, Any], device: DeviceSettings) -> Any:
 
 
 def attention_for(config: dict[str, Any], device: DeviceSettings) -> dict[str, Any]:
-    """Packed runs on CPU attend per example (see packed_attention); everything else keeps
-    the library's default attention."""
-    if not config.get("packing") or device.cuda:
+    """Packed runs attend per example without a dense mask over the flattened batch (which
+    sdpa builds: quadratic in batch x length, and no flash kernel): on CPU through
+    `packed_attention`, on CUDA through `cuda_packed_attention`. Everything else keeps the
+    library's default attention."""
+    if not config.get("packing"):
         return {}
+    if device.cuda:
+        flash_installed = importlib.util.find_spec("flash_attn") is not None
+        return {"attn_implementation": cuda_packed_attention(device.capability or (0, 0), flash_installed)}
     from tunelab.worker import packed_attention
 
     return {"attn_implementation": packed_attention.register()}
+
+
+def cuda_packed_attention(capability: tuple[int, int], flash_attn_installed: bool) -> str:
+    """FlashAttention-2's variable-length kernel where flash-attn is installed and the GPU
+    is Ampere or newer (its minimum); otherwise PyTorch's flex attention, whose block mask
+    skips the blocks between examples. A model class that takes neither falls back to
+    its default (see load_model); the setup message says which one the run got."""
+    return "flash_attention_2" if flash_attn_installed and capability >= (8, 0) else "flex_attention"
 
 
 def default_target_modules(model: Any) -> list[str] | str:
@@ -173,8 +196,20 @@ def wrap_for_training(model: Any, config: dict[str, Any], device: DeviceSettings
     if loftq and quantized:
         from peft import replace_lora_weights_loftq
 
-        replace_lora_weights_loftq(model)
+        replace_lora_weights_loftq(model, model_path=loftq_weights_path(config))
     return model
+
+
+def loftq_weights_path(config: dict[str, Any]) -> str | None:
+    """Where PEFT's LoftQ replacement reads the unquantised weights: a local model folder
+    must be named (PEFT finds only hub downloads by itself), and must hold safetensors,
+    the only format PEFT can read lazily; None for a hub id."""
+    folder = Path(config["model_name"]).expanduser()
+    if not folder.is_dir():
+        return None
+    if not any(folder.glob("*.safetensors")):
+        raise SetupError("use_loftq", f"LoftQ on a 4-bit base reads the original weights from safetensors files and {folder} has none; save the model with safetensors or remove use_loftq")
+    return str(folder)
 
 
 def count_parameters(model: Any) -> tuple[int, int]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tunelab import events, paths
+from tunelab.run_facts import write_run_facts
 from tunelab.worker import data
 from tunelab.worker.context import WorkerContext
 from tunelab.worker.stall import DownloadStallWatch, hub_cache_folders
@@ -41,6 +42,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
         tokenizer = model_setup.load_tokenizer(config)
         model = model_setup.load_model(config, device)
     device = model_setup.settle_cpu_precision(config, device, model)
+    write_run_facts(output_dir, precision=device.precision, cuda=device.cuda)
     ctx.emit(events.make(events.MODEL_LOAD_COMPLETED))
 
     ctx.stage("loading_dataset", "Loading the dataset")
@@ -48,11 +50,15 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     ctx.stage("formatting", f"Tokenizing {len(raw.train)} {raw.format} rows")
     prepared = data.prepare(config, tokenizer, raw=raw)
 
-    ctx.stage("configuring", _describe_method(config, device))
+    ctx.stage("configuring", _describe_method(config, device, model))
     # Adapter weights are drawn from the global generator: seed it, or two runs with the
     # same seed start from different adapters (the Trainer seeds only later).
     transformers.set_seed(seed_of(config))
     model = model_setup.wrap_for_training(model, config, device)
+    if config.get("use_loftq"):
+        from tunelab.worker.loftq_base import save_loftq_base
+
+        save_loftq_base(model, output_dir)
     trainer, stopper = _build_trainer(config, ctx, device, model, tokenizer, prepared, output_dir)
     if prepared.eval is not None and trainer.args.eval_strategy != "no":
         ctx.emit(events.make(events.EVAL_CONFIGURED, eval_rows=len(prepared.eval)))
@@ -87,23 +93,25 @@ def _stall_watch(config: dict[str, Any], ctx: WorkerContext) -> Any:
     return DownloadStallWatch(ctx, hub_cache_folders(config["model_name"]))
 
 
-def _describe_method(config: dict[str, Any], device: Any) -> str:
+def _describe_method(config: dict[str, Any], device: Any, model: Any) -> str:
     method = config.get("training_type", "lora")
     extras = [name.removeprefix("use_") for name in ("use_dora", "use_rslora", "use_loftq") if config.get(name)]
     where = "CUDA" if device.cuda else "CPU"
-    return f"Setting up {method}{' (' + ', '.join(extras) + ')' if extras else ''} on {where} in {device.precision}"
+    attention = getattr(model.config, "_attn_implementation", None) or "default"
+    return (f"Setting up {method}{' (' + ', '.join(extras) + ')' if extras else ''} on {where} in {device.precision}, "
+            f"{'packed, ' if config.get('packing') else ''}{attention} attention")
 
 
 def _build_trainer(config, ctx, device, model, tokenizer, prepared, output_dir) -> tuple[Any, Any]:
     from transformers import PrinterCallback
-    from trl import SFTTrainer
 
     from tunelab.worker.callbacks import ProgressReporter, StopOnRequest
+    from tunelab.worker.sft_trainer import TokenCountingSFTTrainer
     from tunelab.worker.trainer_setup import build_sft_config
 
     args = build_sft_config(config, device, output_dir, has_eval=prepared.eval is not None)
     stopper = StopOnRequest(ctx)
-    trainer = SFTTrainer(
+    trainer = TokenCountingSFTTrainer(
         model=model,
         args=args,
         train_dataset=_collator_columns(prepared.train, config),

@@ -95,7 +95,7 @@ def build_sft_config(config: dict[str, Any], device: DeviceSettings, output_dir:
         logging_strategy="steps",
         logging_steps=int(config.get("logging_steps") or 1),
         logging_nan_inf_filter=False,
-        include_num_input_tokens_seen="non_padding",
+        include_num_input_tokens_seen="no",  # counted by TokenCountingSFTTrainer, without a sync per step
         save_strategy="steps",
         save_steps=save_every or NEVER_BY_INTERVAL,
         save_total_limit=config.get("save_total_limit"),

@@ -31,6 +31,7 @@ const STAT_FORMATS = {
   elapsed_seconds: fmtDuration,
   eta_seconds: fmtDuration,
   peak_memory_gb: fmtMemory,
+  peak_memory_reserved_gb: fmtMemory,
 };
 
 const $ = (id) => document.getElementById(id);
