@@ -1,6 +1,11 @@
 """Run one training job in the foreground of a terminal: a rich progress bar fed by the
 orchestrator's events, Ctrl-C to stop and save (twice to cancel), and an exit code.
 
+SIGTERM and SIGHUP (a supervisor, a closed terminal) also mean stop-and-save, but with
+a deadline: the run must be saved and recorded within TUNELAB_SHUTDOWN_GRACE_S (20 s),
+or it is ended and recorded `error`, resumable from its last valid checkpoint. Exit
+codes: 0 completed, 130 stopped (saved, or cancelled), 1 error, 2 bad input.
+
 Used by `tunelab train`, `tunelab resume` and `tunelab demo`.
 """
 
@@ -19,6 +24,8 @@ from rich.text import Text
 
 from tunelab.text import printable
 
+from tunelab.orchestrator.watchdog import shutdown_grace_s
+
 EXIT_OK, EXIT_ERROR, EXIT_BAD_CONFIG, EXIT_STOPPED = 0, 1, 2, 130
 EXIT_BY_STATUS = {"completed": EXIT_OK, "stopped": EXIT_STOPPED, "error": EXIT_ERROR}
 
@@ -36,30 +43,41 @@ class RunOutcome:
         return EXIT_BY_STATUS.get(self.run.get("status"), EXIT_ERROR)
 
 
+# Signals that ask this process to end: stop and save within the shutdown grace.
+SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
 class _InterruptHandler:
-    """First Ctrl-C: stop and save. Second: cancel. The worker ignores SIGINT itself."""
+    """First Ctrl-C: stop and save. Second: cancel. SIGTERM and SIGHUP count as presses
+    too, and the first of those also sets the shutdown deadline. The worker ignores
+    SIGINT itself (a terminal sends it to the whole process group)."""
 
     def __init__(self, orchestrator, run_id: int, console: Console):
         self.orchestrator, self.run_id, self.console = orchestrator, run_id, console
         self.presses = 0
-        self._previous = None
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> "_InterruptHandler":
         if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+            for sig in (signal.SIGINT, *SHUTDOWN_SIGNALS):
+                self._previous[sig] = signal.signal(sig, self._on_signal)
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
-    def _on_sigint(self, _signum, _frame) -> None:
+    def _on_signal(self, signum, _frame) -> None:
         self.presses += 1
         save = self.presses == 1
-        self.console.print("[yellow]Stopping: saving a checkpoint (Ctrl-C again to cancel)…[/]" if save
-                           else "[red]Cancelling: nothing will be saved…[/]")
+        name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+        self.console.print(f"[yellow]{name}: stopping, saving a checkpoint ({name} again to cancel)…[/]" if save
+                           else f"[red]{name}: cancelling, nothing more will be saved…[/]")
         try:
-            self.orchestrator.stop(save=save, expected_run_id=self.run_id)
+            if save and signum in SHUTDOWN_SIGNALS:
+                self.orchestrator.stop_for_shutdown(shutdown_grace_s())
+            else:
+                self.orchestrator.stop(save=save, expected_run_id=self.run_id)
         except Exception as exc:  # the run may have just finished; say so, never crash the handler
             self.console.print(f"[dim]stop request not sent: {exc}[/]")
 

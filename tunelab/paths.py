@@ -5,6 +5,7 @@ Layout under the home (`TUNELAB_HOME`, default `~/.tunelab`):
   token        API token        datasets/  user data the server may read
   cache/       demo model/data  logs/      server logs
   previews/    one short-lived `datasets` cache per dataset preview
+  locks/       who owns each running run, which device each run trains on
 A run's own `datasets` caches (Arrow copies, tokenized rows) live in its folder, under
 `.cache/datasets`, so they go wherever the folder goes (cancel, delete).
 Any path a user gives is checked here: reads must stay inside the data roots (or the
@@ -68,6 +69,14 @@ def run_datasets_cache(output_dir: str | Path) -> Path:
 
 def db_path() -> Path:
     return home() / "tunelab.db"
+
+
+def locks_dir(database: str | Path) -> Path:
+    """The lock files that go with one run database (`<home>/locks` for the default one):
+    run ids and devices are per database, so their locks live beside it."""
+    folder = Path(database).parent / "locks"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def token_path() -> Path:

@@ -87,6 +87,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (run_id, step)
         ) WITHOUT ROWID""",
     ),
+    (  # 2: who owns a running run (see tunelab/orchestrator/ownership.py)
+        "ALTER TABLE runs ADD COLUMN owner_lock TEXT",
+        "ALTER TABLE runs ADD COLUMN owner_pid INTEGER",
+        "ALTER TABLE runs ADD COLUMN owner_started_at REAL",
+    ),
 )
 
 # A later report for a step fills in what an earlier one lacked and never erases a value.
@@ -330,8 +335,10 @@ class Store:
         resumed_from_run_id: int | None = None,
         *,
         start_request_id: str | None = None,
+        owner: Mapping[str, Any] | None = None,
     ) -> int:
-        """A new `running` row; returns its id (ids are never reused)."""
+        """A new `running` row; returns its id (ids are never reused). `owner` names the
+        process that trains it: {"lock", "pid", "started_at"} (see close_orphans)."""
         if not isinstance(config_public, Mapping):
             raise InvalidValue("config", "must be a mapping (RunConfig.public())")
         check_no_secrets(config_public)
@@ -341,13 +348,16 @@ class Store:
         except (TypeError, ValueError) as exc:
             raise InvalidValue("config", f"is not standard JSON (NaN and Infinity are refused): {exc}") from None
         name = clean_display_name(display_name) if display_name is not None else None
+        owner = owner or {}
 
         def work(conn: sqlite3.Connection) -> int:
             try:
                 cursor = conn.execute(
                     "INSERT INTO runs (status, model_name, dataset_name, display_name, config_json, started_at,"
-                    " resumed_from_run_id, start_request_id) VALUES ('running', ?, ?, ?, ?, ?, ?, ?)",
-                    (model_name, dataset_name or "", name, config_json, time.time(), resumed_from_run_id, start_request_id),
+                    " resumed_from_run_id, start_request_id, owner_lock, owner_pid, owner_started_at)"
+                    " VALUES ('running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (model_name, dataset_name or "", name, config_json, time.time(), resumed_from_run_id, start_request_id,
+                     owner.get("lock"), owner.get("pid"), owner.get("started_at")),
                 )
             except sqlite3.IntegrityError:
                 existing = conn.execute("SELECT id FROM runs WHERE start_request_id = ?", (start_request_id,)).fetchone()
@@ -476,17 +486,25 @@ class Store:
                 shared.append(run_id)
         return sorted(shared)
 
-    def close_orphans(self, checkpoint_finder: Callable[[str], Any]) -> list[int]:
-        """Close rows left `running` by a previous server life. A cancelled run ends
+    def close_orphans(self, checkpoint_finder: Callable[[str], Any],
+                      owner_is_alive: Callable[[str | None], bool] = lambda _lock: False) -> list[int]:
+        """Close rows left `running` by a process that is gone (a previous server life, a
+        killed `tunelab train`): `owner_is_alive(owner_lock)` says whether a row's owner
+        still holds its lock, and such rows are left to their owner. A cancelled run ends
         `stopped` and is not resumable; any other ends `error`, resumable only when
         `checkpoint_finder(output_dir)` finds a valid checkpoint. Returns the closed ids.
         Call once at start-up, before this server starts a run of its own."""
         rows = self._retry(
-            lambda c: c.execute("SELECT id, output_dir, cancel_requested FROM runs WHERE status = 'running'").fetchall(),
+            lambda c: c.execute(
+                "SELECT id, output_dir, cancel_requested, owner_lock FROM runs WHERE status = 'running'"
+            ).fetchall(),
             write=False,
         )
         closed = []
-        for run_id, output_dir, cancelled in rows:
+        for run_id, output_dir, cancelled, owner_lock in rows:
+            if owner_is_alive(owner_lock):
+                log.info("run %s is still trained by a live process; leaving it running", run_id)
+                continue
             found = None
             if output_dir and not cancelled:
                 try:

@@ -1,8 +1,11 @@
 """The Orchestrator: the one object that starts runs and answers for the active one.
 
 It validates a start completely before anything happens, runs the optional
-`before_spawn` hook, chooses GPUs, creates the history row and spawns the worker; from
-then on the run's own `ActiveRun` (pump, watchdog, finalize) carries it to its end.
+`before_spawn` hook, chooses GPUs, claims the run's devices and owner lock (refused
+while another process trains on them, see ownership.py), creates the history row and
+spawns the worker; from then on the run's own `ActiveRun` (pump, watchdog, finalize)
+carries it to its end. `stop_for_shutdown` is what SIGTERM and SIGHUP mean to the
+server and the CLI.
 Surfaces (HTTP server, CLI) use only the methods below; see docs/ARCHITECTURE.md.
 The parent never imports torch & co: the worker is named by a dotted path and only
 the child imports it.
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from tunelab import hardware, paths
+from tunelab.orchestrator import ownership
 from tunelab.config import ConfigError, RunConfig, check_machine, parse_config
 from tunelab.orchestrator.child import DEFAULT_WORKER, target_name
 from tunelab.orchestrator.errors import NoActiveRun, NotResumable, PersistError, RunActive, RunMismatch
@@ -116,12 +120,20 @@ class Orchestrator:
         env = gpu_env(cfg)  # after the hook: it may just have freed GPU memory
         public = {**cfg.public(), "output_dir": str(output_dir), "resume_from": str(resume_from) if resume_from else None}
         payload = {**cfg.worker_payload(), "output_dir": str(output_dir), "resume_from": str(resume_from) if resume_from else None}
+        # Before the row exists: a refused start leaves nothing behind, and a row is never
+        # `running` without its owner holding the lock that says so.
+        claim = ownership.RunClaim(paths.locks_dir(self.store.path), ownership.devices_of(env))
         try:
-            run_id = self._create_row(cfg, public, resumed_from, start_request_id)
+            run_id = self._create_row(cfg, public, resumed_from, start_request_id, claim)
         except DuplicateStartRequest as exc:  # another process took this request id first
+            claim.release()
             return exc.run_id
+        except BaseException:
+            claim.release()
+            raise
+        claim.record_run(run_id)
         run = ActiveRun(run_id=run_id, cfg=cfg, payload=payload, env=env, target=self._target, mp_context=self._mp,
-                        store=self.store, output_dir=output_dir, notify=self._notify, warm=self._warm)
+                        store=self.store, output_dir=output_dir, notify=self._notify, warm=self._warm, claim=claim)
         with self._lock:
             self._run = run
         if resume_run_id is not None:
@@ -152,10 +164,11 @@ class Orchestrator:
             log.exception("the before_spawn hook failed; starting the run anyway")
 
     def _create_row(self, cfg: RunConfig, public: dict[str, Any], resumed_from: int | None,
-                    start_request_id: str | None) -> int:
+                    start_request_id: str | None, claim: ownership.RunClaim) -> int:
+        owner = {"lock": claim.owner_lock, "pid": claim.pid, "started_at": claim.started_at}
         try:
             run_id = self.store.create_run(public, cfg.model_name, cfg.dataset_label, cfg.display_name, resumed_from,
-                                           start_request_id=start_request_id)
+                                           start_request_id=start_request_id, owner=owner)
         except DuplicateStartRequest:
             raise
         except InvalidValue as exc:
@@ -199,6 +212,25 @@ class Orchestrator:
             self._refuse_if_busy()
             with self._lock:
                 self._run = None
+
+    def stop_for_shutdown(self, grace_s: float) -> int | None:
+        """What SIGTERM means: start no new run, and have the active run stop at its next
+        step boundary and save, finalized within `grace_s` (else it is ended and recorded
+        `error`, resumable from its last valid checkpoint). Returns at once, with the id
+        of the run that is stopping (None when none was active); `wait_idle` waits."""
+        with self._start_lock:  # a start in progress finishes spawning first
+            with self._lock:
+                self._closed = True
+                run = self._run
+        if run is None or run.finalized:
+            return None
+        run.stop_for_shutdown(grace_s)
+        return run.run_id
+
+    @property
+    def closed(self) -> bool:
+        """True once the orchestrator is shutting down: it starts no new runs."""
+        return self._closed
 
     def shutdown(self) -> None:
         """End an active worker (recorded as an error, resumable from its checkpoint)."""

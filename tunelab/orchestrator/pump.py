@@ -5,7 +5,8 @@ It never lets one bad message stop a run: a malformed event is counted and skipp
 error is retried while the worker lives. Once the worker has exited, whatever it sent
 before dying is drained, and then the run is finalized. The pump re-reads
 `run.worker` on every turn, so a worker respawned after a download stall is followed
-without a restart.
+without a restart. While the queue is quiet (a slow step) it lets the run store metric
+rows that have waited the flush interval.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def pump_events(run: "ActiveRun") -> None:
         except queue.Empty:
             if not worker.alive() and worker is run.worker:
                 _drain_and_finish(run, worker)
+            else:
+                run.flush_if_due()  # a slow step sends nothing for a while; its metrics still go out
             continue
         except (EOFError, OSError) as exc:
             # EOF is also the normal "the worker closed its end and is exiting": wait for the exit.

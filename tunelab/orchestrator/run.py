@@ -24,11 +24,12 @@ from tunelab.metric_buffer import MetricBuffer
 from tunelab.orchestrator.child import WorkerHandle, end_process, spawn_worker
 from tunelab.orchestrator.cleanup import remove_partial_checkpoints
 from tunelab.orchestrator.finalize import FinalizeOnce, RunFacts, decide_outcome, with_retries
+from tunelab.orchestrator.ownership import RunClaim
 from tunelab.orchestrator.progress_log import ProgressLog
 from tunelab.orchestrator.prewarm import WarmWorkers
 from tunelab.orchestrator.pump import start_pump
 from tunelab.orchestrator.state import FINAL_PHASES, STAGE_TO_PHASE, ProgressState
-from tunelab.orchestrator.watchdog import StopWatchdog
+from tunelab.orchestrator.watchdog import StopWatchdog, save_budget_s
 from tunelab.plots import redact
 from tunelab.store import Store
 
@@ -46,7 +47,8 @@ TEXT_FIELDS = ("message", "status_message", "error", "stack")
 class ActiveRun:
     def __init__(self, *, run_id: int, cfg: RunConfig, payload: dict[str, Any], env: dict[str, str],
                  target: str, mp_context: BaseContext, store: Store, output_dir: Path,
-                 notify: Callable[[dict[str, Any]], None], warm: WarmWorkers | None = None):
+                 notify: Callable[[dict[str, Any]], None], warm: WarmWorkers | None = None,
+                 claim: RunClaim | None = None):
         self.run_id = run_id
         self.cfg = cfg
         self.started_at = time.time()
@@ -57,6 +59,7 @@ class ActiveRun:
         self._store = store
         self._notify = notify
         self._warm = warm
+        self._claim = claim  # owner and device locks, held until the run is finalized
         self._secrets = cfg.secret_values()
         self.lock = threading.RLock()
         self.state = ProgressState()
@@ -178,6 +181,12 @@ class ActiveRun:
         self.progress_events.append({**event, "run_id": self.run_id})
         if self.buffer.add(row):
             self.buffer.flush_in_background(self._store, self.run_id)
+
+    def flush_if_due(self) -> None:
+        """Store waiting metric rows once the oldest has waited long enough (the pump calls
+        this between events, so slow steps reach the database too)."""
+        if self.buffer.due():
+            self.buffer.flush_in_background(self._store, self.run_id)
         total = event.get("total_steps")
         if total is not None and total != known_total:
             self._store_quietly("record total steps", self._store.set_total_steps, self.run_id, total)
@@ -226,6 +235,13 @@ class ActiveRun:
                 log.warning("run %s: could not send the stop message (%s); the watchdog will end the worker", self.run_id, exc)
             self.watchdog.after_stop_request(save)
 
+    def stop_for_shutdown(self, grace_s: float) -> None:
+        """Stop and save because the process must end within `grace_s`: the save gets most
+        of it; a run not finalized by then is ended and recorded `error`, resumable from
+        its last valid checkpoint, with the rest of the grace left to record that."""
+        self.request_stop(save=True)
+        self.watchdog.shutdown_deadline(save_budget_s(grace_s))
+
     def force_end(self, reason: str, failure: str | None = None) -> None:
         """End the worker from outside (watchdog, shutdown) and make sure the run finalizes."""
         if self.finalized:
@@ -257,6 +273,8 @@ class ActiveRun:
                 final_event.update(self._write_outcome())
 
         did_it = self.finalizer.run(write)
+        if did_it and self._claim is not None:
+            self._claim.release()  # recorded: another process may now close or reuse what it held
         if did_it and self.worker is not None:
             self.worker.release()
         if did_it and self._warm is not None:

@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, AsyncIterator
 
-from fastapi import FastAPI, Query, Request
+from fastapi import FastAPI, Query, Request, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.routing import Match, Mount
 from starlette.types import Scope
@@ -27,6 +27,7 @@ from starlette.types import Scope
 from tunelab import paths
 from tunelab.checkpoints import latest_valid_checkpoint
 from tunelab.orchestrator import Orchestrator
+from tunelab.orchestrator.ownership import owner_is_alive
 from tunelab.orchestrator.prewarm import prewarm_wanted
 from tunelab.server import routes_datasets, routes_export, routes_runs, routes_train
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
@@ -93,8 +94,10 @@ def create_app(
     store = store if store is not None else Store(paths.db_path())
     owns_orchestrator = orchestrator is None
     if owns_orchestrator:
-        # Rows left `running` by a previous server life are ours to close, before any new run.
-        store.close_orphans(latest_valid_checkpoint)
+        # Rows left `running` by a process that is gone (a previous server life, a killed
+        # `tunelab train`) are ours to close, before any new run; a live owner keeps its run.
+        locks = paths.locks_dir(store.path)
+        store.close_orphans(latest_valid_checkpoint, lambda lock: owner_is_alive(locks, lock))
         orchestrator = Orchestrator(store, prewarm=prewarm_wanted(prewarm), **_worker_target_override())
 
     @asynccontextmanager
@@ -145,15 +148,21 @@ def _worker_target_override() -> dict[str, str]:
     return {"worker_target": target}
 
 
-def _health(request: Request, detail: Annotated[bool, Query(description="Add process facts (needs the token).")] = False) -> Health:
-    """Liveness. Public without `detail`; with `detail=1` (token required) it adds the
-    process id, memory and any training library loaded in the server (always none)."""
+def _health(request: Request, response: Response,
+            detail: Annotated[bool, Query(description="Add process facts (needs the token).")] = False) -> Health:
+    """Liveness and readiness. Public without `detail`; with `detail=1` (token required)
+    it adds the process id, memory and any training library loaded in the server (always
+    none). While the server is shutting down (after SIGTERM, saving the active run) it
+    answers 503 with status "shutting_down", so a load balancer stops sending work."""
+    status = "shutting_down" if getattr(request.app.state.orchestrator, "closed", False) else "ok"
+    if status != "ok":
+        response.status_code = 503
     if not detail:
-        return Health(status="ok", version=request.app.version)
+        return Health(status=status, version=request.app.version)
     import psutil
 
     return Health(
-        status="ok",
+        status=status,
         version=request.app.version,
         pid=os.getpid(),
         rss_mb=round(psutil.Process().memory_info().rss / 2**20, 1),

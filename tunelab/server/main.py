@@ -5,18 +5,30 @@ The listening socket is bound here, before uvicorn starts, so `--port 0` works (
 chosen port is printed) and the printed URL is valid the moment it appears. Logs go to
 stderr and to `<home>/logs/server.log`. Binding anything but loopback prints a warning:
 the token is then the only thing between the network and your machine.
+
+SIGTERM, SIGHUP and Ctrl-C mean stop-and-save (`GracefulServer`): the server keeps
+answering (health says "shutting_down", with 503) while the active run stops at its
+next step and saves, within TUNELAB_SHUTDOWN_GRACE_S (default 20 s); then it exits 0.
+A second signal cancels the run instead; a third exits at once. See docs/DEPLOY.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import logging
 import logging.handlers
+import signal
 import socket
 import sys
+import threading
+from typing import Any, Iterator
+
+import uvicorn
 
 from tunelab import paths
+from tunelab.orchestrator.watchdog import shutdown_grace_s
 from tunelab.server.auth import token_and_origin
 
 log = logging.getLogger("tunelab.server")
@@ -73,10 +85,71 @@ def page_url(host: str, port: int) -> str:
     return f"http://{host}:{port}/"
 
 
-def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str = "info") -> None:
-    """Serve the API and the web page until interrupted (Ctrl-C or SIGTERM)."""
-    import uvicorn
+class GracefulServer(uvicorn.Server):
+    """uvicorn, except that a shutdown signal first stops and saves the active run.
 
+    uvicorn would stop serving at once and leave the run to the lifespan's shutdown,
+    which can only end the worker. Here the first signal starts the stop-and-save on a
+    thread and the server keeps serving (the live stream shows the run's end, health
+    says "shutting_down") until the run is recorded; only then does uvicorn shut down."""
+
+    def __init__(self, config: uvicorn.Config, orchestrator: Any, grace_s: float):
+        super().__init__(config)
+        self._orchestrator = orchestrator
+        self._grace_s = grace_s
+        self._signals = 0
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn listens for SIGINT and SIGTERM only; a closed terminal or a dropped SSH
+        # session sends SIGHUP, which must not end a training server without a save either.
+        if threading.current_thread() is not threading.main_thread():
+            with super().capture_signals():
+                yield
+            return
+        previous = signal.signal(signal.SIGHUP, self.handle_exit)
+        try:
+            with super().capture_signals():
+                yield
+        finally:
+            signal.signal(signal.SIGHUP, previous)
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        # A signal handler must not block: the waiting happens on threads.
+        self._signals += 1
+        name = signal.Signals(sig).name
+        if self._signals == 1:
+            threading.Thread(target=self._stop_and_exit, args=(name,), name="tunelab-shutdown", daemon=True).start()
+        elif self._signals == 2:
+            threading.Thread(target=self._cancel, args=(name,), name="tunelab-shutdown-cancel", daemon=True).start()
+        else:
+            self.should_exit = self.force_exit = True
+
+    def _stop_and_exit(self, name: str) -> None:
+        try:
+            run_id = self._orchestrator.stop_for_shutdown(self._grace_s)
+            if run_id is not None:
+                log.warning("%s: stopping run %s at its next step and saving a checkpoint (within %g s); "
+                            "send it again to cancel the run instead", name, run_id, self._grace_s)
+                self._orchestrator.wait_idle(self._grace_s)
+        except Exception:
+            log.exception("stopping the active run for shutdown failed")
+        finally:
+            self.should_exit = True
+
+    def _cancel(self, name: str) -> None:
+        from tunelab.orchestrator import OrchestratorError
+
+        log.warning("%s again: cancelling the active run; nothing more is saved", name)
+        try:
+            self._orchestrator.stop(save=False)
+        except OrchestratorError as exc:
+            log.warning("cancel not sent: %s", exc)
+
+
+def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str = "info") -> None:
+    """Serve the API and the web page until a signal (Ctrl-C, SIGTERM, SIGHUP) ends it,
+    after stopping and saving the active run."""
     from tunelab.server.app import create_app
 
     configure_logging(log_level)
@@ -102,7 +175,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str 
         print(f"open {url} (API token: `tunelab token`{', or TUNELAB_TOKEN' if origin == 'env' else ''})", flush=True)
     config = uvicorn.Config(app, log_config=None, log_level=log_level, access_log=False,
                             timeout_graceful_shutdown=5, lifespan="on")
-    uvicorn.Server(config).run(sockets=[sock])
+    GracefulServer(config, app.state.orchestrator, shutdown_grace_s()).run(sockets=[sock])
 
 
 def main(argv: list[str] | None = None) -> None:

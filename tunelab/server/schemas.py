@@ -203,7 +203,7 @@ class DatasetPreview(BaseModel):
 
 # --- health ---------------------------------------------------------------------------
 class Health(BaseModel):
-    status: Literal["ok"]
+    status: Literal["ok", "shutting_down"] = Field(description="shutting_down (with HTTP 503) once a shutdown signal arrived")
     version: str
     pid: int | None = Field(None, description="Only with ?detail=1 (needs the token).")
     rss_mb: float | None = None

@@ -1,0 +1,148 @@
+"""Who owns a running run, and which device it trains on: `fcntl.flock` locks on files
+beside the run database (`<home>/locks/`).
+
+A process that trains a run holds, for the run's whole life:
+- an owner lock, `run-<pid>-<random>.lock`, named in the run's row (`owner_lock`, with
+  `owner_pid` and `owner_started_at`). A server starting up closes a `running` row only
+  when it can take that lock: the kernel drops a flock when its process dies, however
+  it dies, so a crashed owner never looks alive, and a live `tunelab train` in another
+  terminal is never closed under it. The lock is taken before the row exists, so there
+  is no moment in which the row is running with nobody holding its lock.
+- one device lock per device, `device-cpu.lock` or `device-gpu-<physical id>.lock`: a
+  second start on the same home and device is refused, naming the run that holds it.
+The files also hold a line of JSON (pid, run id, start time) for messages and for a
+person looking at the folder; the lock, not the text, decides.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from tunelab.orchestrator.errors import RunActive
+
+CPU_DEVICE = "cpu"
+
+
+class DeviceBusy(RunActive):
+    """Another run (in this or another process) is training on the device."""
+
+    def __init__(self, device: str, holder: dict[str, Any]):
+        self.device = device
+        self.holder = holder
+        run_id, pid = holder.get("run_id"), holder.get("pid")
+        who = f"run {run_id}" if run_id is not None else "another run that is starting"
+        where = f" (process {pid})" if pid else ""
+        super().__init__(f"{who}{where} is training on {device} with this tunelab home; stop it or wait for it "
+                         f"to finish, or choose another device with gpu_ids")
+
+
+def devices_of(env: dict[str, str]) -> list[str]:
+    """The devices a run's child environment pins it to: its GPUs, else the CPU."""
+    visible = env.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if not visible:
+        return [CPU_DEVICE]
+    return [f"gpu-{index.strip()}" for index in visible.split(",") if index.strip()]
+
+
+def process_started_at(pid: int | None = None) -> float:
+    """When a process started (Unix seconds): with the pid it tells a reused pid apart."""
+    import psutil
+
+    return psutil.Process(pid or os.getpid()).create_time()
+
+
+def _try_lock(path: Path, create: bool) -> int | None:
+    """An open descriptor holding an exclusive flock on `path`, or None when someone else
+    holds it. Without `create`, a missing file raises FileNotFoundError."""
+    fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_note(fd: int, note: dict[str, Any]) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, (json.dumps(note) + "\n").encode(), 0)
+
+
+def _read_note(path: Path) -> dict[str, Any]:
+    try:
+        note = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return note if isinstance(note, dict) else {}
+
+
+def owner_is_alive(locks_dir: Path, owner_lock: str | None) -> bool:
+    """True while the process that recorded `owner_lock` for a run still holds it."""
+    if not owner_lock or "/" in owner_lock or owner_lock.startswith("."):
+        return False  # rows from before owners were recorded, or a name that is not ours
+    try:
+        fd = _try_lock(locks_dir / owner_lock, create=False)
+    except FileNotFoundError:
+        return False
+    if fd is None:
+        return True
+    os.close(fd)  # we got it, so nobody holds it; closing lets it go again
+    return False
+
+
+class RunClaim:
+    """The locks one run holds: its owner lock and its devices. `release()` at finalize."""
+
+    def __init__(self, locks_dir: Path, devices: list[str]):
+        self.pid = os.getpid()
+        self.started_at = process_started_at()
+        self.devices = list(devices)
+        self._dir = locks_dir
+        self._fds: list[int] = []
+        try:
+            for device in self.devices:
+                path = locks_dir / f"device-{device}.lock"
+                fd = _try_lock(path, create=True)
+                if fd is None:
+                    raise DeviceBusy(device, _read_note(path))
+                self._fds.append(fd)
+                _write_note(fd, self._note(None))
+            self.owner_lock = f"run-{self.pid}-{secrets.token_hex(4)}.lock"
+            fd = _try_lock(locks_dir / self.owner_lock, create=True)
+            if fd is None:  # a fresh random name: only a stray file could be held
+                raise RunActive(f"the run owner lock {self.owner_lock} is held by someone else; try again")
+            self._fds.append(fd)
+            _write_note(fd, self._note(None))
+        except BaseException:
+            self.release()
+            raise
+
+    def _note(self, run_id: int | None) -> dict[str, Any]:
+        return {"pid": self.pid, "run_id": run_id, "process_started_at": self.started_at, "claimed_at": time.time()}
+
+    def record_run(self, run_id: int) -> None:
+        """Name the run in the lock files (for the message a refused start prints)."""
+        for fd in self._fds:
+            _write_note(fd, self._note(run_id))
+
+    def release(self) -> None:
+        fds, self._fds = self._fds, []
+        owner = getattr(self, "owner_lock", None)
+        if owner and fds:
+            # Unlinked while still locked: a checker that opens it afterwards finds no file,
+            # which reads as "owner gone" — true from this moment.
+            try:
+                (self._dir / owner).unlink()
+            except OSError:
+                pass
+        for fd in fds:
+            os.close(fd)  # closing the descriptor drops its flock
