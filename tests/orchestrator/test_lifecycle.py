@@ -145,17 +145,19 @@ def test_same_start_request_id_gives_the_same_run(orchestrator_for, store):
     assert store.count_runs() == 1
 
 
-def _lowest_free_fd() -> int:
+def _free_fds(count: int) -> list[int]:
+    """The `count` lowest file descriptor numbers not in use (new files get these first)."""
     used = {int(name) for name in os.listdir("/proc/self/fd")}
-    return next(fd for fd in range(len(used) + 1) if fd not in used)
+    return [fd for fd in range(len(used) + count + 1) if fd not in used][:count]
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to count open files")
 def test_failed_spawn_finalizes_the_row_and_latches_nothing(orchestrator_for, store):
     orch, recorder = orchestrator_for(sw.trainer)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    # With no file descriptor left, the worker's queues and process cannot be created.
-    resource.setrlimit(resource.RLIMIT_NOFILE, (_lowest_free_fd(), hard))
+    # With no file descriptor left, the worker's queues and process cannot be created;
+    # the two lock files the run holds (its device and its owner lock) are opened first.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (_free_fds(2)[-1] + 1, hard))
     try:
         run_id = orch.start(scripted_config())
     finally:

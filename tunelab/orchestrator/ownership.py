@@ -17,6 +17,7 @@ person looking at the folder; the lock, not the text, decides.
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import os
 import secrets
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tunelab.orchestrator.errors import RunActive
+from tunelab.orchestrator.errors import PersistError, RunActive
 
 CPU_DEVICE = "cpu"
 
@@ -50,11 +51,12 @@ def devices_of(env: dict[str, str]) -> list[str]:
     return [f"gpu-{index.strip()}" for index in visible.split(",") if index.strip()]
 
 
-def process_started_at(pid: int | None = None) -> float:
+@functools.lru_cache(maxsize=8)
+def process_started_at(pid: int) -> float:
     """When a process started (Unix seconds): with the pid it tells a reused pid apart."""
     import psutil
 
-    return psutil.Process(pid or os.getpid()).create_time()
+    return psutil.Process(pid).create_time()
 
 
 def _try_lock(path: Path, create: bool) -> int | None:
@@ -104,7 +106,7 @@ class RunClaim:
 
     def __init__(self, locks_dir: Path, devices: list[str]):
         self.pid = os.getpid()
-        self.started_at = process_started_at()
+        self.started_at = process_started_at(self.pid)
         self.devices = list(devices)
         self._dir = locks_dir
         self._fds: list[int] = []
@@ -122,6 +124,9 @@ class RunClaim:
                 raise RunActive(f"the run owner lock {self.owner_lock} is held by someone else; try again")
             self._fds.append(fd)
             _write_note(fd, self._note(None))
+        except OSError as exc:
+            self.release()
+            raise PersistError(f"the lock files in {locks_dir} cannot be used ({exc}); nothing was started") from exc
         except BaseException:
             self.release()
             raise

@@ -181,16 +181,16 @@ class ActiveRun:
         self.progress_events.append({**event, "run_id": self.run_id})
         if self.buffer.add(row):
             self.buffer.flush_in_background(self._store, self.run_id)
+        total = event.get("total_steps")
+        if total is not None and total != known_total:
+            self._store_quietly("record total steps", self._store.set_total_steps, self.run_id, total)
+        self.progress_log.step(event)
 
     def flush_if_due(self) -> None:
         """Store waiting metric rows once the oldest has waited long enough (the pump calls
         this between events, so slow steps reach the database too)."""
         if self.buffer.due():
             self.buffer.flush_in_background(self._store, self.run_id)
-        total = event.get("total_steps")
-        if total is not None and total != known_total:
-            self._store_quietly("record total steps", self._store.set_total_steps, self.run_id, total)
-        self.progress_log.step(event)
 
     def _store_quietly(self, what: str, action: Callable[..., Any], *args: Any) -> None:
         """A write the run can live without for now (metrics stay buffered until finalize)."""
