@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -358,6 +359,26 @@ def test_lock_outlasting_the_retry_window_raises_and_buffer_keeps_rows(tmp_path:
         assert buffer.pending() == 0
         assert [r["step"] for r in store.get_metrics(run_id)] == list(range(1, 14))
         assert buffer.flush(store, run_id) == 0
+
+
+def test_metric_buffer_flushes_a_row_that_waited_the_interval(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_id = new_run(store)
+    buffer = MetricBuffer(flush_after_s=0.3)
+    assert buffer.add({"step": 1, "loss": 1.0}) is False and buffer.due() is False
+    time.sleep(0.4)  # a slow step: no 10 rows for a long while
+    assert buffer.due() is True
+    assert buffer.add({"step": 2, "loss": 2.0}) is True  # the oldest row is due, so the batch goes
+    buffer.flush_in_background(store, run_id)
+    deadline = time.monotonic() + 10
+    while len(store.get_metrics(run_id)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [r["step"] for r in store.get_metrics(run_id)] == [1, 2]
+    assert buffer.pending() == 0 and buffer.due() is False
+    assert buffer.add({"step": 3}) is False  # the clock starts again with the next row
+    monkeypatch.setenv("TUNELAB_METRICS_FLUSH_S", "nonsense")
+    assert MetricBuffer().flush_after_s == 2.0
+    monkeypatch.setenv("TUNELAB_METRICS_FLUSH_S", "0.5")
+    assert MetricBuffer().flush_after_s == 0.5
 
 
 def test_metric_buffer_is_capped(caplog: pytest.LogCaptureFixture) -> None:

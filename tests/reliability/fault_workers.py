@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from checkpoint_factory import make_checkpoint  # tests/, on the path of every scripted server
 from tunelab import events as ev
 
 HANG_LIMIT_S = 120  # a hanging worker still ends eventually if a test process dies
@@ -73,8 +74,9 @@ def completes_at_once(config: dict[str, Any], events: Any, stops: Any) -> None:
     _flush_and_exit(events)
 
 
-def hangs_while_saving(config: dict[str, Any], events: Any, stops: Any) -> None:
-    """Trains until a stop-and-save, starts the save (a partial tmp-checkpoint), and wedges."""
+def hangs_while_saving(config: dict[str, Any], events: Any, stops: Any, *, checkpoints: bool = False) -> None:
+    """Trains until a stop-and-save, starts the save (a partial tmp-checkpoint), and wedges.
+    With `checkpoints`, it first writes a valid checkpoint every `save_steps` steps."""
     stop = _Stops(stops)
     output_dir = Path(config["output_dir"])
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -83,6 +85,8 @@ def hangs_while_saving(config: dict[str, Any], events: Any, stops: Any) -> None:
     for step in range(1, total + 1):
         time.sleep(_step_seconds())
         events.put(_progress(step, total))
+        if checkpoints and config.get("save_steps") and step % config["save_steps"] == 0:
+            make_checkpoint(output_dir, step)
         if stop.state is not None:
             events.put(ev.make(ev.STATUS, message=f"saving checkpoint-{step}", stage="saving"))
             partial = output_dir / f"tmp-checkpoint-{step}"
@@ -92,6 +96,12 @@ def hangs_while_saving(config: dict[str, Any], events: Any, stops: Any) -> None:
             _hang_until_orphaned()
     events.put(ev.complete(str(output_dir), "training completed"))
     _flush_and_exit(events)
+
+
+def checkpoints_then_hangs_while_saving(config: dict[str, Any], events: Any, stops: Any) -> None:
+    """A save that never ends after good periodic checkpoints: the last of them is what
+    a run ended by the shutdown deadline resumes from."""
+    hangs_while_saving(config, events, stops, checkpoints=True)
 
 
 def _garbage_frames(step: int) -> list[bytes]:

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from tunelab.config import ConfigError, FieldError, errors_from_validation
 from tunelab.orchestrator import NoActiveRun, NotResumable, OrchestratorError, PersistError, RunActive, RunMismatch
+from tunelab.orchestrator.ownership import DeviceBusy
 from tunelab.paths import PathNotAllowed
 from tunelab.store import AlreadyResumed, InvalidValue, RunIsRunning, RunNotFound, StoreBusy
 
@@ -41,6 +42,7 @@ HTTP_CODES = {
 REQUEST_PARTS = ("body", "query", "path", "header", "cookie")
 ORCHESTRATOR_CODES = {
     RunActive: "run_active",
+    DeviceBusy: "device_busy",
     NoActiveRun: "no_active_run",
     RunMismatch: "run_mismatch",
     NotResumable: "not_resumable",
