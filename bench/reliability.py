@@ -39,6 +39,8 @@ from fault_workers import GARBAGE_COUNT  # noqa: E402
 from fuzzing import run_schemathesis, sweep_auth  # noqa: E402
 from kill_trials import STAGES, run_kill_trial  # noqa: E402
 from path_attacks import attack_delete, attack_table, plant_escape_links, send_attacks  # noqa: E402
+from preemption import (resume_two_steps, sigterm_server_mid_run, sigterm_train, start_train,  # noqa: E402
+                        wait_stored_step, write_train_config)
 from scenarios import run_to_end, run_with_locked_database  # noqa: E402
 from secret_leaks import make_secrets, run_with_secrets, s3_bucket_with, with_secrets  # noqa: E402
 from server_kill import kill_server_mid_run  # noqa: E402
@@ -150,6 +152,42 @@ def server_kills(lab: Lab, trials: int) -> dict[str, Any]:
     exits = [o["worker_exit_s"] for o in outcomes if o["worker_exit_s"] is not None]
     return {"trials": outcomes, "max_worker_exit_s": max(exits) if exits else None,
             "workers_outliving_server": trials - len(exits)}
+
+
+def preemption(lab: Lab, trials: int) -> dict[str, Any]:
+    """SIGTERM to `tunelab serve` (prewarmed, as it runs by default) and to `tunelab train`
+    mid-run; the first server trial is restarted and its run resumed."""
+    def figures(p: Any) -> dict[str, Any]:
+        return {"step_at_signal": p.step_at_signal, "final_step": p.row["final_step"], "status": p.row["status"],
+                "checkpoint_step": p.checkpoint_step, "steps_lost": p.steps_lost, "exit_code": p.exit_code,
+                "signal_to_stored_s": p.signal_to_stored_s, "signal_to_exit_s": p.signal_to_exit_s,
+                "stored_steps_contiguous": p.stored_steps == list(range(1, (p.row["final_step"] or 0) + 1))}
+
+    servers, clis = [], []
+    for i in range(trials):
+        home = lab.workdir / f"preempt-serve-{i}" / "home"
+        outcome = sigterm_server_mid_run(lab.server(f"preempt-serve-{i}", home=home), lab.body, after_step=4 + 3 * i)
+        result = figures(outcome)
+        if i == 0:
+            resumed = resume_two_steps(lab.server(f"preempt-serve-{i}-again", home=home), outcome.run_id)
+            result["resumed_steps"] = resumed
+            result["resume_joins_without_gap"] = resumed[0] == (outcome.row["final_step"] or 0) + 1
+        servers.append(result)
+    for i in range(trials):
+        home = lab.workdir / f"preempt-train-{i}" / "home"
+        home.mkdir(parents=True)
+        process = start_train(home, write_train_config(home.parent / "run.yaml", lab.assets))
+        try:
+            wait_stored_step(home, 3 + 3 * i)
+            clis.append(figures(sigterm_train(process, home)))
+        finally:
+            if process.poll() is None:
+                process.kill()
+    every = servers + clis
+    return {"serve": servers, "train": clis, "steps_lost": sum(t["steps_lost"] or 0 for t in every),
+            "all_stopped": all(t["status"] == "stopped" for t in every),
+            "max_signal_to_stored_s": max(t["signal_to_stored_s"] for t in every),
+            "max_signal_to_exit_s": max(t["signal_to_exit_s"] for t in every)}
 
 
 def database_lock(lab: Lab) -> dict[str, Any]:
@@ -266,6 +304,7 @@ SECTIONS: dict[str, Callable[[Lab, argparse.Namespace], dict[str, Any]]] = {
     "worker-kills": lambda lab, a: worker_kills(lab, a.kill_trials, a.seed),
     "wedged": lambda lab, a: wedged(lab),
     "server-kill": lambda lab, a: server_kills(lab, a.server_kill_trials),
+    "preemption": lambda lab, a: preemption(lab, a.preemption_trials),
     "database-lock": lambda lab, a: database_lock(lab),
     "disk": lambda lab, a: disk(lab),
     "garbage": lambda lab, a: garbage(lab),
@@ -283,6 +322,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=20251130)
     parser.add_argument("--kill-trials", type=int, default=30)
     parser.add_argument("--server-kill-trials", type=int, default=3)
+    parser.add_argument("--preemption-trials", type=int, default=3)
     parser.add_argument("--fuzz-examples", type=int, default=200)
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--pollers", type=int, default=20)

@@ -81,6 +81,33 @@ def server_kill(f: dict[str, Any]) -> list[str]:
     return lines + _reproduce("server-kill", "test_server_kill.py")
 
 
+def preemption(f: dict[str, Any]) -> list[str]:
+    lines = ["SIGTERM (what docker stop, systemd, Kubernetes and Slurm send) to `tunelab serve` and to `tunelab train` "
+             "during a real run (demo Llama, LoRA, no periodic checkpoints: the only checkpoint is the one the stop "
+             "writes). Time is from the signal to the run's end stored in the database, and to the process's exit.", "",
+             "| process | step at the signal | stored | checkpoint | steps lost | signal → stored | signal → exit | "
+             "exit code |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, trials in (("tunelab serve", f["serve"]), ("tunelab train", f["train"])):
+        for t in trials:
+            lines.append(f"| {name} | {t['step_at_signal']} | {t['status']} at step {t['final_step']} | "
+                         f"checkpoint-{t['checkpoint_step']} | {t['steps_lost']} | {_s(t['signal_to_stored_s'])} s | "
+                         f"{_s(t['signal_to_exit_s'])} s | {t['exit_code']} |")
+    first = f["serve"][0] if f["serve"] else {}
+    lines += ["", f"- steps lost over all trials: **{f['steps_lost']}**; every run recorded `stopped`: "
+              f"**{f['all_stopped']}**; slowest signal → stored: **{_s(f['max_signal_to_stored_s'])} s**, "
+              f"→ exit: **{_s(f['max_signal_to_exit_s'])} s** (grace: 20 s, `TUNELAB_SHUTDOWN_GRACE_S`)",
+              f"- after a restart, resuming the first server trial's run continued at step "
+              f"{(first.get('resumed_steps') or ['n/a'])[0]} (no gap, no duplicate: {first.get('resume_joins_without_gap')})",
+              "- `tunelab train`'s "step at the signal" is the last step stored before it, a lower bound; the CLI "
+              "exits 130 after a completed stop-and-save, the server 0",
+              "- a run that cannot save within the grace is ended and recorded `error`, resumable from its last valid "
+              "checkpoint; a second signal cancels; with steps slower than the 2 s metric flush interval a SIGKILL "
+              "loses no step older than the interval (suite: `test_preemption.py`). Supervisor settings: "
+              "[DEPLOY.md](DEPLOY.md)"]
+    return lines + _reproduce("preemption", "test_preemption.py")
+
+
 def database_lock(f: dict[str, Any]) -> list[str]:
     lines = ["Another process holds the run database's write lock (`BEGIN EXCLUSIVE`) once during training and again "
              "while the run finalizes (scripted worker, 60 steps at 20 steps/s).", "",
@@ -189,6 +216,7 @@ SECTIONS = [
     ("Worker killed at random moments", "worker-kills", worker_kills),
     ("Wedged workers", "wedged", wedged),
     ("Server killed during a run", "server-kill", server_kill),
+    ("Preemption: SIGTERM during a run", "preemption", preemption),
     ("Database locked by another process", "database-lock", database_lock),
     ("Disk trouble", "disk", disk),
     ("Garbage events", "garbage", garbage),

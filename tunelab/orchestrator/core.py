@@ -222,6 +222,8 @@ class Orchestrator:
             with self._lock:
                 self._closed = True
                 run = self._run
+        if self._warm is not None:
+            self._warm.close()  # no next run to warm up for; its memory is better spent on the save
         if run is None or run.finalized:
             return None
         run.stop_for_shutdown(grace_s)
