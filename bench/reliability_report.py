@@ -99,7 +99,7 @@ def preemption(f: dict[str, Any]) -> list[str]:
               f"→ exit: **{_s(f['max_signal_to_exit_s'])} s** (grace: 20 s, `TUNELAB_SHUTDOWN_GRACE_S`)",
               f"- after a restart, resuming the first server trial's run continued at step "
               f"{(first.get('resumed_steps') or ['n/a'])[0]} (no gap, no duplicate: {first.get('resume_joins_without_gap')})",
-              "- `tunelab train`'s "step at the signal" is the last step stored before it, a lower bound; the CLI "
+              "- `tunelab train`'s step at the signal is the last step stored before it, a lower bound; the CLI "
               "exits 130 after a completed stop-and-save, the server 0",
               "- a run that cannot save within the grace is ended and recorded `error`, resumable from its last valid "
               "checkpoint; a second signal cancels; with steps slower than the 2 s metric flush interval a SIGKILL "

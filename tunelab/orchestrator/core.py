@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from tunelab import hardware, paths
-from tunelab.orchestrator import ownership
 from tunelab.config import ConfigError, RunConfig, check_machine, parse_config
+from tunelab.orchestrator import ownership
 from tunelab.orchestrator.child import DEFAULT_WORKER, target_name
 from tunelab.orchestrator.errors import NoActiveRun, NotResumable, PersistError, RunActive, RunMismatch
 from tunelab.orchestrator.finalize import with_retries

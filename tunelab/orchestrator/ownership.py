@@ -110,6 +110,7 @@ class RunClaim:
         self.devices = list(devices)
         self._dir = locks_dir
         self._fds: list[int] = []
+        self.owner_lock: str | None = None  # the owner lock's file name, once held
         try:
             for device in self.devices:
                 path = locks_dir / f"device-{device}.lock"
@@ -118,11 +119,12 @@ class RunClaim:
                     raise DeviceBusy(device, _read_note(path))
                 self._fds.append(fd)
                 _write_note(fd, self._note(None))
-            self.owner_lock = f"run-{self.pid}-{secrets.token_hex(4)}.lock"
-            fd = _try_lock(locks_dir / self.owner_lock, create=True)
+            name = f"run-{self.pid}-{secrets.token_hex(4)}.lock"
+            fd = _try_lock(locks_dir / name, create=True)
             if fd is None:  # a fresh random name: only a stray file could be held
-                raise RunActive(f"the run owner lock {self.owner_lock} is held by someone else; try again")
+                raise RunActive(f"the run owner lock {name} is held by someone else; try again")
             self._fds.append(fd)
+            self.owner_lock = name
             _write_note(fd, self._note(None))
         except OSError as exc:
             self.release()
@@ -135,14 +137,18 @@ class RunClaim:
         return {"pid": self.pid, "run_id": run_id, "process_started_at": self.started_at, "claimed_at": time.time()}
 
     def record_run(self, run_id: int) -> None:
-        """Name the run in the lock files (for the message a refused start prints)."""
+        """Name the run in the lock files (for the message a refused start prints). Only a
+        note: the locks already hold, so a failed write changes nothing that matters."""
         for fd in self._fds:
-            _write_note(fd, self._note(run_id))
+            try:
+                _write_note(fd, self._note(run_id))
+            except OSError:
+                pass
 
     def release(self) -> None:
         fds, self._fds = self._fds, []
-        owner = getattr(self, "owner_lock", None)
-        if owner and fds:
+        owner, self.owner_lock = self.owner_lock, None
+        if owner:
             # Unlinked while still locked: a checker that opens it afterwards finds no file,
             # which reads as "owner gone" — true from this moment.
             try:
