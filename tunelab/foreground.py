@@ -71,15 +71,20 @@ class _InterruptHandler:
         self.presses += 1
         save = self.presses == 1
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-        self.console.print(f"[yellow]{name}: stopping, saving a checkpoint ({name} again to cancel)…[/]" if save
-                           else f"[red]{name}: cancelling, nothing more will be saved…[/]")
+        # The request goes first: after SIGHUP the terminal may be gone and printing fail.
         try:
             if save and signum in SHUTDOWN_SIGNALS:
                 self.orchestrator.stop_for_shutdown(shutdown_grace_s())
             else:
                 self.orchestrator.stop(save=save, expected_run_id=self.run_id)
+            note = (f"[yellow]{name}: stopping, saving a checkpoint ({name} again to cancel)…[/]" if save
+                    else f"[red]{name}: cancelling, nothing more will be saved…[/]")
         except Exception as exc:  # the run may have just finished; say so, never crash the handler
-            self.console.print(f"[dim]stop request not sent: {exc}[/]")
+            note = f"[dim]{name}: stop request not sent: {exc}[/]"
+        try:
+            self.console.print(note)
+        except OSError:
+            pass
 
 
 def watch_run(orchestrator, run_id: int, console: Console, on_event: Callable[[dict], None] | None = None) -> RunOutcome:

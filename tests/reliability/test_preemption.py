@@ -109,6 +109,21 @@ def test_sigterm_while_the_model_loads_stops_with_nothing_half_written(start_ser
         assert not folder.exists() or not any(folder.iterdir()), list(folder.iterdir())
 
 
+def test_sighup_to_the_server_also_stops_and_saves(start_server, demo_run, tmp_path):
+    # A closed terminal or a dropped SSH session: uvicorn alone would not even catch it.
+    server = start_server(extra_env=worker_env("scripted_workers:trainer", SCRIPTED_STEP_SECONDS="0.1"))
+    client = server.client()
+    stream = watch_next_run(server)
+    run_id = start_run(client, demo_run(max_steps=5000))
+    assert stream.wait_for(is_step_at_least(3))
+    server.process.send_signal(signal.SIGHUP)
+    assert server.process.wait(timeout=60) == 0
+    row, steps = _stored(server.home, run_id)
+    assert row["status"] == "stopped" and row["error_message"] is None, row
+    validate_checkpoint(Path(row["output_dir"]) / f"checkpoint-{row['final_step']}")
+    assert steps == list(range(1, row["final_step"] + 1))
+
+
 def test_a_run_that_cannot_save_within_the_grace_ends_error_and_resumable(start_server, demo_run, tmp_path):
     env = worker_env("fault_workers:checkpoints_then_hangs_while_saving", SCRIPTED_STEP_SECONDS="0.05",
                      TUNELAB_SHUTDOWN_GRACE_S="4")
