@@ -49,7 +49,7 @@ def dataset_file_readers() -> frozenset[str]:
     if spec is None or not spec.submodule_search_locations:
         return frozenset()
     folder = Path(next(iter(spec.submodule_search_locations))) / "packaged_modules"
-    return frozenset(p.name for p in paths_in(folder) if p.is_dir() and not p.name.startswith("_"))
+    return frozenset(p.name for p in _entries(folder) if p.is_dir() and not p.name.startswith("_"))
 
 
 def _entries(folder: Path) -> list[Path]:
