@@ -38,7 +38,8 @@ class Attempt:
 
     @property
     def refused_naming_the_field(self) -> bool:
-        return 400 <= self.status < 500 and self.error_field == self.field
+        # A list field's item may be named by its index (`local_datasets.0`).
+        return 400 <= self.status < 500 and (self.error_field or "").split(".")[0] == self.field
 
 
 def plant_escape_links(home: Path, canary: Canary) -> None:
