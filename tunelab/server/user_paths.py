@@ -34,6 +34,8 @@ PATH_LIST_FIELDS = ("local_datasets", "local_eval_datasets")
 WRITE_DIR_FIELDS = ("output_dir", "tensorboard_dir")
 # MLflow tracking URIs that name a server (SQLAlchemy-style "scheme+driver" included).
 REMOTE_MLFLOW_SCHEMES = frozenset({"http", "https", "databricks", "databricks-uc", "uc", "postgresql", "mysql", "mssql"})
+KNOWN_FILE_READERS = frozenset({"json", "csv", "text", "parquet", "arrow", "pandas", "xml", "sql", "webdataset",
+                                "imagefolder", "audiofolder", "videofolder"})
 # Settings that need an opt-in given when the server was started: field -> the flag.
 OPT_INS = {"trust_remote_code": "--allow-remote-code", "allow_output_outside_root": "--allow-output-anywhere"}
 OPT_IN_WHY = {"trust_remote_code": "it runs code from the model's repository on this machine",
@@ -44,12 +46,13 @@ OPT_IN_WHY = {"trust_remote_code": "it runs code from the model's repository on 
 def dataset_file_readers() -> frozenset[str]:
     """Names `datasets.load_dataset` takes as its own file readers (json, csv, text, ...),
     which without data files read the working folder. Found from the installed package's
-    folders, since the server never imports `datasets` itself."""
+    folders, since the server never imports `datasets` itself; the common ones are
+    known beforehand in case that folder moves."""
     spec = importlib.util.find_spec("datasets")
     if spec is None or not spec.submodule_search_locations:
-        return frozenset()
+        return KNOWN_FILE_READERS
     folder = Path(next(iter(spec.submodule_search_locations))) / "packaged_modules"
-    return frozenset(p.name for p in _entries(folder) if p.is_dir() and not p.name.startswith("_"))
+    return KNOWN_FILE_READERS | {p.name for p in _entries(folder) if p.is_dir() and not p.name.startswith("_")}
 
 
 def _entries(folder: Path) -> list[Path]:
