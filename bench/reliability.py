@@ -69,10 +69,10 @@ class Lab:
         return {**self._base, **overrides}
 
     def server(self, name: str, target: str | None = None, log_level: str = "warning", home: Path | None = None,
-               **env: str) -> Any:
+               cwd: Path | None = None, **env: str) -> Any:
         home = home or self.workdir / name / "home"
         home.mkdir(parents=True, exist_ok=True)
-        server = self._launch(home, TOKEN, [self.assets.root], worker_env(target, **env), log_level)
+        server = self._launch(home, TOKEN, [self.assets.root], worker_env(target, **env), log_level, cwd=cwd)
         self._servers.append(server)
         return server
 
@@ -249,8 +249,9 @@ def fuzz(lab: Lab, examples: int, seed: int) -> dict[str, Any]:
 
 
 def path_attacks(lab: Lab) -> dict[str, Any]:
-    server = lab.server("paths", "fault_workers:reads_what_it_is_given")
-    canary = Canary.plant(server.home.parent / "outside")
+    # The canary is the server's working folder: names that exist there must not be read.
+    canary = Canary.plant(lab.workdir / "paths" / "outside")
+    server = lab.server("paths", "fault_workers:reads_what_it_is_given", cwd=canary.root)
     plant_escape_links(server.home, canary)
     client = server.client()
     attempts = send_attacks(client, lab.body, attack_table(server.home, canary))

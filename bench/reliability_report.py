@@ -164,9 +164,11 @@ def fuzz(f: dict[str, Any]) -> list[str]:
 def path_attacks(f: dict[str, Any]) -> list[str]:
     by_field = ", ".join(f"{k} {v}" for k, v in f["by_field"].items())
     d = f["delete"]
-    return ["`..` traversal, absolute paths and symlinks planted inside the managed folders, pointing at canary "
-            "files outside, sent to the start and dataset-preview routes; the server's worker reads every path it "
-            "is given, so anything let through would show.", "",
+    return ["`..` traversal, absolute paths, `~`, `file://` URLs, NUL bytes, symlinks planted inside the managed "
+            "folders, and hub-id-shaped names (plus `json`, the datasets file reader) that exist in the server's "
+            "working folder — all pointing at canary files outside, in every field that can name a local path, sent "
+            "to the start and dataset-preview routes; the server's worker reads (and writes) every path it is given, "
+            "so anything let through would show.", "",
             f"- attempts: **{f['attempts']}** ({by_field}); refused with a 4xx naming the field: "
             f"**{f['refused_naming_the_field']}**; runs started: {f['runs_started_by_attacks']}",
             f"- delete-with-artifacts of a run whose folder was swapped for a link outside: {d['swapped_status']} "

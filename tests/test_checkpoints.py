@@ -232,3 +232,12 @@ def test_module_imports_without_torch_or_safetensors() -> None:
         "assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_folder_too_long_to_look_up_holds_no_checkpoint(tmp_path: Path) -> None:
+    """A stored output_dir the system cannot look up (ENAMETOOLONG) must not raise: the
+    run history lists runs through latest_valid_checkpoint."""
+    too_long = tmp_path / ("x" * 300)
+    assert latest_valid_checkpoint(too_long) is None
+    with pytest.raises(InvalidCheckpoint, match="cannot be looked up"):
+        validate_checkpoint(too_long / "checkpoint-2")

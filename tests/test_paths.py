@@ -68,3 +68,51 @@ def test_new_output_dirs_are_unique(home):
     first = paths.new_output_dir("same label")
     first.mkdir()
     assert paths.new_output_dir("same label") != first
+
+
+def test_names_longer_than_the_file_system_allows_are_refused_not_raised(home):
+    """Python 3.11 raises ENAMETOOLONG from Path.exists(); every check refuses first."""
+    checks = {
+        "output_dir": lambda v: paths.resolve_output_dir(v, "label", allow_outside=False),
+        "local_datasets": lambda v: paths.check_readable(v, "local_datasets"),
+        "model_name": lambda v: paths.check_model_source(v),
+        "dest": lambda v: paths.resolve_export_dir(v),
+    }
+    for field, check in checks.items():
+        for value in ("n" * 300, "org/" + "n" * 256, "/tmp/" + "deep/" * 900):
+            with pytest.raises(PathNotAllowed) as info:
+                check(value)
+            assert info.value.field == field
+            assert "longer than this file system allows" in str(info.value) and "use a shorter path" in str(info.value)
+    assert paths.exists("x" * 300) is False and paths.is_dir("/tmp/" + "x" * 300) is False
+    assert paths.remove_inside(paths.outputs_root() / ("x" * 300)) is False
+
+
+def test_file_urls_and_home_relative_paths_are_read_as_the_paths_they_name(home, tmp_path):
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text("{}\n")
+    for value in (f"file://{outside}", f"file:{outside}", "~/" + os.path.relpath(outside, os.path.expanduser("~"))):
+        with pytest.raises(PathNotAllowed):
+            paths.check_readable(value, "local_datasets")
+        with pytest.raises(PathNotAllowed):
+            paths.check_hub_or_local(value, "dataset")
+    inside = paths.datasets_root() / "in.jsonl"
+    inside.write_text("{}\n")
+    assert paths.check_readable(f"file://{inside}", "local_datasets") == inside
+    assert paths.resolve_write_dir(f"file://{paths.outputs_root()}/tb", "tensorboard_dir", False) == paths.outputs_root() / "tb"
+    with pytest.raises(PathNotAllowed) as info:
+        paths.check_readable("file:///tmp/a%00b", "local_datasets")
+    assert "NUL" in str(info.value)
+    # An unknown user's `~name` is no home folder at all: a plain name in the datasets root.
+    assert paths.check_readable("~no-such-user-here/d.jsonl", "local_datasets").parent.parent == paths.datasets_root()
+
+
+def test_hub_ids_pass_and_local_names_in_the_working_folder_are_checked(home, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "acme" / "data").mkdir(parents=True)
+    assert paths.check_hub_or_local("acme/other", "dataset") == "acme/other"
+    with pytest.raises(PathNotAllowed) as info:
+        paths.check_hub_or_local("acme/data", "dataset")
+    assert info.value.field == "dataset"
+    monkeypatch.setenv("TUNELAB_DATA_ROOTS", str(tmp_path))
+    assert paths.check_hub_or_local("acme/data", "dataset") == str(tmp_path / "acme" / "data")

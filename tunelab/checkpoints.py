@@ -59,7 +59,11 @@ class CheckpointInfo:
 def validate_checkpoint(path: str | Path) -> CheckpointInfo:
     """Check one `checkpoint-N` folder; raise InvalidCheckpoint naming the first problem."""
     folder = Path(path)
-    if not folder.is_dir():
+    try:
+        found = folder.is_dir()
+    except OSError as exc:  # e.g. a name longer than the file system allows
+        raise InvalidCheckpoint(folder, f"the folder cannot be looked up ({exc.strerror})") from None
+    if not found:
         raise InvalidCheckpoint(folder, "the folder does not exist")
     if PARTIAL_NAME.fullmatch(folder.name):
         raise InvalidCheckpoint(folder, "it is a partial save (tmp-checkpoint-N): the save did not finish")
@@ -81,17 +85,19 @@ def latest_valid_checkpoint(output_dir: str | Path | None) -> Path | None:
     """The valid `checkpoint-N` with the highest N in a run folder, or None.
 
     Symlinked entries are skipped: a checkpoint must really live in the run's folder.
+    A folder that cannot be looked up or listed (gone, too long a name, no permission)
+    holds none: the run history must stay readable whatever a stored path says.
     """
     if not output_dir:
         return None
-    root = Path(output_dir)
-    if not root.is_dir():
-        return None
     found: list[tuple[int, Path]] = []
-    for entry in root.iterdir():
-        named = CHECKPOINT_NAME.fullmatch(entry.name)
-        if named and entry.is_dir() and not entry.is_symlink():
-            found.append((int(named.group(1)), entry))
+    try:
+        for entry in Path(output_dir).iterdir():
+            named = CHECKPOINT_NAME.fullmatch(entry.name)
+            if named and entry.is_dir() and not entry.is_symlink():
+                found.append((int(named.group(1)), entry))
+    except (OSError, ValueError):
+        return None
     for _, folder in sorted(found, reverse=True):
         try:
             validate_checkpoint(folder)

@@ -206,11 +206,18 @@ def export(
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind; anything but loopback prints a warning."),
     port: int = typer.Option(8765, min=1, max=65535),
+    allow_remote_code: bool = typer.Option(False, "--allow-remote-code",
+                                           help="Let API callers set trust_remote_code (runs code from model repositories)."),
+    allow_output_anywhere: bool = typer.Option(False, "--allow-output-anywhere",
+                                               help="Let API callers set allow_output_outside_root (write outside the outputs root)."),
+    allowed_host: list[str] = typer.Option([], "--allowed-host", metavar="NAME",
+                                           help="Also answer to this Host name (repeatable; '*' answers to any)."),
 ) -> None:
     """Serve the web page and the REST/SSE API."""
     from tunelab.server.main import serve as run_server
 
-    run_server(host=host, port=port)
+    run_server(host=host, port=port, allow_remote_code=allow_remote_code, allow_output_anywhere=allow_output_anywhere,
+               allowed_hosts=allowed_host)
 
 
 @app.command()

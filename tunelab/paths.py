@@ -10,7 +10,10 @@ A run's own `datasets` caches (Arrow copies, tokenized rows) live in its folder,
 `.cache/datasets`, so they go wherever the folder goes (cancel, delete).
 Any path a user gives is checked here: reads must stay inside the data roots (or the
 outputs root), writes and deletions inside the outputs root unless explicitly allowed,
-and symlinks are never followed out of a root.
+and symlinks are never followed out of a root. A path the operating system cannot even
+look up (a NUL byte, a name longer than the file system allows) is refused up front:
+on Python 3.11 `Path.exists()` raises on an over-long name instead of answering False,
+so nothing here looks a path up before `check_usable` has passed it.
 """
 
 from __future__ import annotations
@@ -20,6 +23,13 @@ import re
 import shutil
 import time
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+# POSIX limits on Linux and macOS file systems; pathconf gives the real ones where it can.
+DEFAULT_NAME_MAX = 255
+DEFAULT_PATH_MAX = 4096
+# How much of a refused value a message repeats: enough to recognise it.
+SHOWN_CHARS = 60
 
 
 class PathNotAllowed(ValueError):
@@ -99,40 +109,101 @@ def is_within(path: str | Path, root: str | Path) -> bool:
     return real == real_root or real_root in real.parents
 
 
-def check_usable(value: str, field: str) -> None:
-    """A path the operating system can look up at all: no NUL byte, and characters this
-    system can store in a file name (a JSON string may carry lone surrogates)."""
-    if "\x00" in value:
-        raise PathNotAllowed(field, f"{value!r} contains a NUL character, which no file path can; give a plain path")
+def shown(value: str) -> str:
+    """A value as a message repeats it: quoted, and cut short when it is long."""
+    text = value if len(value) <= SHOWN_CHARS else value[:SHOWN_CHARS] + "…"
+    return repr(text)
+
+
+def _limits() -> tuple[int, int]:
     try:
-        os.fsencode(value)
+        return os.pathconf(home(), "PC_NAME_MAX"), os.pathconf(home(), "PC_PATH_MAX")
+    except (OSError, ValueError):
+        return DEFAULT_NAME_MAX, DEFAULT_PATH_MAX
+
+
+def check_usable(value: str, field: str) -> None:
+    """A path the operating system can look up at all: no NUL byte, characters this
+    system can store in a file name (a JSON string may carry lone surrogates), and no
+    name or whole path longer than the file system allows."""
+    if "\x00" in value:
+        raise PathNotAllowed(field, f"{shown(value)} contains a NUL character, which no file path can; give a plain path")
+    try:
+        raw = os.fsencode(os.path.expanduser(value))
     except UnicodeEncodeError:
-        raise PathNotAllowed(field, f"{value!r} has characters no file name on this system can hold; give a plain path") from None
+        raise PathNotAllowed(field, f"{shown(value)} has characters no file name on this system can hold; give a plain path") from None
+    name_max, path_max = _limits()
+    longest = max((len(part) for part in raw.split(b"/")), default=0)
+    if len(raw) >= path_max or longest > name_max:
+        limit = f"a name of at most {name_max} bytes" if longest > name_max else f"a path of at most {path_max - 1} bytes"
+        raise PathNotAllowed(field, f"{shown(value)} is longer than this file system allows ({len(value)} characters; "
+                                    f"it takes {limit}); use a shorter path")
+
+
+def exists(path: str | Path) -> bool:
+    """`Path.exists()` that answers False, instead of raising, for a path the system
+    cannot look up (too long, a component that is a file, no permission)."""
+    try:
+        return Path(path).exists()
+    except (OSError, ValueError):
+        return False
+
+
+def is_dir(path: str | Path) -> bool:
+    """`Path.is_dir()` that answers False instead of raising (see `exists`)."""
+    try:
+        return Path(path).is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def check_readable(value: str, field: str, roots: list[Path] | None = None) -> Path:
     """A data or checkpoint path the server may read: inside one of the roots after
-    resolving `..` and symlinks. Relative paths are taken from the datasets root."""
+    resolving `..` and symlinks. Relative paths are taken from the datasets root; a
+    `file:` URL is read as the path it names."""
+    value = file_url_path(value) or value
     check_usable(value, field)
     roots = roots if roots is not None else data_roots()
-    path = Path(value).expanduser()
+    path = Path(os.path.expanduser(value))
     if not path.is_absolute():
         path = datasets_root() / path
     if not any(is_within(path, r) for r in roots):
         allowed = ", ".join(str(r) for r in roots)
-        raise PathNotAllowed(field, f"{value!r} is outside the folders tunelab may read ({allowed}); copy the file into {datasets_root()} or add its folder to TUNELAB_DATA_ROOTS")
+        raise PathNotAllowed(field, f"{shown(value)} is outside the folders tunelab may read ({allowed}); copy the file into {datasets_root()} or add its folder to TUNELAB_DATA_ROOTS")
     return Path(os.path.realpath(path))
 
 
-def check_model_source(name: str, field: str = "model_name") -> str:
-    """A model as a user named it: a hub id (`org/name`) passes unchanged; a local folder
-    — absolute, starting like a path, or existing relative to the working folder, where
-    the worker would find it — must be readable (`check_readable`) and comes back
-    absolute with symlinks resolved, so the worker loads exactly what was checked."""
+def file_url_path(value: str) -> str | None:
+    """The local path a `file:` URL names (`file:///data/x` -> `/data/x`), else None."""
+    if not value.lower().startswith("file:"):
+        return None
+    parts = urlsplit(value)
+    return unquote(parts.path) or "/"
+
+
+def names_local_path(value: str) -> bool:
+    """True when a library given `value` where it takes "a hub id or a local path" would
+    read the local file system: it is absolute, starts like a path (`~`, `.`), or
+    exists relative to the working folder, which the worker shares with the server."""
+    return value.startswith(("/", "~", ".")) or exists(os.path.expanduser(value))
+
+
+def check_hub_or_local(name: str, field: str) -> str:
+    """A model or dataset as a user named it: a hub id (`org/name`) passes unchanged; a
+    local path — `names_local_path`, or a `file:` URL — must be readable
+    (`check_readable`) and comes back absolute with symlinks resolved, so the worker
+    loads exactly what was checked."""
     check_usable(name, field)
-    if not (name.startswith(("/", "~", ".")) or Path(name).expanduser().exists()):
+    local = file_url_path(name)
+    if local is None and not names_local_path(name):
         return name
-    return str(check_readable(str(Path(name).expanduser().absolute()), field))
+    check_usable(local or name, field)
+    return str(check_readable(str(Path(os.path.expanduser(local or name)).absolute()), field))
+
+
+def check_model_source(name: str, field: str = "model_name") -> str:
+    """A model folder or hub id (see `check_hub_or_local`)."""
+    return check_hub_or_local(name, field)
 
 
 def slug(text: str) -> str:
@@ -155,15 +226,24 @@ def resolve_output_dir(value: str | None, label: str, allow_outside: bool) -> Pa
     allowed otherwise) or a new folder under the root."""
     if not value:
         return new_output_dir(label)
-    check_usable(value, "output_dir")
-    path = Path(value).expanduser()
+    return resolve_write_dir(value, "output_dir", allow_outside)
+
+
+def resolve_write_dir(value: str, field: str, allow_outside: bool) -> Path:
+    """A folder a run writes into (`output_dir`, a tracker's log folder): relative paths
+    start at the outputs root; it must lie inside the root (unless the caller allowed
+    otherwise) and never be the root itself. Comes back with symlinks resolved. A
+    `file:` URL is taken as the path it names."""
+    value = file_url_path(value) or value
+    check_usable(value, field)
+    path = Path(os.path.expanduser(value))
     if not path.is_absolute():
         path = outputs_root() / path
     if not allow_outside and not is_within(path, outputs_root()):
-        raise PathNotAllowed("output_dir", f"{value!r} is outside the outputs root {outputs_root()}; use a folder inside it or set allow_output_outside_root=true")
+        raise PathNotAllowed(field, f"{shown(value)} is outside the outputs root {outputs_root()}; use a folder inside it or set allow_output_outside_root=true")
     if Path(os.path.realpath(path)) == Path(os.path.realpath(outputs_root())):
         # Every run's folder lives in the root; a run owning the root could delete them all.
-        raise PathNotAllowed("output_dir", f"{value!r} is the outputs root itself; name a folder inside it, e.g. 'my-run'")
+        raise PathNotAllowed(field, f"{shown(value)} is the outputs root itself; name a folder inside it, e.g. 'my-run'")
     return Path(os.path.realpath(path))
 
 
@@ -171,12 +251,12 @@ def resolve_export_dir(value: str | Path, field: str = "dest") -> Path:
     """Where an export may write: a folder inside the outputs root (relative paths are
     taken from the root), never the root itself, with symlinks resolved."""
     check_usable(str(value), field)
-    path = Path(value).expanduser()
+    path = Path(os.path.expanduser(value))
     if not path.is_absolute():
         path = outputs_root() / path
     root = outputs_root()
     if not is_within(path, root) or Path(os.path.realpath(path)) == Path(os.path.realpath(root)):
-        raise PathNotAllowed(field, f"{str(value)!r} is not a folder inside the outputs root {root}; export into a new folder inside it, or leave {field} out to use <run folder>/export-<format>")
+        raise PathNotAllowed(field, f"{shown(str(value))} is not a folder inside the outputs root {root}; export into a new folder inside it, or leave {field} out to use <run folder>/export-<format>")
     return Path(os.path.realpath(path))
 
 
@@ -185,8 +265,11 @@ def remove_inside(path: str | Path, root: str | Path | None = None) -> bool:
     not itself a symlink; never follows links out. Returns True when something was removed."""
     root = Path(root) if root is not None else outputs_root()
     path = Path(path)
-    if path.is_symlink() or not path.exists():
-        return False
+    try:
+        if path.is_symlink() or not path.exists():
+            return False
+    except (OSError, ValueError):
+        return False  # a path that cannot even be looked up holds nothing to remove
     if not is_within(path, root) or Path(os.path.realpath(path)) == Path(os.path.realpath(root)):
         return False
     # rmtree does not follow symlinks inside the tree; it unlinks them.

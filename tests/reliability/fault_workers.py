@@ -159,8 +159,10 @@ def _send_raw_frame(events: Any, payload: bytes) -> None:
 
 def reads_what_it_is_given(config: dict[str, Any], events: Any, stops: Any) -> None:
     """Reads every file its config points at, as the trainer would (data files, the model
-    folder, the checkpoint to resume from) and writes into its output folder. If the
-    server ever let a path outside its folders through, this is what would touch it."""
+    folder, the checkpoint to resume from, a `dataset` through `datasets.load_dataset`)
+    and writes where the trainer would (its output folder, the TensorBoard folder, a
+    local MLflow store). If the server ever let a path outside its folders through, this
+    is what would touch it."""
     named = (config.get("local_datasets") or []) + (config.get("local_eval_datasets") or [])
     sources = [Path(p) for p in named]
     for folder in (config.get("model_name"), config.get("resume_from")):
@@ -169,12 +171,31 @@ def reads_what_it_is_given(config: dict[str, Any], events: Any, stops: Any) -> N
     for source in sources:
         if source.is_file():
             source.read_bytes()
+    if config.get("dataset"):
+        _load_dataset(config["dataset"])
     output_dir = Path(config["output_dir"])
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "adapter_config.json").write_text("{}")
+    writes = [output_dir, config.get("tensorboard_dir"), _local_mlflow_store(config.get("mlflow_tracking_uri"))]
+    for folder in filter(None, writes):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / "adapter_config.json").write_text("{}")
     events.put(_progress(1, 1))
     events.put(ev.complete(str(output_dir), "read everything it was given"))
     _flush_and_exit(events)
+
+
+def _load_dataset(name: str) -> None:
+    import datasets
+
+    try:
+        datasets.load_dataset(name)
+    except Exception:  # a hub id cannot load offline; only a local read matters here
+        pass
+
+
+def _local_mlflow_store(uri: str | None) -> str | None:
+    if not uri or uri.startswith(("http://", "https://")):
+        return None
+    return uri.removeprefix("file://").removeprefix("sqlite:///")
 
 
 def _secrets_of(config: dict[str, Any]) -> list[str]:

@@ -27,9 +27,11 @@ import schemathesis
 from tunelab.config import ConfigError, parse_config
 
 START = ("POST", "/api/train/start")
-# Paths checked against the server's folders and GPU ids checked against the machine:
-# refused after RunConfig accepts them, so a repaired body leaves them out.
-UNREPAIRABLE = ("resume_from", "local_eval_datasets", "gpu_ids")
+# Paths checked against the server's folders, GPU ids checked against the machine and
+# settings that need the server's opt-in: refused after RunConfig accepts them, so a
+# repaired body leaves them out.
+UNREPAIRABLE = ("resume_from", "local_eval_datasets", "gpu_ids", "mlflow_tracking_uri", "trust_remote_code",
+                "allow_output_outside_root")
 REPAIR_ROUNDS = 10
 IDLE_WAIT_S = 5.0
 

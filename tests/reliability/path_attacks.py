@@ -1,11 +1,14 @@
 """Paths that try to leave the folders tunelab manages, and sending them: shared by the
 suite and bench/reliability.py.
 
-Every field that names a file or folder gets values that lead outside: `..` traversal,
-absolute paths, and symlinks planted inside a managed folder (to a file, to a folder
-above one). They go to the start route (all fields) and the dataset preview (the fields
-it reads). Delete-with-artifacts is attacked through run folders swapped for, or
-holding, links to the outside.
+Every field that can name a local file or folder gets values that lead outside: `..`
+traversal, absolute paths, `~`, `file://` URLs, a NUL byte, symlinks planted inside a
+managed folder (to a file, to a folder above one), and — for the fields a library reads
+as "a hub id or a local path" — hub-id-shaped names that exist relative to the server's
+working folder (which the attacked server has in the canary's folder), plus `json`, the
+`datasets` file reader that reads that folder. They go to the start route (all fields)
+and the dataset preview (the fields it reads). Delete-with-artifacts is attacked through
+run folders swapped for, or holding, links to the outside.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import httpx
 from canary import Canary
 from harness import start_run, wait_run_ended
 
-PREVIEWED_FIELDS = ("local_datasets", "model_name")
+PREVIEWED_FIELDS = ("local_datasets", "model_name", "dataset")
+LIST_FIELDS = ("local_datasets", "local_eval_datasets")
 
 
 @dataclass
@@ -34,7 +38,8 @@ class Attempt:
 
     @property
     def refused_naming_the_field(self) -> bool:
-        return 400 <= self.status < 500 and self.error_field == self.field
+        # A list field's item may be named by its index (`local_datasets.0`).
+        return 400 <= self.status < 500 and (self.error_field or "").split(".")[0] == self.field
 
 
 def plant_escape_links(home: Path, canary: Canary) -> None:
@@ -51,25 +56,46 @@ def plant_escape_links(home: Path, canary: Canary) -> None:
         link.symlink_to(target)
 
 
+def _home_relative(target: Path) -> str:
+    """`target` written from the user's home: `~/../../tmp/.../outside/x`."""
+    return "~/" + os.path.relpath(target, Path.home())
+
+
+def _escapes(target: Path, via_data: str, via_link: str) -> list[str]:
+    """The ways to name `target` outside: relative, absolute, through a root and `..`,
+    from `~`, as a file URL, through a planted link; and a value with a NUL byte."""
+    return [via_data, str(target), f"{target.parent}/../{target.parent.name}/{target.name}", _home_relative(target),
+            f"file://{target}", via_link, f"{target}\x00.txt"]
+
+
 def attack_table(home: Path, canary: Canary) -> dict[str, list[str]]:
-    """For each field, values that lead to the canary (which lies in <home>/../outside)."""
+    """For each field, values that lead to the canary (which lies in <home>/../outside and
+    is the attacked server's working folder)."""
     data = home / "datasets"
-    from_cwd = os.path.relpath(canary.model_dir)  # the server resolves model folders from its cwd
-    data_files = ["../../outside/canary.jsonl", str(canary.data_file), "escape.jsonl", "escape-dir/canary.jsonl",
-                  f"{data}/../../outside/canary.jsonl"]
+    data_files = _escapes(canary.data_file, "../../outside/canary.jsonl", "escape.jsonl") + [
+        "escape-dir/canary.jsonl", f"{data}/../../outside/canary.jsonl"]
+    write_dirs = _escapes(canary.victim_dir / "run", "../../outside/victim/run", "escape-out/run") + ["escape-out"]
     return {
         "local_datasets": data_files,
         "local_eval_datasets": data_files,
-        "model_name": [str(canary.model_dir), str(data / "escape-model"), f"{data}/../../outside/model",
-                       from_cwd if from_cwd.startswith(".") else f"./{from_cwd}"],
-        "resume_from": ["../../outside/run/checkpoint-2", str(canary.checkpoint), "escape-ckpt"],
-        "output_dir": ["../../outside/victim/run", str(canary.victim_dir / "run"), "escape-out/run", "escape-out"],
+        "model_name": _escapes(canary.model_dir, f"{data}/../../outside/model", str(data / "escape-model")) + [
+            "model", "./model"],
+        # Hub-id-shaped names that are folders in the working folder, and a file reader.
+        "dataset": _escapes(canary.root, "../outside", str(data / "escape-dir")) + [
+            "run", "run/checkpoint-2", "./run", "json", "text", f"simplecache::file://{canary.data_file}"],
+        "resume_from": _escapes(canary.checkpoint, "../../outside/run/checkpoint-2", "escape-ckpt"),
+        "output_dir": write_dirs,
+        "tensorboard_dir": write_dirs,
+        "mlflow_tracking_uri": _escapes(canary.victim_dir / "mlruns", "../../outside/victim/mlruns", "escape-out/mlruns") + [
+            f"sqlite:///{canary.victim_dir}/mlflow.db", "sqlite:///escape-out/mlflow.db", f"file:{canary.victim_dir}"],
     }
 
 
 def _body(make_body: Callable[..., dict[str, Any]], field: str, value: str) -> dict[str, Any]:
-    if field in ("local_datasets", "local_eval_datasets"):
+    if field in LIST_FIELDS:
         return make_body(max_steps=1, **{field: [value]})
+    if field == "dataset":
+        return make_body(max_steps=1, dataset=value, local_datasets=[])
     return make_body(max_steps=1, **{field: value})
 
 

@@ -126,3 +126,33 @@ def test_every_bad_input_is_refused_naming_the_field(start_server, demo_run):
     growth_mb = (process.memory_info().rss - rss_before) / 2**20
     assert growth_mb < RSS_GROWTH_LIMIT_MB, f"server grew by {growth_mb:.0f} MB over the table"
 
+
+
+HUGE_BODY = 50 * 2**20
+FOREIGN_HOSTS = ("evil.example", "evil.example:8765", "127.0.0.1.nip.io", "localhost.evil.example")
+
+
+def test_oversized_bodies_and_foreign_hosts_are_refused_and_memory_stays_flat(start_server, demo_run):
+    """A 50 MB body (declared, or streamed without a length) is a 413 read no further
+    than the limit; a request naming a foreign Host is a 400 before anything else."""
+    server = start_server(extra_env=worker_env("fault_workers:completes_at_once"))
+    client = server.client()
+    process = psutil.Process(server.pid)
+    rss_before = process.memory_info().rss
+    huge = b'{"model_name": "' + b"x" * HUGE_BODY + b'"}'
+
+    def streamed():
+        for _ in range(HUGE_BODY // 2**20):
+            yield b" " * 2**20
+
+    for path in ("/api/train/start", "/api/datasets/preview"):
+        declared = client.post(path, content=huge, headers={"content-type": "application/json"})
+        assert declared.status_code == 413 and declared.json()["error"]["field"] == "body", declared.text[:300]
+        chunked = client.post(path, content=streamed(), headers={"content-type": "application/json"})
+        assert chunked.status_code == 413 and chunked.json()["error"]["code"] == "too_large", chunked.text[:300]
+        for host in FOREIGN_HOSTS:
+            foreign = client.post(path, json=demo_run(), headers={"Host": host})
+            assert foreign.status_code == 400 and foreign.json()["error"]["field"] == "Host", foreign.text
+    assert client.get("/api/runs").json()["total"] == 0
+    growth_mb = (process.memory_info().rss - rss_before) / 2**20
+    assert growth_mb < RSS_GROWTH_LIMIT_MB, f"server grew by {growth_mb:.0f} MB over 50 MB bodies"

@@ -1,11 +1,14 @@
-"""Paths that try to leave the folders tunelab manages — `..`, absolute paths, symlinks
-planted inside a managed folder — in every field that names a file or folder, at the
-start and preview routes and through delete-with-artifacts. Each is refused with a 4xx
-naming the field, and a canary outside is never read, changed or removed.
+"""Paths that try to leave the folders tunelab manages — `..`, absolute paths, `~`,
+`file://`, NUL bytes, symlinks planted inside a managed folder, hub-id-shaped names that
+exist in the server's working folder — in every field that can name a file or folder
+(dataset, local_datasets, local_eval_datasets, model_name, resume_from, output_dir,
+tensorboard_dir, mlflow_tracking_uri), at the start and preview routes and through
+delete-with-artifacts. Each is refused with a 4xx naming the field, and a canary
+outside (the server's working folder) is never read, changed or removed.
 
 The server runs `reads_what_it_is_given`, a fake worker that reads every path of its
-config and writes to its output folder, so a path that slipped through would show in
-the canary's atime or content."""
+config and writes where the trainer would, so a path that slipped through would show
+in the canary's atime or content; previews run the real preview child."""
 
 from __future__ import annotations
 
@@ -15,11 +18,15 @@ from canary import Canary, atime_is_tracked
 from harness import worker_env
 from path_attacks import attack_delete, attack_table, plant_escape_links, send_attacks
 
+# Every RunConfig field that can name a local path (an S3 endpoint is a URL, not a path).
+PATH_FIELDS = {"dataset", "local_datasets", "local_eval_datasets", "model_name", "resume_from", "output_dir",
+               "tensorboard_dir", "mlflow_tracking_uri"}
+
 
 @pytest.fixture
 def attacked(start_server, tmp_path):
-    server = start_server(extra_env=worker_env("fault_workers:reads_what_it_is_given"))
     canary = Canary.plant(tmp_path / "outside")
+    server = start_server(extra_env=worker_env("fault_workers:reads_what_it_is_given"), cwd=canary.root)
     plant_escape_links(server.home, canary)
     return server, canary
 
@@ -27,8 +34,10 @@ def attacked(start_server, tmp_path):
 def test_paths_leading_outside_are_refused_and_the_canary_is_untouched(attacked, demo_run):
     server, canary = attacked
     client = server.client()
-    attempts = send_attacks(client, demo_run, attack_table(server.home, canary))
-    assert len(attempts) >= 30
+    table = attack_table(server.home, canary)
+    assert set(table) == PATH_FIELDS
+    attempts = send_attacks(client, demo_run, table)
+    assert len(attempts) >= 80
     assert [a for a in attempts if not a.refused_naming_the_field] == []
     assert client.get("/api/runs").json()["total"] == 0  # no attack started a run
     assert canary.changes() == []

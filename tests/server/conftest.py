@@ -56,7 +56,7 @@ class LiveServer:
 
 
 def _launch(home: Path, token: str | None, data_roots: list[Path], extra_env: dict[str, str] | None = None,
-            log_level: str = "warning") -> LiveServer:
+            log_level: str = "warning", extra_args: list[str] | None = None, cwd: Path | None = None) -> LiveServer:
     env = {k: v for k, v in os.environ.items() if k != "TUNELAB_TOKEN"}
     env.update(TUNELAB_HOME=str(home), TUNELAB_DATA_ROOTS=os.pathsep.join(map(str, data_roots)),
                TUNELAB_SSE_HEARTBEAT_S=HEARTBEAT_S, PYTHONUNBUFFERED="1")
@@ -64,8 +64,9 @@ def _launch(home: Path, token: str | None, data_roots: list[Path], extra_env: di
         env["TUNELAB_TOKEN"] = token
     env.update(extra_env or {})
     process = subprocess.Popen(
-        [sys.executable, "-m", "tunelab.server", "--host", "127.0.0.1", "--port", "0", "--log-level", log_level],
-        env=env, stdout=subprocess.PIPE, stderr=(home / "server-stderr.log").open("a"), text=True,
+        [sys.executable, "-m", "tunelab.server", "--host", "127.0.0.1", "--port", "0", "--log-level", log_level,
+         *(extra_args or [])],
+        env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=(home / "server-stderr.log").open("a"), text=True,
     )
     # The first line names the port the server picked (it binds before printing).
     first = process.stdout.readline()
@@ -92,10 +93,11 @@ def start_server(tmp_path: Path, demo_assets) -> Iterator[Callable[..., LiveServ
     started: list[LiveServer] = []
 
     def start(home: Path | None = None, token: str | None = TOKEN, extra_env: dict[str, str] | None = None,
-              log_level: str = "warning") -> LiveServer:
+              log_level: str = "warning", extra_args: list[str] | None = None, cwd: Path | None = None) -> LiveServer:
+        """`extra_args` go to `python -m tunelab.server`; `cwd` is the server's working folder."""
         home = home or tmp_path / "home"
         home.mkdir(parents=True, exist_ok=True)
-        server = _launch(home, token, [demo_assets.root], extra_env, log_level)
+        server = _launch(home, token, [demo_assets.root], extra_env, log_level, extra_args, cwd)
         started.append(server)
         return server
 

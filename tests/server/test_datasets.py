@@ -83,3 +83,37 @@ def test_the_server_process_never_loads_the_data_libraries(live_server, demo_ass
     assert live_server.client().post("/api/datasets/preview", json=body).status_code == 200
     detail = live_server.client().get("/api/health", params={"detail": 1}).json()
     assert detail["heavy_modules"] == []
+
+
+def test_long_rows_come_back_cut_short_with_a_marker(live_server):
+    """One huge row must not pass through the server whole: each row's text and chat
+    turns are cut with a visible marker, and the whole answer stays small."""
+    huge = live_server.home / "datasets" / "huge.jsonl"
+    huge.parent.mkdir(exist_ok=True)
+    rows = [{"instruction": "say a lot " * 300_000, "input": "", "output": "y" * 2_000_000} for _ in range(3)]
+    huge.write_text("\n".join(json.dumps(row) for row in rows))
+    response = live_server.client().post("/api/datasets/preview", json={"local_datasets": [str(huge)], "rows": 3})
+    assert response.status_code == 200, response.text[:500]
+    assert len(response.content) < 200_000
+    preview = response.json()
+    assert preview["row_count"] == 3 and len(preview["rows"]) >= 1
+    for row in preview["rows"]:
+        assert "[truncated: " in row["text"] and len(row["text"]) < 5_000
+        assert all(len(m["content"]) < 5_000 for m in row["messages"])
+        assert "more characters]" in row["messages"][-1]["content"]
+
+
+def test_the_server_drops_a_preview_answer_over_its_limit():
+    """Even a child that ignored its caps cannot make the server hold its whole answer."""
+    import asyncio
+
+    from tunelab.server.errors import ApiError
+    from tunelab.server.routes_datasets import MAX_ANSWER_BYTES, run_preview_child
+
+    chatty = ("-c", f"import sys; sys.stdin.read(); sys.stdout.write('[' + '1,' * {MAX_ANSWER_BYTES} + '1]')")
+    try:
+        asyncio.run(run_preview_child({"rows": 1}, timeout=60, argv=chatty))
+    except ApiError as exc:
+        assert exc.status == 502 and exc.code == "preview_too_large"
+    else:
+        raise AssertionError("an oversize answer was accepted")

@@ -107,8 +107,8 @@ def test_stop_and_save_then_resume_continues_the_step_count(server, demo_run):
     assert client.get(f"/api/runs/{job}").status_code == 404
 
 
-def test_delete_with_artifacts_refuses_a_folder_outside_the_outputs_root(server, demo_run, tmp_path):
-    client = server.client()
+def test_delete_with_artifacts_refuses_a_folder_outside_the_outputs_root(start_server, demo_run, tmp_path):
+    client = start_server(extra_args=["--allow-output-anywhere"]).client()
     outside = tmp_path / "kept-outside"
     job = start_run(client, demo_run(max_steps=2, output_dir=str(outside), allow_output_outside_root=True))
     assert final_event(stream_until_end(client, params={"last_event_id": 0})).data["status"] == "completed"

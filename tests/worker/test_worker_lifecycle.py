@@ -137,3 +137,13 @@ def test_worker_exits_when_its_parent_dies(demo_assets, tmp_path):
             os.kill(worker_pid, signal.SIGKILL)
         if middleman.is_alive():
             middleman.kill()
+
+
+def test_a_failure_is_reported_even_when_explaining_it_fails(demo_assets, tmp_path):
+    """The worker's last word must arrive: with an output folder too long to look up,
+    checking whether the folder caused the failure raises too (ENAMETOOLONG), and the
+    run still ends with an `error` event naming the original failure."""
+    config = demo_config(demo_assets, tmp_path / ("o" * 300), backend="no-such-backend")
+    final, _ = run_to_end(config)
+    assert final["type"] == ev.ERROR
+    assert "no-such-backend" in final["error"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tunelab import paths
 from tunelab.checkpoints import WEIGHT_FILES, InvalidCheckpoint, validate_checkpoint
@@ -67,8 +67,11 @@ class ExportPlan:
     base_weights: Path | None = None  # a LoftQ run's adapted layers as trained (see run_facts)
 
 
-def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | None, dtype: str | None) -> ExportPlan:
-    """The plan for exporting `run` (the store's record), or an ExportError saying why not."""
+def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | None, dtype: str | None,
+                folder_owners: Callable[[Path], list[int]] = lambda folder: []) -> ExportPlan:
+    """The plan for exporting `run` (the store's record), or an ExportError saying why not.
+    `folder_owners(folder)` names the other runs whose folder `folder` is, lies in or holds
+    (the store's `runs_sharing_output_dir`): an export never writes into another run's files."""
     if fmt not in FORMATS:
         raise ExportInputError("format", f"{fmt!r} is not an export format; use one of {', '.join(FORMATS)}")
     if dtype is not None and dtype not in DTYPES:
@@ -90,7 +93,7 @@ def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | N
         step=step,
         base_model=str(config.get("model_name") or run.get("model_name") or ""),
         trust_remote_code=bool(config.get("trust_remote_code")),
-        dest=_destination(run, fmt, dest),
+        dest=_destination(run, fmt, dest, folder_owners),
         base_weights=_loftq_base(run, kind),
     )
 
@@ -118,7 +121,7 @@ def _source_of(run: dict[str, Any]) -> tuple[Path, int | None]:
         return checkpoint, int(CHECKPOINT_NAME.fullmatch(checkpoint.name).group(1))
     if status != "completed":
         raise ExportRefused(f"run {run_id} has status {status!r}; only completed runs and runs stopped with a checkpoint can be exported")
-    if not output_dir or not Path(output_dir).is_dir():
+    if not output_dir or not paths.is_dir(output_dir):
         raise ExportRefused(f"run {run_id}'s output folder {output_dir or '(none)'} no longer exists")
     return Path(output_dir), None
 
@@ -126,13 +129,14 @@ def _source_of(run: dict[str, Any]) -> tuple[Path, int | None]:
 def _stopped_checkpoint(output_dir: Path, final_step: int | None) -> Path | None:
     """The checkpoint the stop saved: `checkpoint-<final step>`, else the newest valid one
     not beyond it (a resumed run shares the folder and may have written later ones)."""
-    if not output_dir.is_dir():
-        return None
     found = []
-    for entry in output_dir.iterdir():
-        named = CHECKPOINT_NAME.fullmatch(entry.name)
-        if named and entry.is_dir() and not entry.is_symlink():
-            found.append((int(named.group(1)), entry))
+    try:
+        for entry in output_dir.iterdir():
+            named = CHECKPOINT_NAME.fullmatch(entry.name)
+            if named and entry.is_dir() and not entry.is_symlink():
+                found.append((int(named.group(1)), entry))
+    except (OSError, ValueError):
+        return None  # gone, or a stored path the system cannot look up
     for step, folder in sorted(found, reverse=True):
         if final_step is not None and step > final_step:
             continue
@@ -177,9 +181,17 @@ def _check_format_fits(run_id: int, fmt: str, kind: str, source: Path, config: d
                                          f"then fuse it with `mlx_lm.fuse --model {config.get('model_name')} --adapter-path <export folder>`")
 
 
-def _destination(run: dict[str, Any], fmt: str, dest: str | None) -> Path:
+def _destination(run: dict[str, Any], fmt: str, dest: str | None, folder_owners: Callable[[Path], list[int]]) -> Path:
     if dest is not None and str(dest).strip():
         folder = paths.resolve_export_dir(str(dest).strip(), "dest")
+        # Inside the run's own folder is its own business (a resumed run shares it).
+        own = run.get("output_dir")
+        owners = [] if own and paths.is_within(folder, own) else folder_owners(folder)
+        if owners:
+            whose = ", ".join(f"run {n}" for n in owners)
+            raise ExportInputError("dest", f"{folder} is, holds or lies inside the folder of {whose}; an export there would "
+                                           "replace that run's files. Choose a new folder, or leave dest out to use "
+                                           f"<run folder>/export-{fmt}")
     else:
         run_folder = Path(run["output_dir"])
         folder = run_folder / f"export-{fmt}"

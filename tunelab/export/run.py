@@ -46,7 +46,8 @@ class ExportResult:
 def export_run(store: Any, run_id: int, fmt: str = "adapter", *, dest: str | None = None, dtype: str | None = None) -> ExportResult:
     """Export run `run_id` from `store` (a tunelab.store.Store) as `fmt` into `dest`
     (default `<run folder>/export-<fmt>`). Raises ExportError subclasses or PathNotAllowed."""
-    plan = plan_export(store.get_run(run_id), run_id, fmt, dest, dtype)
+    plan = plan_export(store.get_run(run_id), run_id, fmt, dest, dtype,
+                       folder_owners=lambda folder: store.runs_sharing_output_dir(folder, except_run_id=run_id))
     try:
         return _carry_out(plan)
     except OSError as exc:

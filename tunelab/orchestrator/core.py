@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import logging
 import multiprocessing
+import os
 import threading
 import weakref
 from pathlib import Path
@@ -89,6 +90,8 @@ class Orchestrator:
             label = cfg.display_name or Path(cfg.model_name).name or cfg.model_name
             output_dir = paths.resolve_output_dir(cfg.output_dir, label, cfg.allow_output_outside_root)
             resume_from, resumed_from = resolve_resume_from(self.store, cfg.resume_from, resume_run_id)
+            if cfg.output_dir:
+                self._refuse_foreign_folder(output_dir, resumed_from)
             with self._lock:
                 self._spawning = True
             try:
@@ -96,6 +99,21 @@ class Orchestrator:
             finally:
                 with self._lock:
                     self._spawning = False
+
+    def _refuse_foreign_folder(self, output_dir: Path, resumed_from: int | None) -> None:
+        """An output_dir that is, holds or lies inside another run's folder would overwrite
+        (or, on cancel or delete, remove) that run's files. The one exception: a run
+        continuing the run it resumes, in that run's own folder."""
+        owners = self.store.runs_sharing_output_dir(output_dir)
+        if resumed_from is not None:
+            parent = self.store.get_run(resumed_from) or {}
+            if parent.get("output_dir") and Path(os.path.realpath(parent["output_dir"])) == output_dir:
+                return
+        if owners:
+            whose = ", ".join(f"run {n}" for n in owners)
+            raise ConfigError.single("output_dir", f"{output_dir} is, holds or lies inside the folder of {whose}; a new run "
+                                                   "there would overwrite its files. Choose a new folder, or leave output_dir "
+                                                   "out for a fresh one")
 
     def _run_for_request(self, start_request_id: str) -> int | None:
         try:

@@ -8,6 +8,7 @@ cancelled, was not blocked, has steps left, and has a valid checkpoint on disk.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +28,15 @@ def resolve_resume_from(store: Store, value: str | None, resume_run_id: int | No
         return checkpoint, resume_run_id
     text = str(value).strip()
     if text.isdigit():
-        run = store.get_run(int(text))
+        # A number past SQLite's integer range names no run (and would not fit the query).
+        run = store.get_run(int(text)) if len(text) < 19 else None
         if run is None:
             raise ConfigError.single("resume_from", f"there is no run {text}; give an existing run id or a checkpoint folder")
         checkpoint = latest_valid_checkpoint(run.get("output_dir"))
         if checkpoint is None:
             raise ConfigError.single("resume_from", f"run {text} has no valid checkpoint to resume from; pick another run or checkpoint")
         return Path(checkpoint), resume_run_id if resume_run_id is not None else int(text)
-    candidate = Path(text).expanduser()
+    candidate = Path(os.path.expanduser(text))
     if not candidate.is_absolute():
         candidate = paths.outputs_root() / candidate  # checkpoints live under the outputs root
     folder = paths.check_readable(str(candidate), "resume_from")

@@ -3,7 +3,8 @@
 Order matters here: orphaned runs from a previous server life are closed before the
 orchestrator can start a new one; the API routes are registered before the web page is
 mounted at `/`, and the page's mount never answers under `/api/`, so an unknown API path
-is a JSON 404 and a wrong method a JSON 405. The token gate wraps everything.
+is a JSON 404 and a wrong method a JSON 405. The token gate wraps everything, and the
+request guard (Host name, body size) wraps the token gate.
 Nothing imported here (or by the routes) loads torch, transformers, datasets or mlx.
 """
 
@@ -17,7 +18,7 @@ import threading
 from contextlib import asynccontextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Any, AsyncIterator
+from typing import Annotated, Any, AsyncIterator, Iterable
 
 from fastapi import FastAPI, Query, Request, Response
 from fastapi.staticfiles import StaticFiles
@@ -32,6 +33,7 @@ from tunelab.orchestrator.prewarm import prewarm_wanted
 from tunelab.server import routes_datasets, routes_export, routes_runs, routes_train
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
+from tunelab.server.guards import RequestGuard
 from tunelab.server.schemas import Health
 from tunelab.store import Store
 
@@ -82,12 +84,18 @@ def create_app(
     heartbeat_seconds: float | None = None,
     static_dir: Path | None = STATIC_DIR,
     prewarm: bool = False,
+    allow_remote_code: bool = False,
+    allow_output_anywhere: bool = False,
+    allowed_hosts: Iterable[str] | None = None,
 ) -> FastAPI:
     """The app. Without arguments it uses the tunelab home (TUNELAB_HOME) and owns its
     store and orchestrator; pass your own to share them (you then shut them down).
     `home` sets TUNELAB_HOME for this process, and so for the workers it spawns.
     `prewarm` keeps a worker with its imports done for the next run (an owned
-    orchestrator only; TUNELAB_PREWARM=0/1 overrides it)."""
+    orchestrator only; TUNELAB_PREWARM=0/1 overrides it). `allow_remote_code` and
+    `allow_output_anywhere` let API callers set trust_remote_code and
+    allow_output_outside_root. `allowed_hosts`: the Host names answered (None: any;
+    `serve` passes loopback names for a loopback bind)."""
     if home is not None:
         os.environ["TUNELAB_HOME"] = str(home)
     owns_store = store is None
@@ -123,6 +131,8 @@ def create_app(
     app.state.heartbeat_seconds = heartbeat_seconds if heartbeat_seconds is not None else _heartbeat_default()
     app.state.start_lock = threading.Lock()
     app.state.preview_slots = asyncio.Semaphore(PREVIEW_SLOTS)
+    app.state.allow_remote_code = allow_remote_code
+    app.state.allow_output_anywhere = allow_output_anywhere
 
     install_error_handlers(app)
     app.add_api_route("/api/health", _health, methods=["GET"], response_model=Health, tags=["health"],
@@ -135,6 +145,7 @@ def create_app(
     if static_dir is not None and static_dir.is_dir():
         app.router.routes.append(PageMount("/", app=StaticFiles(directory=static_dir, html=True), name="page"))
     app.add_middleware(TokenGate, token=app.state.token)
+    app.add_middleware(RequestGuard, allowed_hosts=None if allowed_hosts is None else frozenset(allowed_hosts))
     _document_bearer_auth(app)
     return app
 

@@ -1,10 +1,12 @@
 """Running the server: `serve(host, port)` (what `tunelab serve` calls) and
-`python -m tunelab.server [--host H] [--port P]`.
+`python -m tunelab.server [--host H] [--port P] [--allow-remote-code]
+[--allow-output-anywhere] [--allowed-host NAME ...]`.
 
 The listening socket is bound here, before uvicorn starts, so `--port 0` works (the
 chosen port is printed) and the printed URL is valid the moment it appears. Logs go to
 stderr and to `<home>/logs/server.log`. Binding anything but loopback prints a warning:
-the token is then the only thing between the network and your machine.
+the token is then the only thing between the network and your machine. A loopback
+server answers only to loopback host names (see guards.py).
 
 SIGTERM, SIGHUP and Ctrl-C mean stop-and-save (`GracefulServer`): the server keeps
 answering (health says "shutting_down", with 503) while the active run stops at its
@@ -147,10 +149,15 @@ class GracefulServer(uvicorn.Server):
             log.warning("cancel not sent: %s", exc)
 
 
-def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str = "info") -> None:
+def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str = "info",
+          allow_remote_code: bool = False, allow_output_anywhere: bool = False,
+          allowed_hosts: list[str] | None = None) -> None:
     """Serve the API and the web page until a signal (Ctrl-C, SIGTERM, SIGHUP) ends it,
-    after stopping and saving the active run."""
+    after stopping and saving the active run. `allow_remote_code` / `allow_output_anywhere`:
+    let API callers set trust_remote_code / allow_output_outside_root. `allowed_hosts`:
+    more Host names to answer to."""
     from tunelab.server.app import create_app
+    from tunelab.server.guards import allowed_hosts_for
 
     configure_logging(log_level)
     warning = bind_warning(host)
@@ -165,7 +172,8 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str 
     port = sock.getsockname()[1]
     token, origin = token_and_origin()
     # A served lab starts runs again and again: keep a worker warm for the next one.
-    app = create_app(token=token, prewarm=True)
+    app = create_app(token=token, prewarm=True, allow_remote_code=allow_remote_code,
+                     allow_output_anywhere=allow_output_anywhere, allowed_hosts=allowed_hosts_for(host, allowed_hosts or []))
     url = page_url(host, port)
     print(f"tunelab serving on {url}", flush=True)
     if origin == "created":
@@ -183,5 +191,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default=DEFAULT_HOST, help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port; 0 picks a free one and prints it")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--allow-remote-code", action="store_true",
+                        help="let API callers set trust_remote_code (runs code from model repositories)")
+    parser.add_argument("--allow-output-anywhere", action="store_true",
+                        help="let API callers set allow_output_outside_root (write outside the outputs root)")
+    parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                        help="also answer to this Host name (repeatable; '*' answers to any)")
     args = parser.parse_args(argv)
-    serve(args.host, args.port, log_level=args.log_level)
+    serve(args.host, args.port, log_level=args.log_level, allow_remote_code=args.allow_remote_code,
+          allow_output_anywhere=args.allow_output_anywhere, allowed_hosts=args.allowed_host)

@@ -8,7 +8,9 @@ removes afterwards), and reads one JSON answer from its stdout:
   {"ok": true, "preview": {format, columns, row_count, rendered_with, rows: [...]}}
   {"ok": false, "error": {"code", "message", "field"}}
 The rows are rendered by the same functions training uses (tunelab.worker.data), so the
-preview shows exactly the text the model will read.
+preview shows exactly the text the model will read — cut short, with a visible marker,
+where a row is long: each text and chat turn at `ROW_CHARS`, all rows together at
+`TOTAL_CHARS`, so the answer the server holds is small whatever the file holds.
 """
 
 from __future__ import annotations
@@ -18,6 +20,34 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
+
+
+# What one preview may carry back: a row's text (and each chat turn), all rows together,
+# the column list. A preview is for reading, not for copying a dataset through the server.
+ROW_CHARS = 4_000
+TOTAL_CHARS = 40_000
+MAX_COLUMNS = 200
+MAX_TURNS = 64
+COLUMN_CHARS = 200
+
+
+def truncate(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [truncated: {len(text) - limit:,} more characters]"
+
+
+def _short_messages(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """A row's chat turns within ROW_CHARS of content and MAX_TURNS turns, all marked."""
+    out, left = [], ROW_CHARS
+    for message in messages[:MAX_TURNS]:
+        content = str(message.get("content", ""))
+        out.append({"role": truncate(str(message.get("role", "")), COLUMN_CHARS), "content": truncate(content, max(left, 0))})
+        left -= len(content)
+    if len(messages) > MAX_TURNS:
+        out[-1]["content"] += f" … [truncated: {len(messages) - MAX_TURNS:,} more turns]"
+    return out
 
 
 def _load_tokenizer(name: str, config: dict[str, Any]) -> tuple[Any | None, str]:
@@ -50,18 +80,25 @@ def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None,
     tokenizer, note = (None, "")
     if tokenizer_name and not raw_text:
         tokenizer, note = _load_tokenizer(tokenizer_name, config)
-    shown = []
+    shown, budget = [], TOTAL_CHARS
     for index in range(min(rows, len(raw.train))):
+        if budget <= 0:
+            break
         row = raw.train[index]
+        messages = None
         if raw_text:
-            shown.append({"index": index, "text": to_plain_text(row, raw.format, config), "messages": None})
-            continue
-        messages = to_messages(row, raw.format, config)
-        text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
+            text = to_plain_text(row, raw.format, config)
+        else:
+            # Turns are cut before rendering, so a huge row costs no huge template render.
+            messages = _short_messages(to_messages(row, raw.format, config))
+            text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
+        text = truncate(text, min(ROW_CHARS, budget))
+        budget -= len(text) + sum(len(m["content"]) for m in messages or [])
         shown.append({"index": index, "text": text, "messages": messages})
+    columns = [truncate(str(name), COLUMN_CHARS) for name in raw.train.column_names[:MAX_COLUMNS]]
     return {
         "format": raw.format,
-        "columns": list(raw.train.column_names),
+        "columns": columns,
         "row_count": len(raw.train),
         "rendered_with": "raw_text" if raw_text else ("chat_template" if tokenizer is not None else "plain"),
         "note": note or None,

@@ -27,13 +27,17 @@ from tunelab import paths
 from tunelab.config import RunConfig, parse_config
 from tunelab.server.errors import ApiError
 from tunelab.server.schemas import DatasetPreview, DatasetPreviewRequest, error_responses
-from tunelab.server.user_paths import confine_user_paths
+from tunelab.server.user_paths import checked_config
 
 log = logging.getLogger("tunelab.server")
 router = APIRouter(prefix="/api/datasets", tags=["datasets"], responses=error_responses(401))
 
 PREVIEW_TIMEOUT_ENV = "TUNELAB_PREVIEW_TIMEOUT_S"
 DEFAULT_PREVIEW_TIMEOUT_S = 90.0
+# The child caps what it shows (preview_child.TOTAL_CHARS); this bounds what is read even
+# if it did not. JSON escaping can make each character up to 6 bytes (\uXXXX).
+MAX_ANSWER_BYTES = 2 << 20
+STDERR_TAIL_BYTES = 4000
 # Stand-in model for validating data settings when no model was named; never loaded.
 NO_MODEL = "preview-without-model"
 # Far beyond any preview's timeout, so a folder this old belongs to no live preview.
@@ -61,27 +65,64 @@ def _sweep_stale(previews: Path) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-async def run_preview_child(request: dict[str, Any], timeout: float) -> dict[str, Any]:
+async def run_preview_child(request: dict[str, Any], timeout: float,
+                            argv: tuple[str, ...] = ("-m", "tunelab.server.preview_child")) -> dict[str, Any]:
+    """Run the preview child (`python <argv>`) on `request` and return its JSON answer.
+    Its stdout is read only up to MAX_ANSWER_BYTES and its stderr only as a tail, so a
+    child that answers too much cannot grow this server's memory."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tunelab.server.preview_child",
+        sys.executable, *argv,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )
     try:
-        out, err = await asyncio.wait_for(process.communicate(json.dumps(request).encode()), timeout)
+        out, err = await asyncio.wait_for(_talk(process, json.dumps(request).encode()), timeout)
     except TimeoutError:
-        process.kill()
-        await process.wait()
         raise ApiError(504, "preview_timeout", f"reading the dataset took longer than {timeout:.0f} s; "
                        f"try a smaller slice (slice_end) or raise {PREVIEW_TIMEOUT_ENV}") from None
     finally:
         if process.returncode is None:
             process.kill()
             await process.wait()
+    if out is None:
+        log.error("dataset preview child answered more than %d bytes; its answer was dropped", MAX_ANSWER_BYTES)
+        raise ApiError(502, "preview_too_large", "the dataset preview came back larger than the server accepts; "
+                       "preview fewer rows (rows) or a smaller slice") from None
     try:
         return json.loads(out)
     except json.JSONDecodeError:
-        log.error("dataset preview child failed (exit %s):\n%s", process.returncode, err.decode(errors="replace")[-4000:])
+        log.error("dataset preview child failed (exit %s):\n%s", process.returncode, err.decode(errors="replace"))
         raise ApiError(502, "preview_failed", "the dataset could not be previewed; details are in the server log") from None
+
+
+async def _talk(process: asyncio.subprocess.Process, request: bytes) -> tuple[bytes | None, bytes]:
+    """Send the request, then read stdout (None once it passes MAX_ANSWER_BYTES) and the
+    last STDERR_TAIL_BYTES of stderr, both at once so neither pipe can fill and block."""
+    try:
+        process.stdin.write(request)
+        await process.stdin.drain()
+        process.stdin.close()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the child ended without reading; its exit and stderr say why
+
+    async def answer() -> bytes | None:
+        chunks, size = [], 0
+        while chunk := await process.stdout.read(1 << 16):
+            size += len(chunk)
+            if size > MAX_ANSWER_BYTES:
+                process.kill()
+                return None
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def stderr_tail() -> bytes:
+        tail = b""
+        while chunk := await process.stderr.read(1 << 16):
+            tail = (tail + chunk)[-STDERR_TAIL_BYTES:]
+        return tail
+
+    out, err = await asyncio.gather(answer(), stderr_tail())
+    await process.wait()
+    return out, err
 
 
 @router.post("/preview", response_model=DatasetPreview, responses=error_responses(422, 502, 504))
@@ -89,7 +130,7 @@ async def preview(body: DatasetPreviewRequest, request: Request) -> DatasetPrevi
     """Detect the format, list the columns, count the rows and render the first rows
     exactly as training will (chat data through the model's chat template when
     `model_name` is given). Other run settings in the body are ignored."""
-    config = confine_user_paths(preview_config(body))
+    config = checked_config(preview_config(body), request.app.state)
     tokenizer = config.model_name if body.model_name else None
     child_request = {"config": config.worker_payload(), "rows": body.rows, "tokenizer": tokenizer}
     async with request.app.state.preview_slots:

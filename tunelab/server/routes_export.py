@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tunelab.export import ExportFailed, ExportInputError, ExportRefused, export_run
 from tunelab.server.errors import ApiError
 from tunelab.server.schemas import error_responses
+from tunelab.server.user_paths import check_opt_ins
 
 log = logging.getLogger("tunelab.server")
 router = APIRouter(prefix="/api/runs", tags=["history"], responses=error_responses(401))
@@ -46,11 +47,15 @@ class ExportAnswer(BaseModel):
     files: list[str]
 
 
-@router.post("/{run_id}/export", response_model=ExportAnswer, responses=error_responses(404, 409, 422, 500))
+@router.post("/{run_id}/export", response_model=ExportAnswer, responses=error_responses(403, 404, 409, 422, 500))
 def export(request: Request, run_id: RunId, body: ExportRequest | None = None) -> ExportAnswer:
     """Export a completed run (or a stopped run's checkpoint). Blocks until the export is
     written; merging a large model can take minutes."""
     body = body or ExportRequest()
+    run = request.app.state.store.get_run(run_id)
+    if run is not None and body.format != "adapter":
+        # Merging and GGUF load the model, and with it any code the run trusted.
+        check_opt_ins(run["config"], request.app.state, run_id, action="export", fields=("trust_remote_code",))
     if not _one_export_at_a_time.acquire(blocking=False):
         raise ApiError(409, "export_running", "another export is being written; try again when it has finished")
     try:

@@ -26,6 +26,7 @@ from tunelab.server.schemas import (
     RunSummary,
     error_responses,
 )
+from tunelab.server.user_paths import check_stored_config
 from tunelab.store import METRIC_FIELDS, RunNotFound, Store
 
 router = APIRouter(prefix="/api/runs", tags=["history"], responses=error_responses(401))
@@ -124,12 +125,12 @@ def _check_deletable(store: Any, run_id: int, folder: str) -> None:
         )
 
 
-@router.post("/{run_id}/resume", response_model=JobAnswer, responses=error_responses(400, 404, 409, 422, 503))
+@router.post("/{run_id}/resume", response_model=JobAnswer, responses=error_responses(400, 403, 404, 409, 422, 503))
 def resume_run(request: Request, run_id: RunId) -> JobAnswer:
     """Continue a run that ended in error or was stopped early, from its latest valid
     checkpoint; the step count carries on. A run can be resumed once."""
     state = request.app.state
-    _require_run(request, run_id)
+    check_stored_config(_require_run(request, run_id), state)
     with state.start_lock:
         settle(state.orchestrator)
         new_run_id = state.orchestrator.resume(run_id)

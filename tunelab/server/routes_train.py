@@ -25,7 +25,7 @@ from tunelab.server.schemas import (
     error_responses,
 )
 from tunelab.server.sse import ProgressStream, parse_event_id
-from tunelab.server.user_paths import confine_user_paths
+from tunelab.server.user_paths import checked_config
 
 router = APIRouter(prefix="/api/train", tags=["training"], responses=error_responses(401))
 # How long a start waits for an ended run's event pump to finish draining.
@@ -44,13 +44,13 @@ def _status(snapshot: dict) -> TrainStatus:
     return TrainStatus(**{**snapshot, "job_id": snapshot.get("run_id")})
 
 
-@router.post("/start", response_model=JobAnswer, responses=error_responses(409, 422, 503))
+@router.post("/start", response_model=JobAnswer, responses=error_responses(403, 409, 422, 503))
 def start(body: StartRequest, request: Request) -> JobAnswer:
     """Start a run. With `start_request_id`, a retried request never starts a second run:
     it answers the job the first one started (`duplicate: true`)."""
     state = request.app.state
     request_id = body.start_request_id
-    config = confine_user_paths(parse_config(body.model_dump(exclude={"start_request_id"}, exclude_unset=True)))
+    config = checked_config(parse_config(body.model_dump(exclude={"start_request_id"}, exclude_unset=True)), state)
     # One start at a time, so a retry racing its original sees the row the original made.
     with state.start_lock:
         if request_id:

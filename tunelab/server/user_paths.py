@@ -1,18 +1,87 @@
-"""Confining the file paths an HTTP client puts in a run config.
+"""What an HTTP client may put in a run config: its paths, and the settings that need
+the server's own opt-in.
 
 A client of the server may only make it read inside the folders tunelab manages (the
-data roots of `tunelab.paths`). Every local path in a config — data files, eval files,
-a model folder — is checked there, and the config handed on carries the checked,
-absolute, symlink-free paths, so the worker reads exactly what was checked (a relative
-path or a symlink cannot be re-interpreted later). Hub ids pass through unchanged.
+data roots of `tunelab.paths`) and write inside the outputs root. Every field that can
+name a local path is checked there — data and eval files, a model folder, a `dataset`
+that is really a local folder, the run folder, the checkpoint to resume from, the
+TensorBoard folder and a local MLflow store — and the config handed on carries the
+checked, absolute, symlink-free paths, so the worker reads exactly what was checked (a
+relative path or a symlink cannot be re-interpreted later). Hub ids and remote URLs
+(an S3 endpoint, an MLflow server) pass through unchanged.
+
+`trust_remote_code` runs code from the model's repository and `allow_output_outside_root`
+writes anywhere the server's user can: over HTTP both are refused (403) unless the
+server was started with `--allow-remote-code` / `--allow-output-anywhere`. The CLI,
+run by the machine's own user, does not come through here.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
 from tunelab import paths
-from tunelab.config import RunConfig
+from tunelab.config import RunConfig, parse_config
+from tunelab.paths import PathNotAllowed
+from tunelab.server.errors import ApiError
 
 PATH_LIST_FIELDS = ("local_datasets", "local_eval_datasets")
+WRITE_DIR_FIELDS = ("output_dir", "tensorboard_dir")
+# MLflow tracking URIs that name a server (SQLAlchemy-style "scheme+driver" included).
+REMOTE_MLFLOW_SCHEMES = frozenset({"http", "https", "databricks", "databricks-uc", "uc", "postgresql", "mysql", "mssql"})
+KNOWN_FILE_READERS = frozenset({"json", "csv", "text", "parquet", "arrow", "pandas", "xml", "sql", "webdataset",
+                                "imagefolder", "audiofolder", "videofolder"})
+# Settings that need an opt-in given when the server was started: field -> the flag.
+OPT_INS = {"trust_remote_code": "--allow-remote-code", "allow_output_outside_root": "--allow-output-anywhere"}
+OPT_IN_WHY = {"trust_remote_code": "it runs code from the model's repository on this machine",
+              "allow_output_outside_root": "it lets a run write anywhere this server's user can"}
+
+
+@functools.lru_cache(maxsize=1)
+def dataset_file_readers() -> frozenset[str]:
+    """Names `datasets.load_dataset` takes as its own file readers (json, csv, text, ...),
+    which without data files read the working folder. Found from the installed package's
+    folders, since the server never imports `datasets` itself; the common ones are
+    known beforehand in case that folder moves."""
+    spec = importlib.util.find_spec("datasets")
+    if spec is None or not spec.submodule_search_locations:
+        return KNOWN_FILE_READERS
+    folder = Path(next(iter(spec.submodule_search_locations))) / "packaged_modules"
+    return KNOWN_FILE_READERS | {p.name for p in _entries(folder) if p.is_dir() and not p.name.startswith("_")}
+
+
+def _entries(folder: Path) -> list[Path]:
+    try:
+        return list(folder.iterdir())
+    except OSError:
+        return []
+
+
+def check_opt_ins(config: Mapping[str, Any], state: Any, run_id: int | None = None, action: str = "resume",
+                  fields: tuple[str, ...] = tuple(OPT_INS)) -> None:
+    """403 naming the field and the server flag, for a setting this server was not
+    started to allow. With `run_id` it is worded for a stored run being resumed or
+    exported (`action`)."""
+    allowed = {"trust_remote_code": state.allow_remote_code, "allow_output_outside_root": state.allow_output_anywhere}
+    for field in fields:
+        if config.get(field) and not allowed[field]:
+            flag = OPT_INS[field]
+            whose = f"run {run_id} was started with {field}=true, so an HTTP {action}" if run_id is not None else f"{field}=true"
+            alternative = f"{action} it with `tunelab {action} {run_id}`" if run_id is not None else "run it with `tunelab train`"
+            raise ApiError(403, "opt_in_required",
+                           f"{whose} is refused over HTTP: {OPT_IN_WHY[field]}. Start the server with `tunelab serve {flag}` "
+                           f"to allow it, or {alternative} on the machine itself", field=field)
+
+
+def checked_config(config: RunConfig, state: Any) -> RunConfig:
+    """A config from an HTTP client: opt-ins checked, then every path confined."""
+    check_opt_ins(config.model_dump(), state)
+    return confine_user_paths(config)
 
 
 def confine_user_paths(config: RunConfig) -> RunConfig:
@@ -22,4 +91,66 @@ def confine_user_paths(config: RunConfig) -> RunConfig:
     for field in PATH_LIST_FIELDS:
         updates[field] = [str(paths.check_readable(item, field)) for item in getattr(config, field)]
     updates["model_name"] = paths.check_model_source(config.model_name)
+    if config.dataset:
+        updates["dataset"] = _dataset_source(config.dataset)
+    outside = config.allow_output_outside_root  # refused by check_opt_ins unless the server allows it
+    for field in WRITE_DIR_FIELDS:
+        value = getattr(config, field)
+        if value:
+            updates[field] = str(paths.resolve_write_dir(value, field, outside))
+    if config.mlflow_tracking_uri:
+        updates["mlflow_tracking_uri"] = _mlflow_uri(config.mlflow_tracking_uri, outside)
+    if config.resume_from and not config.resume_from.strip().isdigit():
+        updates["resume_from"] = str(_checkpoint_folder(config.resume_from.strip()))
     return config.model_copy(update=updates)
+
+
+def check_stored_config(run: Mapping[str, Any], state: Any) -> None:
+    """Before an HTTP resume: the stored run's settings pass the same opt-ins and path
+    rules as a new start (a run started from the CLI may name folders the server may not)."""
+    check_opt_ins(run["config"], state, run_id=run["id"])
+    confine_user_paths(parse_config({**run["config"], "resume_from": None, "output_dir": run.get("output_dir")}))
+
+
+def _dataset_source(value: str) -> str:
+    """`dataset` is handed to `datasets.load_dataset`, which also loads local folders and
+    files: a hub id passes, a local path is confined like local data, the rest refused."""
+    if value.strip().lower() in dataset_file_readers():
+        raise PathNotAllowed("dataset", f"{value!r} names one of the datasets library's file readers, which would read the "
+                                        "server's working folder; put your files in local_datasets instead")
+    lowered = value.lower()
+    if "::" in value or ("://" in value and not lowered.startswith(("hf://", "file:"))):
+        raise PathNotAllowed("dataset", f"{paths.shown(value)} is not a hub dataset id; give an id such as org/name, "
+                                        "or local files in local_datasets")
+    return paths.check_hub_or_local(value, "dataset")
+
+
+def _mlflow_uri(value: str, allow_outside: bool) -> str:
+    """A tracking URI naming a server passes; a local store (a `file:` URL, a `sqlite:`
+    database or a bare path, which MLflow takes as a folder) is a place the run writes."""
+    paths.check_usable(value, "mlflow_tracking_uri")
+    scheme = urlsplit(value).scheme.lower()
+    if scheme.split("+")[0] in REMOTE_MLFLOW_SCHEMES:
+        return value
+    local = paths.file_url_path(value)
+    if local is not None:
+        return "file://" + str(paths.resolve_write_dir(local, "mlflow_tracking_uri", allow_outside))
+    if scheme == "sqlite":
+        database = value.split(":///", 1)[1] if ":///" in value else ""
+        if not database:
+            raise PathNotAllowed("mlflow_tracking_uri", f"{paths.shown(value)} names no database file; write sqlite:///<file>")
+        return "sqlite:///" + str(paths.resolve_write_dir(database, "mlflow_tracking_uri", allow_outside))
+    if scheme and len(scheme) > 1:
+        raise PathNotAllowed("mlflow_tracking_uri", f"{paths.shown(value)} is neither an MLflow server URL (http, https, "
+                                                    "databricks, a database) nor a local folder inside the outputs root")
+    return "file://" + str(paths.resolve_write_dir(value, "mlflow_tracking_uri", allow_outside))
+
+
+def _checkpoint_folder(value: str) -> Path:
+    """`resume_from` as a folder: relative paths start at the outputs root, as the
+    orchestrator reads them; it must lie in a folder tunelab may read."""
+    paths.check_usable(value, "resume_from")
+    candidate = Path(os.path.expanduser(value))
+    if not candidate.is_absolute():
+        candidate = paths.outputs_root() / candidate
+    return paths.check_readable(str(candidate), "resume_from")

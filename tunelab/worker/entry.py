@@ -16,6 +16,7 @@ import logging
 import os
 import platform
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -63,12 +64,27 @@ def run_worker(config: dict[str, Any], events: Any, stops: Any) -> None:
         ctx.complete(None, f"stopped before training started{note}")
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent as an event
         if not ctx.finished:  # after `complete` the parent has its answer; a late failure changes nothing
-            secrets = _secrets(config)
-            message = (explain_out_of_memory(config, exc) or explain_output_failure(config.get("output_dir"), exc)
-                       or _describe(exc))
-            ctx.emit(ev.error(_scrub(message, secrets), _scrub(traceback.format_exc(), secrets)))
+            report_failure(ctx, config, exc)
     finally:
         _flush_and_exit(events)
+
+
+def report_failure(ctx: WorkerContext, config: dict[str, Any], exc: BaseException) -> None:
+    """Send the run's `error` event. This is the last word the parent gets, so it must
+    not fail itself: if explaining the failure fails, the plain failure is sent; if even
+    sending fails, the process exits non-zero with the reason on stderr."""
+    secrets = _secrets(config)
+    stack = traceback.format_exc()
+    try:
+        message = (explain_out_of_memory(config, exc) or explain_output_failure(config.get("output_dir"), exc)
+                   or _describe(exc))
+    except BaseException as explaining:  # noqa: BLE001 - fall back to the failure as it is
+        message = f"{_describe(exc)} (looking into the output folder failed too: {_describe(explaining)})"
+    try:
+        ctx.emit(ev.error(_scrub(message, secrets), _scrub(stack, secrets)))
+    except BaseException:  # noqa: BLE001 - the queue is broken: say so where the parent's log sees it
+        print(f"tunelab worker: the error event could not be sent: {_scrub(message, secrets)}", file=sys.stderr, flush=True)
+        os._exit(1)
 
 
 def _thread_lock_for_tqdm() -> None:

@@ -15,6 +15,8 @@ import os
 import shutil
 from pathlib import Path
 
+from tunelab import paths
+
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
 NOT_WRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM})
 PROBE_NAME = ".tunelab-write-probe"
@@ -27,7 +29,7 @@ def explain_output_failure(output_dir: str | None, exc: BaseException) -> str | 
         return None
     folder = Path(output_dir)
     code = _errno_about(folder, exc)
-    if code is None and folder.is_dir():
+    if code is None and paths.is_dir(folder):
         code = _probe_write(folder)
     if code in DISK_FULL:
         return (f"output_dir: the disk holding {folder} ran out of space ({_free(folder)} free now); "

@@ -1,0 +1,71 @@
+"""Over HTTP, settings that run foreign code or write anywhere need the server's own
+opt-in: `trust_remote_code` and `allow_output_outside_root` are refused with 403 naming
+the field and the flag (`--allow-remote-code`, `--allow-output-anywhere`) unless the
+server was started with it — at start, at resume of a run that carries them (e.g. one
+started from the CLI), and for an export that would load the run's model code."""
+
+from __future__ import annotations
+
+import pytest
+
+from checkpoint_factory import make_checkpoint
+from harness import start_run, wait_run_ended, worker_env
+from tunelab.store import Store
+
+OPT_INS = {"trust_remote_code": "--allow-remote-code", "allow_output_outside_root": "--allow-output-anywhere"}
+
+
+def _opt_in_body(demo_run, field, outside):
+    extra = {"output_dir": str(outside)} if field == "allow_output_outside_root" else {}
+    return demo_run(max_steps=1, **{field: True}, **extra)
+
+
+def _stored_cli_run(home, demo_run, **settings) -> int:
+    """A run as `tunelab train` would have left it: errored, with a valid checkpoint."""
+    folder = home / "outputs" / "cli-run"
+    make_checkpoint(folder, 2)
+    with Store(home / "tunelab.db") as store:
+        config = {**demo_run(max_steps=4), **settings, "output_dir": str(folder)}
+        run_id = store.create_run(config, config["model_name"], "alpaca", None, None)
+        store.finalize_run(run_id, status="error", final_step=2, total_steps=4, output_dir=str(folder), error_message="crashed")
+    return run_id
+
+
+def test_both_are_refused_without_the_servers_opt_in(start_server, demo_run, tmp_path):
+    server = start_server(extra_env=worker_env("scripted_workers:trainer"))
+    client = server.client()
+    for field, flag in OPT_INS.items():
+        response = client.post("/api/train/start", json=_opt_in_body(demo_run, field, tmp_path / "elsewhere"))
+        assert response.status_code == 403, response.text
+        error = response.json()["error"]
+        assert error["field"] == field and flag in error["message"] and error["code"] == "opt_in_required"
+    assert client.get("/api/runs").json()["total"] == 0
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_stored_run_carrying_them_is_not_resumed_or_exported_over_http(start_server, demo_run, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    run_id = _stored_cli_run(home, demo_run, trust_remote_code=True)
+    server = start_server(home=home, extra_env=worker_env("scripted_workers:trainer"))
+    client = server.client()
+    resumed = client.post(f"/api/runs/{run_id}/resume")
+    assert resumed.status_code == 403, resumed.text
+    assert resumed.json()["error"]["field"] == "trust_remote_code"
+    assert f"tunelab resume {run_id}" in resumed.json()["error"]["message"]
+    exported = client.post(f"/api/runs/{run_id}/export", json={"format": "merged"})
+    assert exported.status_code == 403, exported.text
+    assert "--allow-remote-code" in exported.json()["error"]["message"]
+    assert client.get("/api/runs").json()["total"] == 1
+
+
+@pytest.mark.parametrize("field", list(OPT_INS))
+def test_the_servers_opt_in_allows_them(start_server, demo_run, tmp_path, field):
+    server = start_server(extra_env=worker_env("scripted_workers:trainer"), extra_args=[OPT_INS[field]])
+    client = server.client()
+    outside = tmp_path / "elsewhere" / "run"
+    run = wait_run_ended(client, start_run(client, _opt_in_body(demo_run, field, outside)))
+    assert run["status"] == "completed"
+    other = next(f for f in OPT_INS if f != field)
+    refused = client.post("/api/train/start", json=_opt_in_body(demo_run, other, outside.parent / "other"))
+    assert refused.status_code == 403 and refused.json()["error"]["field"] == other

@@ -1,0 +1,119 @@
+"""`RequestGuard`: the checks every request passes before anything else looks at it.
+
+- Host: a server on loopback answers only to loopback names (localhost, 127.0.0.1,
+  [::1], any port). A web page on another site can point its own DNS name at
+  127.0.0.1 ("DNS rebinding") and so reach a local server from the browser; its
+  requests still carry that name in `Host`, which is how they are told apart. More
+  names can be allowed (`--allowed-host`, TUNELAB_ALLOWED_HOSTS).
+- Body size: a run config is a few KB, so a body over `max_body_bytes` (1 MiB) is
+  refused with 413 before it is read into memory — by its Content-Length when it
+  declares one, else while it streams in.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from tunelab.server.errors import error_response
+from tunelab.server.main import is_loopback
+
+ALLOWED_HOSTS_ENV = "TUNELAB_ALLOWED_HOSTS"
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+MAX_BODY_BYTES = 1 << 20
+
+
+def host_name(header: str) -> str:
+    """`Host` without its port, lower case: `[::1]:8765` -> `::1`, `Example:80` -> `example`."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        return value[1:value.find("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def allowed_hosts_for(bind_host: str, extra: Iterable[str] = ()) -> frozenset[str] | None:
+    """The host names a server bound to `bind_host` answers to: loopback names plus
+    `extra` and TUNELAB_ALLOWED_HOSTS (comma-separated). None means any name, which is
+    the rule for a non-loopback bind that was given no names."""
+    names = {host_name(n) for n in [*extra, *os.environ.get(ALLOWED_HOSTS_ENV, "").split(",")] if n.strip()}
+    if "*" in names:
+        return None
+    if not names and not is_loopback(bind_host):
+        return None
+    if bind_host not in ("", "0.0.0.0", "::"):
+        names.add(host_name(bind_host))  # the address it was told to listen on
+    return frozenset(names | set(LOOPBACK_NAMES))
+
+
+class RequestGuard:
+    """ASGI middleware applying the Host rule and the body-size limit (see module doc)."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: frozenset[str] | None, max_body_bytes: int = MAX_BODY_BYTES):
+        self.app = app
+        self.allowed_hosts = allowed_hosts
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        host = host_name(headers.get("host", ""))
+        if self.allowed_hosts is not None and host not in self.allowed_hosts:
+            names = ", ".join(sorted(self.allowed_hosts))
+            await error_response(400, "host_not_allowed",
+                                 f"this server does not answer to the host name {host or '(none)'!r}; it answers to {names}. "
+                                 f"Open it by one of those, or allow the name with `tunelab serve --allowed-host NAME` "
+                                 f"({ALLOWED_HOSTS_ENV})", field="Host")(scope, receive, send)
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self._declared_too_large(headers):
+            await self._too_large(scope, receive, send)
+            return
+        body = await self._read_body(receive)
+        if body is None:
+            await self._too_large(scope, receive, send)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read_body(self, receive: Receive) -> bytes | None:
+        """The whole body, or None once it grows past the limit. Read here, up front, so
+        a body sent without Content-Length is held to the same limit (an API body is small)."""
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return b"".join(chunks)  # the client went away; the app sees an empty body
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    def _declared_too_large(self, headers: dict[str, str]) -> bool:
+        try:
+            return int(headers.get("content-length", "0")) > self.max_body_bytes
+        except ValueError:
+            return False
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        limit = f"{self.max_body_bytes // 1024} KiB"
+        await error_response(413, "too_large", f"the request body is larger than {limit}, the most this server reads; "
+                                               "a run config is a few KB — send only the settings", field="body")(scope, receive, send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that hands the app the body read up front, then the client's own
+    messages (a disconnect, which the progress stream listens for)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replayed
