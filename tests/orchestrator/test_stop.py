@@ -47,6 +47,21 @@ def test_stop_and_save_with_a_valid_checkpoint_is_stopped(orchestrator_for, slow
     assert recorder.finals()[0]["status"] == "stopped"
 
 
+def test_stop_and_save_between_logged_steps_is_stopped_at_the_saved_step(orchestrator_for, slow_steps):
+    """The worker logs every 5 steps, so the parent's last step lags the step saved: the
+    checkpoint named by the worker's `complete` is the one checked and recorded."""
+    orch, recorder = orchestrator_for(sw.trainer)
+    run_id = _start_and_reach(orch, recorder, scripted_config(max_steps=1000, logging_steps=5), 5)
+    orch.stop(save=True, expected_run_id=run_id)
+    row = finished(orch, run_id)
+
+    assert row["status"] == "stopped", row["error_message"]
+    step = row["final_step"]
+    assert step > max(e["step"] for e in recorder.of_type("progress"))
+    assert validate_checkpoint(Path(row["output_dir"]) / f"checkpoint-{step}").step == step
+    assert recorder.finals()[0]["final_step"] == step
+
+
 def test_stop_and_save_without_a_checkpoint_is_an_error_that_blocks_resume(orchestrator_for, slow_steps):
     orch, recorder = orchestrator_for(sw.forgets_to_save)
     run_id = _start_and_reach(orch, recorder, scripted_config(max_steps=1000), 2)

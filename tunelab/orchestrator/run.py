@@ -276,6 +276,8 @@ class ActiveRun:
             for folder in remove_partial_checkpoints(state.output_dir):
                 log.info("run %s: removed the partial save %s", self.run_id, folder)
         output_dir = state.output_dir if outcome.keep_output_dir else None
+        if outcome.step is not None:
+            state.step = outcome.step  # the step the worker saved, which the last report may lag
         ended_at = time.time()
         self.final_loss = state.numbers["loss"]
         try:
