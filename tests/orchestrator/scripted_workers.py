@@ -197,7 +197,8 @@ def hangs_after_complete(config, events, stops) -> None:
     total = config["max_steps"]
     for step in range(1, total + 1):
         events.put(_progress(step, total))
-    events.put(ev.complete(config["output_dir"], "done, but not leaving"))
+    final_save = make_checkpoint(Path(config["output_dir"]), total)
+    events.put(ev.complete(config["output_dir"], "done, but not leaving", final_save))
     time.sleep(0.5)  # let the feeder thread deliver before hanging
     _hang(ignore_term=True)
 
