@@ -54,7 +54,7 @@ class JobAnswer(BaseModel):
 
 class StopRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    save: bool = Field(description="true: stop at the next step and save a resumable checkpoint; false: cancel, discarding the run's files.")
+    save: bool = Field(description="true: stop at the next step and save a resumable checkpoint; false: cancel, removing the run's folder when it is inside the outputs root and no other run uses it (the run's error_message says what became of it).")
     expected_job_id: int | None = Field(None, description="Refuse (409) unless this is still the active job.")
 
 
