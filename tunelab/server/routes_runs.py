@@ -93,15 +93,18 @@ def delete_run(
     """Forget a finished run; with `delete_artifacts=true` also remove its folder, which
     must lie inside the outputs root and belong to no other run."""
     state = request.app.state
-    run = _require_run(request, run_id)
-    active = state.orchestrator.is_training_active() and state.orchestrator.snapshot().get("run_id") == run_id
-    if run["status"] == "running" or active:
-        raise ApiError(409, "run_active", f"run {run_id} is still running; stop it first (POST /api/train/stop)")
-    folder = run["output_dir"] if delete_artifacts else None
-    if folder:
-        _check_deletable(state.store, run_id, folder)
-    state.store.delete_run(run_id)
-    removed = paths.remove_inside(folder) if folder else False
+    # The lock starts and resumes take: none can begin in a folder while it is removed,
+    # and none can slip in between the "no other run uses it" check and the removal.
+    with state.start_lock:
+        run = _require_run(request, run_id)
+        active = state.orchestrator.is_training_active() and state.orchestrator.snapshot().get("run_id") == run_id
+        if run["status"] == "running" or active:
+            raise ApiError(409, "run_active", f"run {run_id} is still running; stop it first (POST /api/train/stop)")
+        folder = run["output_dir"] if delete_artifacts else None
+        if folder:
+            _check_deletable(state.store, run_id, folder)
+        state.store.delete_run(run_id)
+        removed = paths.remove_inside(folder) if folder else False
     return DeleteAnswer(deleted=run_id, artifacts_removed=removed)
 
 
