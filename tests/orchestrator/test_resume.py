@@ -117,3 +117,42 @@ def test_output_dir_outside_the_root_needs_explicit_permission(orchestrator_for,
     run_id = orch.start(scripted_config(output_dir=str(tmp_path / "out"), allow_output_outside_root=True))
     row = finished(orch, run_id)
     assert row["status"] == "completed" and row["output_dir"] == str((tmp_path / "out").resolve())
+
+
+def test_a_run_is_resumable_again_when_its_resumption_was_cancelled_or_deleted(orchestrator_for, store, monkeypatch):
+    orch, recorder = orchestrator_for(sw.trainer)
+    first = _stopped_run(orch, recorder, monkeypatch)
+    stopped_at = store.get_run(first)["final_step"]
+
+    monkeypatch.setenv(sw.STEP_SECONDS_ENV, "0.05")
+    cancelled = orch.resume(first)
+    recorder.wait_for(lambda e: e["type"] == "progress" and e["run_id"] == cancelled)
+    orch.stop(save=False, expected_run_id=cancelled)
+    assert finished(orch, cancelled)["status"] == "stopped"
+    # The cancelled continuation kept nothing: the original picks up where it stopped.
+    deleted = orch.resume(first)
+    assert store.get_run(first)["resumed_by_run_id"] == deleted
+    recorder.wait_for(lambda e: e["type"] == "progress" and e["run_id"] == deleted)
+    orch.stop(save=True, expected_run_id=deleted)
+    assert finished(orch, deleted)["status"] == "stopped"
+    with pytest.raises(NotResumable, match=f"already resumed as run {deleted}"):
+        orch.resume(first)  # that continuation saved newer steps: resume it instead
+
+    store.delete_run(deleted)
+    monkeypatch.setenv(sw.STEP_SECONDS_ENV, "0")
+    third = orch.resume(first)
+    row = finished(orch, third)
+    assert row["status"] == "completed"
+    assert row["config"]["resume_from"].endswith(f"checkpoint-{stopped_at}")  # the original's own save
+    assert store.get_metrics(third)[0]["step"] == stopped_at + 1
+
+
+def test_a_run_whose_resumption_failed_before_its_first_step_is_resumable_again(orchestrator_for, store, monkeypatch):
+    orch, recorder = orchestrator_for(sw.trainer)
+    first = _stopped_run(orch, recorder, monkeypatch)
+    crasher, _ = orchestrator_for(sw.crashes_at_start)
+    failed = crasher.resume(first)
+    assert finished(crasher, failed)["status"] == "error"
+    again = orch.resume(first)
+    assert finished(orch, again)["status"] == "completed"
+    assert store.get_run(first)["resumed_by_run_id"] == again

@@ -126,7 +126,9 @@ class Orchestrator:
             self._run = run
         if resume_run_id is not None:
             try:
-                self.store.mark_resumed(resume_run_id, run_id)
+                # check_resumable (just now, under the start lock) found any earlier continuation void.
+                void = (self.store.get_run(resume_run_id) or {}).get("resumed_by_run_id")
+                self.store.mark_resumed(resume_run_id, run_id, replacing=void)
             except AlreadyResumed as exc:
                 run.finish(failure=str(exc))
                 raise NotResumable(resume_run_id, f"it was already resumed as run {exc.by_run_id}") from None
