@@ -5,29 +5,21 @@ refused because the new run uses the folder. Runs use the scripted trainer worke
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 
 import pytest
 
-from sse_helpers import final_event, start_run, stream_until_end
+from sse_helpers import final_event, scripted_worker_env, start_run, stream_until_end
 
 pytestmark = pytest.mark.slow
 
-TESTS = Path(__file__).resolve().parents[1]
 # The delete follows the resume by these delays, so it lands before, during and after the
 # resume's checks, whatever this machine's speed.
 DELETE_DELAYS_S = (0.0, 0.5, 1.0, 1.5, 2.5)
 # Higher-numbered checkpoint folders that are not valid: a resume spends a while looking
 # past them for the valid one, which widens the window a race needs.
 DECOYS = 4000
-
-
-def _scripted_env() -> dict[str, str]:
-    python_path = [str(TESTS / "orchestrator"), str(TESTS), os.environ.get("PYTHONPATH", "")]
-    return {"TUNELAB_WORKER_TARGET": "scripted_workers:trainer", "TUNELAB_PREWARM": "0",
-            "SCRIPTED_STEP_SECONDS": "0.02", "PYTHONPATH": os.pathsep.join(p for p in python_path if p)}
 
 
 def _stopped_run_with_a_checkpoint(client, demo_run) -> tuple[int, Path]:
@@ -42,7 +34,7 @@ def _stopped_run_with_a_checkpoint(client, demo_run) -> tuple[int, Path]:
 
 
 def test_delete_with_artifacts_and_resume_of_the_same_run_never_interleave(start_server, demo_run):
-    server = start_server(extra_env=_scripted_env())
+    server = start_server(extra_env=scripted_worker_env())
     client = server.client()
     for delay in DELETE_DELAYS_S:
         job, folder = _stopped_run_with_a_checkpoint(client, demo_run)

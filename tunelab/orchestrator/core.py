@@ -13,13 +13,14 @@ from __future__ import annotations
 import atexit
 import logging
 import multiprocessing
+import os
 import threading
 import weakref
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from tunelab import hardware, paths
-from tunelab.config import ConfigError, RunConfig, check_machine, parse_config
+from tunelab.config import SECRETS_USED_KEY, ConfigError, RunConfig, check_machine, parse_config, resume_config
 from tunelab.orchestrator.child import DEFAULT_WORKER, target_name
 from tunelab.orchestrator.errors import NoActiveRun, NotResumable, PersistError, RunActive, RunMismatch
 from tunelab.orchestrator.finalize import with_retries
@@ -114,7 +115,8 @@ class Orchestrator:
                    resume_run_id: int | None, start_request_id: str | None) -> int:
         self._call_before_spawn()
         env = gpu_env(cfg)  # after the hook: it may just have freed GPU memory
-        public = {**cfg.public(), "output_dir": str(output_dir), "resume_from": str(resume_from) if resume_from else None}
+        public = {**cfg.public(), SECRETS_USED_KEY: cfg.secret_names(), "output_dir": str(output_dir),
+                  "resume_from": str(resume_from) if resume_from else None}
         payload = {**cfg.worker_payload(), "output_dir": str(output_dir), "resume_from": str(resume_from) if resume_from else None}
         try:
             run_id = self._create_row(cfg, public, resumed_from, start_request_id)
@@ -170,13 +172,16 @@ class Orchestrator:
             log.warning("run %s: could not record its output folder yet: %s", run_id, exc)
         return run_id
 
-    def resume(self, run_id: int) -> int:
-        """Start a new run that continues `run_id` from its latest valid checkpoint."""
+    def resume(self, run_id: int, secrets: dict[str, Any] | None = None) -> int:
+        """Start a new run that continues `run_id` from its latest valid checkpoint.
+        `secrets` (hf_token, wandb_token, s3 keys) are given again: the database never
+        held them; a secret the run used and that is neither here nor in the environment
+        is a ConfigError before anything starts."""
         row, _ = check_resumable(self.store, run_id)
         # resume_from stays empty: start() takes the run's checkpoint through resume_run_id,
         # which also covers an output folder outside the outputs root that was allowed.
         stored = {**row["config"], "resume_from": None, "output_dir": row["output_dir"]}
-        return self.start(parse_config(stored), resume_run_id=run_id)
+        return self.start(resume_config(stored, secrets, os.environ), resume_run_id=run_id)
 
     # --- stopping -----------------------------------------------------------------------
     def stop(self, save: bool, expected_run_id: int | None = None) -> None:

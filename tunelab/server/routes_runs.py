@@ -20,6 +20,7 @@ from tunelab.server.schemas import (
     DeleteAnswer,
     JobAnswer,
     RenameRequest,
+    ResumeRequest,
     RunDetail,
     RunList,
     RunMetrics,
@@ -128,12 +129,15 @@ def _check_deletable(store: Any, run_id: int, folder: str) -> None:
 
 
 @router.post("/{run_id}/resume", response_model=JobAnswer, responses=error_responses(400, 404, 409, 422, 503))
-def resume_run(request: Request, run_id: RunId) -> JobAnswer:
+def resume_run(request: Request, run_id: RunId, body: ResumeRequest | None = None) -> JobAnswer:
     """Continue a run that ended in error or was stopped early, from its latest valid
-    checkpoint; the step count carries on. A run can be resumed once."""
+    checkpoint; the step count carries on. A run can be resumed once (again when its
+    continuation was deleted, cancelled, or failed before a newer checkpoint). Secrets
+    the run used (its config's `secrets_used`) must be given again in the body or the
+    server's environment; a missing one is a 422 naming it."""
     state = request.app.state
     _require_run(request, run_id)
     with state.start_lock:
         settle(state.orchestrator)
-        new_run_id = state.orchestrator.resume(run_id)
+        new_run_id = state.orchestrator.resume(run_id, body.secrets() if body else None)
     return JobAnswer(job_id=new_run_id, status="running")

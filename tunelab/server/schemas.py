@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from tunelab.config import DataFormat, DisplayName, Name, RunConfig, S3Source, TrainingType
 
@@ -50,6 +50,30 @@ class JobAnswer(BaseModel):
     job_id: int = Field(description="The run id of the job.")
     status: str = Field(description="The run's status: running, completed, stopped or error.")
     duplicate: bool = Field(False, description="True when this start_request_id had already started the job.")
+
+
+class ResumeS3Keys(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    access_key_id: SecretStr | None = None
+    secret_access_key: SecretStr | None = None
+    session_token: SecretStr | None = None
+
+
+class ResumeRequest(BaseModel):
+    """The secrets a resumed run needs again (the history never stores them). Each may
+    instead be set in the server's environment (HF_TOKEN, WANDB_API_KEY, AWS_*)."""
+
+    model_config = ConfigDict(extra="forbid")
+    hf_token: SecretStr | None = Field(None, description="Hub token, when the run used one (secret; never stored).")
+    wandb_token: SecretStr | None = Field(None, description="W&B key, when the run used one (secret; never stored).")
+    s3: ResumeS3Keys | None = Field(None, description="S3 keys, when the run's data came from S3 with keys.")
+
+    def secrets(self) -> dict[str, Any]:
+        """Plain values for `Orchestrator.resume`."""
+        plain = {k: v.get_secret_value() for k in ("hf_token", "wandb_token") if (v := getattr(self, k))}
+        if self.s3:
+            plain["s3"] = {k: v.get_secret_value() for k, v in self.s3 if v is not None}
+        return plain
 
 
 class StopRequest(BaseModel):
