@@ -59,7 +59,7 @@ def wedged(f: dict[str, Any]) -> list[str]:
         lines.append(f"| {name} | {c['status']} | {c['resume_blocked']} | {c['can_resume']} | "
                      f"{_s(c['seconds_to_end'], 1)} s | {c['worker_gone'] and not c['leftovers']} |")
     lines += ["", "A stop-and-save that never produced a checkpoint ends `error` with resume blocked; a cancel ends "
-              "`stopped` and keeps nothing; the time is the cap plus the 3 s between SIGTERM and SIGKILL."]
+              "`stopped` and keeps nothing (its folder is removed when inside the outputs root and unshared); the time is the cap plus the 3 s between SIGTERM and SIGKILL."]
     return lines + _reproduce("wedged", "test_wedged_workers.py")
 
 

@@ -81,8 +81,9 @@ def validate_checkpoint(path: str | Path) -> CheckpointInfo:
     return CheckpointInfo(path=folder, step=step, kind=kind)
 
 
-def latest_valid_checkpoint(output_dir: str | Path | None) -> Path | None:
-    """The valid `checkpoint-N` with the highest N in a run folder, or None.
+def latest_valid_checkpoint(output_dir: str | Path | None, at_most: int | None = None) -> Path | None:
+    """The valid `checkpoint-N` with the highest N (no higher than `at_most`, if given) in
+    a run folder, or None.
 
     Symlinked entries are skipped: a checkpoint must really live in the run's folder.
     A folder that cannot be looked up or listed (gone, too long a name, no permission)
@@ -94,7 +95,7 @@ def latest_valid_checkpoint(output_dir: str | Path | None) -> Path | None:
     try:
         for entry in Path(output_dir).iterdir():
             named = CHECKPOINT_NAME.fullmatch(entry.name)
-            if named and entry.is_dir() and not entry.is_symlink():
+            if named and entry.is_dir() and not entry.is_symlink() and (at_most is None or int(named.group(1)) <= at_most):
                 found.append((int(named.group(1)), entry))
     except (OSError, ValueError):
         return None

@@ -97,7 +97,10 @@ def train(
 
 @app.command()
 def resume(run: int = typer.Argument(..., help="Run id (see `tunelab runs`).")) -> None:
-    """Continue an `error` or unfinished `stopped` run from its last valid checkpoint."""
+    """Continue an `error` or unfinished `stopped` run from its last valid checkpoint.
+
+    Secrets are never stored: a run that used one needs it again in the environment
+    (HF_TOKEN, WANDB_API_KEY, AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN)."""
     orchestrator = _orchestrator()
     raise typer.Exit(_start_and_watch(orchestrator, lambda: orchestrator.resume(run)))
 

@@ -12,7 +12,7 @@ import difflib
 import json
 import platform
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Mapping
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -28,6 +28,13 @@ Precision = Literal["auto", "fp32", "bf16", "fp16"]
 
 SECRET_FIELDS = ("hf_token", "wandb_token")
 S3_SECRET_FIELDS = ("access_key_id", "secret_access_key", "session_token")
+# The stored config notes which secrets a run used (never their values), so a resume
+# knows what it must be given again: in its request, or in these environment variables.
+SECRETS_USED_KEY = "secrets_used"
+SECRET_ENVIRONMENT = {
+    "hf_token": "HF_TOKEN", "wandb_token": "WANDB_API_KEY", "s3.access_key_id": "AWS_ACCESS_KEY_ID",
+    "s3.secret_access_key": "AWS_SECRET_ACCESS_KEY", "s3.session_token": "AWS_SESSION_TOKEN",
+}
 # Canonical column names a dataset's own columns can be mapped onto.
 CANONICAL_COLUMNS = ("instruction", "input", "output", "text", "conversations", "messages", "system")
 # Learning-rate schedules the mlx backend implements (the torch backend takes any HF name).
@@ -319,6 +326,13 @@ class RunConfig(BaseModel):
                 data["s3"][key] = secret.get_secret_value() if secret else None
         return data
 
+    def secret_names(self) -> list[str]:
+        """Which secrets this config carries, by name ("hf_token", "s3.access_key_id", ...)."""
+        names = [k for k in SECRET_FIELDS if getattr(self, k)]
+        if self.s3:
+            names += [f"s3.{k}" for k in S3_SECRET_FIELDS if getattr(self.s3, k)]
+        return names
+
     def secret_values(self) -> list[str]:
         """Every secret string this config carries (for leak checks and log scrubbing)."""
         found = [getattr(self, k).get_secret_value() for k in SECRET_FIELDS if getattr(self, k)]
@@ -401,6 +415,33 @@ def parse_config(data: dict[str, Any]) -> RunConfig:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(errors_from_validation(exc)) from None
+
+
+def resume_config(stored: dict[str, Any], given: dict[str, Any] | None, environ: Mapping[str, str]) -> RunConfig:
+    """A stored (public) config made runnable again: each secret the run used comes from
+    `given` (same shape as a config: hf_token, wandb_token, s3.{keys}) or else from its
+    environment variable. A secret found in neither is a ConfigError naming it."""
+    given = given or {}
+    data = {k: v for k, v in stored.items() if k != SECRETS_USED_KEY}
+    if isinstance(data.get("s3"), dict):
+        data["s3"] = dict(data["s3"])
+    missing = []
+    for name in stored.get(SECRETS_USED_KEY) or []:
+        section, _, key = name.rpartition(".")
+        value = (given.get(section) or {}).get(key) if section else given.get(key)
+        value = value or environ.get(SECRET_ENVIRONMENT.get(name, ""))
+        target = data.get(section) if section else data
+        if not value or not isinstance(target, dict):
+            missing.append(name)
+            continue
+        target[key] = value
+    if missing:
+        raise ConfigError([
+            FieldError(field=name, message=f"the run used {name}, which tunelab never stores; give it again with the "
+                       f"resume (request body {name}) or set {SECRET_ENVIRONMENT.get(name, 'it')} in the environment")
+            for name in missing
+        ])
+    return parse_config(data)
 
 
 def parse_override(text: str) -> tuple[str, Any]:

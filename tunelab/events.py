@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 STATUS = "status"
@@ -56,8 +57,20 @@ def progress(step: int, **numbers: Any) -> dict[str, Any]:
     return make(PROGRESS, step=int(step), **{k: numbers.get(k) for k in PROGRESS_NUMBERS})
 
 
-def complete(output_dir: str | None, status_message: str) -> dict[str, Any]:
-    return make(COMPLETE, output_dir=output_dir, status_message=status_message)
+def complete(output_dir: str | None, status_message: str, checkpoint: Any = None) -> dict[str, Any]:
+    """The worker's last word. `checkpoint` is the `checkpoint-N` folder it wrote last (the
+    stop-and-save or the final save); finalize checks exactly that folder, since the last
+    reported step can lag the step saved (logging every N steps)."""
+    step = _checkpoint_step(str(checkpoint)) if checkpoint is not None else None
+    return make(COMPLETE, output_dir=output_dir, status_message=status_message,
+                checkpoint_step=step, checkpoint_dir=str(checkpoint) if checkpoint is not None else None)
+
+
+def _checkpoint_step(folder: str) -> int:
+    number = Path(folder).name.removeprefix("checkpoint-")
+    if not number.isdigit() or number == Path(folder).name:
+        raise ValueError(f"{folder!r} is not a checkpoint-<step> folder")
+    return int(number)
 
 
 def error(message: str, stack: str = "", resume_blocked: bool = False) -> dict[str, Any]:
@@ -111,4 +124,15 @@ def parse(raw: Any) -> dict[str, Any]:
             raise MalformedEvent(f"{kind} event has bad output_dir {out!r}")
         if kind == COMPLETE:
             event["status_message"] = str(raw.get("status_message") or "")
+            _parse_checkpoint(raw, event)
     return event
+
+
+def _parse_checkpoint(raw: dict[str, Any], event: dict[str, Any]) -> None:
+    """A `complete` names its checkpoint by step and folder, both or neither."""
+    step, folder = raw.get("checkpoint_step"), raw.get("checkpoint_dir")
+    if step is None and folder is None:
+        event["checkpoint_step"] = event["checkpoint_dir"] = None
+        return
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step <= MAX_COUNT or not isinstance(folder, str):
+        raise MalformedEvent(f"complete event has a bad checkpoint ({step!r}, {folder!r})")

@@ -459,12 +459,13 @@ class Store:
 
         return self._retry(work, write=True)
 
-    def mark_resumed(self, run_id: int, new_run_id: int) -> None:
-        """Record that `new_run_id` continues `run_id`; a run can be resumed only once."""
+    def mark_resumed(self, run_id: int, new_run_id: int, *, replacing: int | None = None) -> None:
+        """Record that `new_run_id` continues `run_id`. A run is resumed only once, unless
+        the caller found its earlier continuation `replacing` void (gone, or it kept nothing)."""
 
         def work(conn: sqlite3.Connection) -> None:
             row = self._require_run(conn, run_id)
-            if row["resumed_by_run_id"] is not None:
+            if row["resumed_by_run_id"] is not None and row["resumed_by_run_id"] != replacing:
                 raise AlreadyResumed(run_id, row["resumed_by_run_id"])
             conn.execute("UPDATE runs SET resumed_by_run_id = ? WHERE id = ?", (new_run_id, run_id))
 

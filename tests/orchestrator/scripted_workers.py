@@ -94,10 +94,12 @@ def trainer(config, events, stops, *, save_on_stop: bool = True) -> None:
         events.put(ev.make(ev.STATUS, message=f"stage {stage}", stage=stage))
     events.put(ev.make(ev.OUTPUT_DIR, output_dir=str(output_dir)))
     step = _first_step(config) - 1
+    logging_steps = config.get("logging_steps") or 1
     while step < total:
         step += 1
         time.sleep(_step_seconds())
-        events.put(_progress(step, total))
+        if step % logging_steps == 0:  # like HF Trainer: the steps between logs go unreported
+            events.put(_progress(step, total))
         if config.get("save_steps") and step % config["save_steps"] == 0:
             make_checkpoint(output_dir, step)
         if stop.state == "cancel":
@@ -109,7 +111,7 @@ def trainer(config, events, stops, *, save_on_stop: bool = True) -> None:
         if stop.state == "save":
             if save_on_stop and not (output_dir / f"checkpoint-{step}").exists():
                 make_checkpoint(output_dir, step)
-            events.put(ev.complete(str(output_dir), f"stopped at step {step}"))
+            events.put(ev.complete(str(output_dir), f"stopped at step {step}", output_dir / f"checkpoint-{step}"))
             _flush_and_exit(events)
     _wait_for_release()
     (output_dir / "adapter_config.json").write_text("{}")
@@ -195,7 +197,8 @@ def hangs_after_complete(config, events, stops) -> None:
     total = config["max_steps"]
     for step in range(1, total + 1):
         events.put(_progress(step, total))
-    events.put(ev.complete(config["output_dir"], "done, but not leaving"))
+    final_save = make_checkpoint(Path(config["output_dir"]), total)
+    events.put(ev.complete(config["output_dir"], "done, but not leaving", final_save))
     time.sleep(0.5)  # let the feeder thread deliver before hanging
     _hang(ignore_term=True)
 

@@ -7,6 +7,7 @@ import json
 import multiprocessing.spawn
 import os
 import resource
+import time
 
 import pytest
 import scripted_workers as sw
@@ -248,3 +249,18 @@ def test_shutdown_ends_the_worker_and_records_an_error(store, monkeypatch):
     assert not orch.is_training_active()
     with pytest.raises(RunActive, match="shutting down"):
         orch.start(scripted_config())
+
+
+def test_shutdown_after_the_worker_completed_with_a_valid_save_is_completed(store):
+    """The worker said `complete` (naming its valid final checkpoint) but has not exited
+    when the server shuts down: what it finished stands."""
+    orch = Orchestrator(store, worker_target=sw.hangs_after_complete)
+    run_id = orch.start(scripted_config(max_steps=3))
+    deadline = time.monotonic() + 60
+    while orch.snapshot()["phase"] != "finalizing" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert orch.snapshot()["phase"] == "finalizing"
+    orch.shutdown()
+    row = store.get_run(run_id)
+    assert row["status"] == "completed" and row["error_message"] is None
+    assert row["final_step"] == 3

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 from orch_helpers import EventRecorder, finished
 
+from tunelab.checkpoints import validate_checkpoint
 from tunelab.demo import demo_config
 from tunelab.orchestrator import Orchestrator
+from tunelab.orchestrator.resume import check_resumable
 
 pytestmark = pytest.mark.slow
 
@@ -92,5 +94,28 @@ def test_real_stop_and_save_then_resume_continues_the_step_count(demo_assets, st
         assert steps and steps[0] == stopped_at + 1
         assert steps == list(range(stopped_at + 1, stopped_at + 1 + len(steps)))
         assert second_row["resumed_from_run_id"] == first and second_row["status"] == "stopped"
+    finally:
+        orchestrator.shutdown()
+
+
+# logging_steps=1 without accumulation is the test above.
+@pytest.mark.parametrize("logging_steps, accumulation", [(5, 1), (1, 4)])
+def test_real_stop_and_save_is_stopped_whatever_the_logging_or_accumulation(demo_assets, store, logging_steps, accumulation):
+    """The stop lands between logged steps (logging_steps 5) or after several micro-batches
+    (accumulation 4): the run is `stopped` at the step the checkpoint holds."""
+    orchestrator = Orchestrator(store)
+    recorder = EventRecorder()
+    orchestrator.subscribe(recorder)
+    try:
+        run_id = orchestrator.start(demo_config(demo_assets, steps=400, logging_steps=logging_steps,
+                                                gradient_accumulation_steps=accumulation, batch_size=1))
+        recorder.wait_for(lambda e: e["type"] == "progress", timeout=240)
+        orchestrator.stop(save=True, expected_run_id=run_id)
+        row = finished(orchestrator, run_id)
+        assert row["status"] == "stopped", row["error_message"]
+        step = row["final_step"]
+        assert logging_steps <= step < 400
+        assert validate_checkpoint(Path(row["output_dir"]) / f"checkpoint-{step}").step == step
+        assert check_resumable(store, run_id)[1].name == f"checkpoint-{step}"
     finally:
         orchestrator.shutdown()

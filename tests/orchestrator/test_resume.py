@@ -117,3 +117,72 @@ def test_output_dir_outside_the_root_needs_explicit_permission(orchestrator_for,
     run_id = orch.start(scripted_config(output_dir=str(tmp_path / "out"), allow_output_outside_root=True))
     row = finished(orch, run_id)
     assert row["status"] == "completed" and row["output_dir"] == str((tmp_path / "out").resolve())
+
+
+def test_a_run_is_resumable_again_when_its_resumption_was_cancelled_or_deleted(orchestrator_for, store, monkeypatch):
+    orch, recorder = orchestrator_for(sw.trainer)
+    first = _stopped_run(orch, recorder, monkeypatch)
+    stopped_at = store.get_run(first)["final_step"]
+
+    monkeypatch.setenv(sw.STEP_SECONDS_ENV, "0.05")
+    cancelled = orch.resume(first)
+    recorder.wait_for(lambda e: e["type"] == "progress" and e["run_id"] == cancelled)
+    orch.stop(save=False, expected_run_id=cancelled)
+    assert finished(orch, cancelled)["status"] == "stopped"
+    # The cancelled continuation kept nothing: the original picks up where it stopped.
+    deleted = orch.resume(first)
+    assert store.get_run(first)["resumed_by_run_id"] == deleted
+    recorder.wait_for(lambda e: e["type"] == "progress" and e["run_id"] == deleted)
+    orch.stop(save=True, expected_run_id=deleted)
+    assert finished(orch, deleted)["status"] == "stopped"
+    with pytest.raises(NotResumable, match=f"already resumed as run {deleted}"):
+        orch.resume(first)  # that continuation saved newer steps: resume it instead
+
+    store.delete_run(deleted)
+    monkeypatch.setenv(sw.STEP_SECONDS_ENV, "0")
+    third = orch.resume(first)
+    row = finished(orch, third)
+    assert row["status"] == "completed"
+    assert row["config"]["resume_from"].endswith(f"checkpoint-{stopped_at}")  # the original's own save
+    assert store.get_metrics(third)[0]["step"] == stopped_at + 1
+
+
+def test_a_run_whose_resumption_failed_before_its_first_step_is_resumable_again(orchestrator_for, store, monkeypatch):
+    orch, recorder = orchestrator_for(sw.trainer)
+    first = _stopped_run(orch, recorder, monkeypatch)
+    crasher, _ = orchestrator_for(sw.crashes_at_start)
+    failed = crasher.resume(first)
+    assert finished(crasher, failed)["status"] == "error"
+    again = orch.resume(first)
+    assert finished(orch, again)["status"] == "completed"
+    assert store.get_run(first)["resumed_by_run_id"] == again
+
+
+def test_resume_takes_the_secrets_again_and_refuses_up_front_without_them(orchestrator_for, store, monkeypatch):
+    secrets = {"hf_token": "hf_resume_secret_1", "s3": {"bucket": "b", "access_key_id": "AKIA_RESUME_2",
+                                                        "secret_access_key": "resume_secret_3"}}
+    orch, recorder = orchestrator_for(sw.trainer)
+    monkeypatch.setenv(sw.STEP_SECONDS_ENV, "0.05")
+    first = orch.start(scripted_config(max_steps=12, **secrets))
+    recorder.wait_for(lambda e: e["type"] == "progress" and e["step"] >= 2)
+    orch.stop(save=True)
+    stored = finished(orch, first)["config"]
+    assert stored["secrets_used"] == ["hf_token", "s3.access_key_id", "s3.secret_access_key"]
+    monkeypatch.setenv(sw.STEP_SECONDS_ENV, "0")
+    for name in ("HF_TOKEN", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+
+    with pytest.raises(ConfigError) as refused:
+        orch.resume(first)
+    assert [e.field for e in refused.value.errors] == ["hf_token", "s3.access_key_id", "s3.secret_access_key"]
+    assert "HF_TOKEN" in refused.value.errors[0].message
+    assert store.count_runs() == 1  # nothing was started
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "resume_secret_3")  # one from the environment
+    second = orch.resume(first, {"hf_token": "hf_resume_secret_1", "s3": {"access_key_id": "AKIA_RESUME_2"}})
+    assert sorted(orch._run.cfg.secret_values()) == sorted(["hf_resume_secret_1", "AKIA_RESUME_2", "resume_secret_3"])
+    assert finished(orch, second)["status"] == "completed"
+    assert store.get_run(second)["config"]["secrets_used"] == stored["secrets_used"]
+    files = (paths.db_path(), Path(f"{paths.db_path()}-wal"))
+    database = b"".join(f.read_bytes() for f in files if f.exists())
+    assert not any(secret.encode() in database for secret in ("hf_resume_secret_1", "AKIA_RESUME_2", "resume_secret_3"))

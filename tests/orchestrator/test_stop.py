@@ -47,6 +47,21 @@ def test_stop_and_save_with_a_valid_checkpoint_is_stopped(orchestrator_for, slow
     assert recorder.finals()[0]["status"] == "stopped"
 
 
+def test_stop_and_save_between_logged_steps_is_stopped_at_the_saved_step(orchestrator_for, slow_steps):
+    """The worker logs every 5 steps, so the parent's last step lags the step saved: the
+    checkpoint named by the worker's `complete` is the one checked and recorded."""
+    orch, recorder = orchestrator_for(sw.trainer)
+    run_id = _start_and_reach(orch, recorder, scripted_config(max_steps=1000, logging_steps=5), 5)
+    orch.stop(save=True, expected_run_id=run_id)
+    row = finished(orch, run_id)
+
+    assert row["status"] == "stopped", row["error_message"]
+    step = row["final_step"]
+    assert step > max(e["step"] for e in recorder.of_type("progress"))
+    assert validate_checkpoint(Path(row["output_dir"]) / f"checkpoint-{step}").step == step
+    assert recorder.finals()[0]["final_step"] == step
+
+
 def test_stop_and_save_without_a_checkpoint_is_an_error_that_blocks_resume(orchestrator_for, slow_steps):
     orch, recorder = orchestrator_for(sw.forgets_to_save)
     run_id = _start_and_reach(orch, recorder, scripted_config(max_steps=1000), 2)
@@ -59,30 +74,63 @@ def test_stop_and_save_without_a_checkpoint_is_an_error_that_blocks_resume(orche
         orch.resume(run_id)
 
 
-def test_cancel_removes_partial_saves_keeps_checkpoints_and_never_follows_links(orchestrator_for, slow_steps, tmp_path):
+def test_cancel_removes_the_run_folder_and_never_follows_links(orchestrator_for, slow_steps, tmp_path):
     canary = tmp_path / "canary"
     canary.mkdir()
     (canary / "precious.txt").write_text("must survive")
     orch, recorder = orchestrator_for(sw.trainer)
     run_id = _start_and_reach(orch, recorder, scripted_config(max_steps=1000, save_steps=2), 5)
     output_dir = Path(orch.snapshot()["output_dir"])
-    (output_dir / "tmp-checkpoint-999").symlink_to(canary, target_is_directory=True)
-    partial_with_link = output_dir / "tmp-checkpoint-998"
-    partial_with_link.mkdir()
-    (partial_with_link / "escape").symlink_to(canary, target_is_directory=True)
+    (output_dir / "linked").symlink_to(canary, target_is_directory=True)
 
     orch.stop(save=False, expected_run_id=run_id)
     row = finished(orch, run_id)
 
     assert row["status"] == "stopped" and row["cancel_requested"]
     assert row["output_dir"] is None  # nothing to resume or export
+    assert not output_dir.exists()  # checkpoints and partial saves alike: a cancel keeps nothing
+    assert row["error_message"] == f"cancelled; its folder {output_dir} was removed"
+    assert (canary / "precious.txt").read_text() == "must survive"
+    with pytest.raises(NotResumable, match="cancelled"):
+        orch.resume(run_id)
+
+
+def test_cancel_keeps_a_folder_another_run_shares_but_removes_its_partial_saves(orchestrator_for, slow_steps, tmp_path):
+    canary = tmp_path / "canary"
+    canary.mkdir()
+    (canary / "precious.txt").write_text("must survive")
+    orch, recorder = orchestrator_for(sw.trainer)
+    first = _start_and_reach(orch, recorder, scripted_config(max_steps=1000, save_steps=2), 2)
+    orch.stop(save=True)
+    output_dir = Path(finished(orch, first)["output_dir"])
+    second = orch.resume(first)  # continues in the same folder
+    recorder.wait_for(lambda e: e["type"] == "progress" and e["run_id"] == second and e["step"] >= 5)
+    (output_dir / "tmp-checkpoint-999").symlink_to(canary, target_is_directory=True)
+    partial_with_link = output_dir / "tmp-checkpoint-998"
+    partial_with_link.mkdir()
+    (partial_with_link / "escape").symlink_to(canary, target_is_directory=True)
+
+    orch.stop(save=False, expected_run_id=second)
+    row = finished(orch, second)
+
+    assert row["status"] == "stopped" and row["output_dir"] is None
+    assert row["error_message"] == f"cancelled; its folder {output_dir} is shared with run(s) {first}, so it was kept (partial saves removed)"
     left = sorted(p.name for p in output_dir.iterdir())
     assert not any(name.startswith("tmp-checkpoint-") and name != "tmp-checkpoint-999" for name in left)
     assert (output_dir / "tmp-checkpoint-999").is_symlink()  # a link is not removed, let alone followed
     assert (canary / "precious.txt").read_text() == "must survive"
     assert {"checkpoint-2", "checkpoint-4"} <= set(left)
-    with pytest.raises(NotResumable, match="cancelled"):
-        orch.resume(run_id)
+
+
+def test_cancel_leaves_a_folder_outside_the_outputs_root_and_says_so(orchestrator_for, slow_steps, tmp_path):
+    outside = tmp_path / "elsewhere"
+    orch, recorder = orchestrator_for(sw.trainer)
+    run_id = _start_and_reach(orch, recorder, scripted_config(max_steps=1000, save_steps=2, output_dir=str(outside),
+                                                              allow_output_outside_root=True), 3)
+    orch.stop(save=False, expected_run_id=run_id)
+    row = finished(orch, run_id)
+    assert row["status"] == "stopped" and "outside the outputs root, so it was left on disk" in row["error_message"]
+    assert (outside / "checkpoint-2").is_dir()  # tunelab deletes nothing outside the outputs root
 
 
 def test_cancel_is_never_undone_by_a_later_save(orchestrator_for, slow_steps):

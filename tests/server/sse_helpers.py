@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterator
 
 import httpx
@@ -67,3 +69,12 @@ def start_run(client: httpx.Client, body: dict[str, Any]) -> int:
     response = client.post("/api/train/start", json=body)
     assert response.status_code == 200, response.text
     return response.json()["job_id"]
+
+
+def scripted_worker_env(worker: str = "trainer", step_seconds: float = 0.02) -> dict[str, str]:
+    """Server environment whose runs use a scripted fake worker from tests/orchestrator
+    (spawned exactly like the trainer) instead of training the demo model."""
+    tests = Path(__file__).resolve().parents[1]
+    python_path = [str(tests / "orchestrator"), str(tests), os.environ.get("PYTHONPATH", "")]
+    return {"TUNELAB_WORKER_TARGET": f"scripted_workers:{worker}", "TUNELAB_PREWARM": "0",
+            "SCRIPTED_STEP_SECONDS": str(step_seconds), "PYTHONPATH": os.pathsep.join(p for p in python_path if p)}

@@ -1,8 +1,10 @@
-"""Clean-up after a cancelled run: remove partial `tmp-checkpoint-N` saves.
+"""Clean-up after a cancelled run: its folder goes, or at least its partial saves.
 
-Only folders that really lie inside the outputs root are removed, a symlink is never
-followed (a link named like a partial save is left alone, and links inside a removed
-folder are unlinked, not chased), and finished `checkpoint-N` folders are kept.
+A cancel keeps nothing, so the run's whole folder is removed — when it lies inside the
+outputs root and no other run uses it (a resumed run shares its parent's folder). Where
+the folder must stay, only partial `tmp-checkpoint-N` saves are removed and finished
+`checkpoint-N` folders are kept. A symlink is never followed (a link named like a partial
+save is left alone, and links inside a removed folder are unlinked, not chased).
 """
 
 from __future__ import annotations
@@ -39,3 +41,22 @@ def remove_partial_checkpoints(output_dir: str | Path | None) -> list[Path]:
         except OSError as exc:
             log.warning("could not remove the partial save %s: %s", entry.path, exc)
     return removed
+
+
+def discard_cancelled_output(output_dir: str | Path | None, sharing: list[int] | None) -> str:
+    """Remove a cancelled run's folder where allowed; return what happened, for its history.
+    `sharing`: the other runs whose folders overlap this one; None when that is unknown."""
+    if not output_dir or not os.path.lexists(output_dir):
+        return "cancelled; nothing was kept"
+    folder = Path(output_dir)
+    if sharing is None or sharing:
+        remove_partial_checkpoints(folder)
+        who = f"shared with run(s) {', '.join(map(str, sharing))}" if sharing else "perhaps used by another run"
+        return f"cancelled; its folder {folder} is {who}, so it was kept (partial saves removed)"
+    try:
+        if paths.remove_inside(folder):
+            return f"cancelled; its folder {folder} was removed"
+    except OSError as exc:
+        log.warning("could not remove the cancelled run's folder %s: %s", folder, exc)
+        return f"cancelled; its folder {folder} could not be removed ({exc.strerror}); delete it yourself"
+    return f"cancelled; its folder {folder} is outside the outputs root, so it was left on disk; delete it yourself"

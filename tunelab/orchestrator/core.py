@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from tunelab import hardware, paths
-from tunelab.config import ConfigError, RunConfig, check_machine, parse_config
+from tunelab.config import SECRETS_USED_KEY, ConfigError, RunConfig, check_machine, parse_config, resume_config
 from tunelab.orchestrator import ownership
 from tunelab.orchestrator.child import DEFAULT_WORKER, target_name
 from tunelab.orchestrator.errors import NoActiveRun, NotResumable, PersistError, RunActive, RunMismatch
@@ -136,7 +136,8 @@ class Orchestrator:
                    resume_run_id: int | None, start_request_id: str | None) -> int:
         self._call_before_spawn()
         env = gpu_env(cfg)  # after the hook: it may just have freed GPU memory
-        public = {**cfg.public(), "output_dir": str(output_dir), "resume_from": str(resume_from) if resume_from else None}
+        public = {**cfg.public(), SECRETS_USED_KEY: cfg.secret_names(), "output_dir": str(output_dir),
+                  "resume_from": str(resume_from) if resume_from else None}
         payload = {**cfg.worker_payload(), "output_dir": str(output_dir), "resume_from": str(resume_from) if resume_from else None}
         # Before the row exists: a refused start leaves nothing behind, and a row is never
         # `running` without its owner holding the lock that says so.
@@ -156,7 +157,9 @@ class Orchestrator:
             self._run = run
         if resume_run_id is not None:
             try:
-                self.store.mark_resumed(resume_run_id, run_id)
+                # check_resumable (just now, under the start lock) found any earlier continuation void.
+                void = (self.store.get_run(resume_run_id) or {}).get("resumed_by_run_id")
+                self.store.mark_resumed(resume_run_id, run_id, replacing=void)
             except AlreadyResumed as exc:
                 run.finish(failure=str(exc))
                 raise NotResumable(resume_run_id, f"it was already resumed as run {exc.by_run_id}") from None
@@ -199,13 +202,16 @@ class Orchestrator:
             log.warning("run %s: could not record its output folder yet: %s", run_id, exc)
         return run_id
 
-    def resume(self, run_id: int) -> int:
-        """Start a new run that continues `run_id` from its latest valid checkpoint."""
+    def resume(self, run_id: int, secrets: dict[str, Any] | None = None) -> int:
+        """Start a new run that continues `run_id` from its latest valid checkpoint.
+        `secrets` (hf_token, wandb_token, s3 keys) are given again: the database never
+        held them; a secret the run used and that is neither here nor in the environment
+        is a ConfigError before anything starts."""
         row, _ = check_resumable(self.store, run_id)
         # resume_from stays empty: start() takes the run's checkpoint through resume_run_id,
         # which also covers an output folder outside the outputs root that was allowed.
         stored = {**row["config"], "resume_from": None, "output_dir": row["output_dir"]}
-        return self.start(parse_config(stored), resume_run_id=run_id)
+        return self.start(resume_config(stored, secrets, os.environ), resume_run_id=run_id)
 
     # --- stopping -----------------------------------------------------------------------
     def stop(self, save: bool, expected_run_id: int | None = None) -> None:

@@ -30,6 +30,7 @@ class Outcome:
     error: str | None = None
     resume_blocked: bool = False
     keep_output_dir: bool = True
+    step: int | None = None  # the step the worker saved, when it is newer than the last one reported
 
 
 @dataclass(frozen=True)
@@ -57,15 +58,26 @@ def describe_exit(exitcode: int | None) -> str:
     return f"exit code {exitcode}"
 
 
-def _checkpoint_of_step_is_valid(output_dir: str | None, step: int) -> bool:
-    if not output_dir:
+def _valid_checkpoint(folder: Path | None, step: int) -> bool:
+    if folder is None:
         return False
     try:
-        validate_checkpoint(Path(output_dir) / f"checkpoint-{step}")
+        found = validate_checkpoint(folder)
     except InvalidCheckpoint as exc:
-        log.warning("stop-and-save check failed: %s", exc)
+        log.warning("checkpoint check failed: %s", exc)
         return False
-    return True
+    return found.step == step
+
+
+def _named_checkpoint(last: dict[str, Any], output_dir: str | None) -> tuple[Path | None, int | None]:
+    """The checkpoint a `complete` names, if it lies directly in the run's folder."""
+    step, folder = last.get("checkpoint_step"), last.get("checkpoint_dir")
+    if last.get("type") != "complete" or step is None or not folder or not output_dir:
+        return None, None
+    if Path(folder).parent.resolve() != Path(output_dir).resolve():
+        log.warning("the worker named %s, which is not in the run's folder %s", folder, output_dir)
+        return None, step
+    return Path(folder), step
 
 
 def decide_outcome(facts: RunFacts) -> Outcome:
@@ -73,20 +85,29 @@ def decide_outcome(facts: RunFacts) -> Outcome:
     if facts.cancel_requested:
         # A cancel wins over everything: the user asked for nothing to be kept.
         return Outcome("stopped", "cancelled; nothing was kept", keep_output_dir=False)
-    if facts.failure:
+    checkpoint, saved_step = _named_checkpoint(last, facts.output_dir)
+    saved = checkpoint is not None and _valid_checkpoint(checkpoint, saved_step)
+    # A parent-side failure after the worker's `complete` with a valid save (e.g. a shutdown
+    # before finalize ran) changes nothing about what the worker finished.
+    if facts.failure and not saved:
         return Outcome("error", facts.failure, error=facts.failure)
     if last.get("type") == "error":
         return Outcome("error", last["error"], error=last["error"], resume_blocked=bool(last.get("resume_blocked")))
-    finished_all_steps = facts.total_steps is not None and facts.step is not None and facts.step >= facts.total_steps
+    step = saved_step if saved_step is not None else facts.step
+    finished_all_steps = facts.total_steps is not None and step is not None and step >= facts.total_steps
     if facts.save_requested and not (finished_all_steps and last.get("type") == "complete"):
-        if facts.step is None:
+        if step is None:
             return Outcome("stopped", "stopped before the first training step; there was nothing to save")
-        if _checkpoint_of_step_is_valid(facts.output_dir, facts.step):
-            return Outcome("stopped", f"stopped and saved a checkpoint of step {facts.step}")
-        message = f"stop-and-save did not land a valid checkpoint of step {facts.step}"
-        return Outcome("error", message, error=message, resume_blocked=True)
+        if saved_step is None and facts.output_dir:
+            # The worker named no checkpoint (it never answered): look for the last step reported.
+            checkpoint = Path(facts.output_dir) / f"checkpoint-{step}"
+            saved = _valid_checkpoint(checkpoint, step)
+        if saved:
+            return Outcome("stopped", f"stopped and saved a checkpoint of step {step}", step=step)
+        message = f"stop-and-save did not land a valid checkpoint of step {step}"
+        return Outcome("error", message, error=message, resume_blocked=True, step=step)
     if last.get("type") == "complete":
-        return Outcome("completed", last.get("status_message") or "training completed")
+        return Outcome("completed", last.get("status_message") or "training completed", step=saved_step)
     message = f"worker exited unexpectedly ({describe_exit(facts.exitcode)})"
     return Outcome("error", message, error=message)
 

@@ -2,8 +2,10 @@
 
 `resume_from` is a run id (its latest valid checkpoint is used) or a checkpoint folder,
 which must lie inside the folders tunelab may read and pass `validate_checkpoint`.
-A stored run may be resumed once, when it ended `error` or `stopped` without being
-cancelled, was not blocked, has steps left, and has a valid checkpoint on disk.
+A stored run may be resumed when it ended `error` or `stopped` without being cancelled,
+was not blocked, has steps left, and has a valid checkpoint on disk — once: unless the run
+that resumed it is gone, or ended (cancelled, failed) without a newer checkpoint of its
+own, in which case the original may be resumed again from its own last checkpoint.
 """
 
 from __future__ import annotations
@@ -59,16 +61,30 @@ def check_resumable(store: Store, run_id: int) -> tuple[dict[str, Any], Path]:
         raise NotResumable(run_id, "it completed; start a new run to train further", http_status=400)
     if status == "stopped" and run.get("cancel_requested"):
         raise NotResumable(run_id, "it was cancelled, so nothing of it was kept", http_status=400)
-    if run.get("resumed_by_run_id") is not None:
-        raise NotResumable(run_id, f"it was already resumed as run {run['resumed_by_run_id']}; resume that run instead")
+    successor = run.get("resumed_by_run_id")
+    if successor is not None and _continuation_counts(store, successor, run.get("final_step")):
+        raise NotResumable(run_id, f"it was already resumed as run {successor}; resume that run instead")
     if run.get("resume_blocked"):
         detail = f" ({run['error_message']})" if run.get("error_message") else ""
         raise NotResumable(run_id, f"its last checkpoint cannot be trusted{detail}", http_status=400)
     total, final = run.get("total_steps"), run.get("final_step")
     if status == "stopped" and total and final is not None and final >= total:
         raise NotResumable(run_id, f"it already trained all {total} steps", http_status=400)
-    checkpoint = latest_valid_checkpoint(run.get("output_dir"))
+    # After a continuation, its own newer saves may share the folder: take the run's own.
+    checkpoint = latest_valid_checkpoint(run.get("output_dir"), at_most=final if successor is not None else None)
     if checkpoint is None:
         where = run.get("output_dir") or "its output folder"
         raise NotResumable(run_id, f"there is no valid checkpoint in {where}", http_status=400)
     return run, Path(checkpoint)
+
+
+def _continuation_counts(store: Store, successor_id: int, resumed_at: int | None) -> bool:
+    """Whether the run that resumed another still stands for it: it is running or
+    completed, or it kept a valid checkpoint newer than the step it started from."""
+    successor = store.get_run(successor_id)
+    if successor is None or successor.get("cancel_requested"):
+        return False  # deleted, or cancelled: it kept nothing
+    if successor["status"] in ("running", "completed"):
+        return True
+    newest = latest_valid_checkpoint(successor.get("output_dir"))
+    return newest is not None and (resumed_at is None or validate_checkpoint(newest).step > resumed_at)

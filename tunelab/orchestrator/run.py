@@ -22,7 +22,7 @@ from tunelab import events as ev
 from tunelab.config import RunConfig
 from tunelab.metric_buffer import MetricBuffer
 from tunelab.orchestrator.child import WorkerHandle, end_process, spawn_worker
-from tunelab.orchestrator.cleanup import remove_partial_checkpoints
+from tunelab.orchestrator.cleanup import discard_cancelled_output
 from tunelab.orchestrator.finalize import FinalizeOnce, RunFacts, decide_outcome, with_retries
 from tunelab.orchestrator.ownership import RunClaim
 from tunelab.orchestrator.progress_log import ProgressLog
@@ -290,10 +290,14 @@ class ActiveRun:
             step=state.step, total_steps=state.numbers["total_steps"], output_dir=state.output_dir,
             exitcode=self.worker.exitcode if self.worker else None, failure=self.failure,
         ))
+        message, error = outcome.message, outcome.error
         if not outcome.keep_output_dir:
-            for folder in remove_partial_checkpoints(state.output_dir):
-                log.info("run %s: removed the partial save %s", self.run_id, folder)
+            # A cancel keeps nothing; the history says what became of the folder.
+            message = error = discard_cancelled_output(state.output_dir, self._runs_sharing(state.output_dir))
+            log.info("run %s: %s", self.run_id, message)
         output_dir = state.output_dir if outcome.keep_output_dir else None
+        if outcome.step is not None:
+            state.step = outcome.step  # the step the worker saved, which the last report may lag
         ended_at = time.time()
         self.final_loss = state.numbers["loss"]
         try:
@@ -304,23 +308,33 @@ class ActiveRun:
             with_retries(lambda: self._store.finalize_run(
                 self.run_id, status=outcome.status, ended_at=ended_at, total_steps=state.numbers["total_steps"],
                 final_step=state.step, final_loss=self.final_loss, duration_seconds=ended_at - self.started_at,
-                output_dir=output_dir, error_message=outcome.error, loss_sparkline=state.finite_losses(),
+                output_dir=output_dir, error_message=error, loss_sparkline=state.finite_losses(),
                 resume_blocked=outcome.resume_blocked,
             ), "recording the run's end")
         except Exception as exc:
             log.error("run %s: the run's end could not be recorded (%s); it is closed at the next start-up", self.run_id, exc)
         state.phase = state.status = outcome.status
-        state.message = outcome.message
+        state.message = message
         state.error = outcome.error
         state.resume_blocked = outcome.resume_blocked
         state.output_dir = output_dir
         log.info("run %s: %s at step %s (%s)", self.run_id, outcome.status, state.step, outcome.message)
         return {
             **ev.make(ev.ERROR if outcome.status == "error" else ev.COMPLETE), "run_id": self.run_id, "final": True,
-            "status": outcome.status, "status_message": outcome.message, "error": outcome.error,
+            "status": outcome.status, "status_message": message, "error": outcome.error,
             "resume_blocked": outcome.resume_blocked, "output_dir": output_dir, "final_step": state.step,
             "final_loss": self.final_loss, "total_steps": state.numbers["total_steps"],
         }
+
+    def _runs_sharing(self, folder: str | None) -> list[int] | None:
+        """Other runs using `folder`; None when the store cannot say (the folder is then kept)."""
+        if not folder:
+            return []
+        try:
+            return self._store.runs_sharing_output_dir(folder, except_run_id=self.run_id)
+        except Exception as exc:
+            log.warning("run %s: could not check who else uses %s: %s", self.run_id, folder, exc)
+            return None
 
     # --- reading ------------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:

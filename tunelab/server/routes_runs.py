@@ -20,6 +20,7 @@ from tunelab.server.schemas import (
     DeleteAnswer,
     JobAnswer,
     RenameRequest,
+    ResumeRequest,
     RunDetail,
     RunList,
     RunMetrics,
@@ -94,15 +95,18 @@ def delete_run(
     """Forget a finished run; with `delete_artifacts=true` also remove its folder, which
     must lie inside the outputs root and belong to no other run."""
     state = request.app.state
-    run = _require_run(request, run_id)
-    active = state.orchestrator.is_training_active() and state.orchestrator.snapshot().get("run_id") == run_id
-    if run["status"] == "running" or active:
-        raise ApiError(409, "run_active", f"run {run_id} is still running; stop it first (POST /api/train/stop)")
-    folder = run["output_dir"] if delete_artifacts else None
-    if folder:
-        _check_deletable(state.store, run_id, folder)
-    state.store.delete_run(run_id)
-    removed = paths.remove_inside(folder) if folder else False
+    # The lock starts and resumes take: none can begin in a folder while it is removed,
+    # and none can slip in between the "no other run uses it" check and the removal.
+    with state.start_lock:
+        run = _require_run(request, run_id)
+        active = state.orchestrator.is_training_active() and state.orchestrator.snapshot().get("run_id") == run_id
+        if run["status"] == "running" or active:
+            raise ApiError(409, "run_active", f"run {run_id} is still running; stop it first (POST /api/train/stop)")
+        folder = run["output_dir"] if delete_artifacts else None
+        if folder:
+            _check_deletable(state.store, run_id, folder)
+        state.store.delete_run(run_id)
+        removed = paths.remove_inside(folder) if folder else False
     return DeleteAnswer(deleted=run_id, artifacts_removed=removed)
 
 
@@ -126,12 +130,15 @@ def _check_deletable(store: Any, run_id: int, folder: str) -> None:
 
 
 @router.post("/{run_id}/resume", response_model=JobAnswer, responses=error_responses(400, 403, 404, 409, 422, 503))
-def resume_run(request: Request, run_id: RunId) -> JobAnswer:
+def resume_run(request: Request, run_id: RunId, body: ResumeRequest | None = None) -> JobAnswer:
     """Continue a run that ended in error or was stopped early, from its latest valid
-    checkpoint; the step count carries on. A run can be resumed once."""
+    checkpoint; the step count carries on. A run can be resumed once (again when its
+    continuation was deleted, cancelled, or failed before a newer checkpoint). Secrets
+    the run used (its config's `secrets_used`) must be given again in the body or the
+    server's environment; a missing one is a 422 naming it."""
     state = request.app.state
     check_stored_config(_require_run(request, run_id), state)
     with state.start_lock:
         settle(state.orchestrator)
-        new_run_id = state.orchestrator.resume(run_id)
+        new_run_id = state.orchestrator.resume(run_id, body.secrets() if body else None)
     return JobAnswer(job_id=new_run_id, status="running")

@@ -65,7 +65,8 @@ def start(body: StartRequest, request: Request) -> JobAnswer:
 @router.post("/stop", response_model=StopAnswer, responses=error_responses(409, 422, 503))
 def stop(body: StopRequest, request: Request) -> StopAnswer:
     """`save: true` stops at the next step and writes a resumable checkpoint; `save:
-    false` cancels: nothing of the run is kept and it cannot be resumed. A cancel is
+    false` cancels: nothing of the run is kept (its folder is removed when it lies
+    inside the outputs root and no other run uses it) and it cannot be resumed. A cancel is
     never undone by a later save."""
     orchestrator = request.app.state.orchestrator
     orchestrator.stop(body.save, expected_run_id=body.expected_job_id)

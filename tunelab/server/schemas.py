@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from tunelab.config import DataFormat, DisplayName, Name, RunConfig, S3Source, TrainingType
 
@@ -52,9 +52,33 @@ class JobAnswer(BaseModel):
     duplicate: bool = Field(False, description="True when this start_request_id had already started the job.")
 
 
+class ResumeS3Keys(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    access_key_id: SecretStr | None = None
+    secret_access_key: SecretStr | None = None
+    session_token: SecretStr | None = None
+
+
+class ResumeRequest(BaseModel):
+    """The secrets a resumed run needs again (the history never stores them). Each may
+    instead be set in the server's environment (HF_TOKEN, WANDB_API_KEY, AWS_*)."""
+
+    model_config = ConfigDict(extra="forbid")
+    hf_token: SecretStr | None = Field(None, description="Hub token, when the run used one (secret; never stored).")
+    wandb_token: SecretStr | None = Field(None, description="W&B key, when the run used one (secret; never stored).")
+    s3: ResumeS3Keys | None = Field(None, description="S3 keys, when the run's data came from S3 with keys.")
+
+    def secrets(self) -> dict[str, Any]:
+        """Plain values for `Orchestrator.resume`."""
+        plain = {k: v.get_secret_value() for k in ("hf_token", "wandb_token") if (v := getattr(self, k))}
+        if self.s3:
+            plain["s3"] = {k: v.get_secret_value() for k, v in self.s3 if v is not None}
+        return plain
+
+
 class StopRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    save: bool = Field(description="true: stop at the next step and save a resumable checkpoint; false: cancel, discarding the run's files.")
+    save: bool = Field(description="true: stop at the next step and save a resumable checkpoint; false: cancel, removing the run's folder when it is inside the outputs root and no other run uses it (the run's error_message says what became of it).")
     expected_job_id: int | None = Field(None, description="Refuse (409) unless this is still the active job.")
 
 

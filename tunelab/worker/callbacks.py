@@ -81,5 +81,7 @@ class StopOnRequest(TrainerCallback):
         self.stopped_at = state.global_step
         control.should_training_stop = True
         control.should_save = stop == "save"
+        # Log this step even between logging_steps, so the parent's last step is the one stopped at.
+        control.should_log = True
         control.should_evaluate = False
         return control

@@ -61,18 +61,20 @@ class WorkerContext:
             raise StopRequested(save=self.stop == "save")
         self.emit(events.make(events.STATUS, message=message, stage=stage))
 
-    def complete(self, output_dir: str | None, status_message: str) -> None:
-        self.emit(events.complete(output_dir, status_message))
+    def complete(self, output_dir: str | None, status_message: str, checkpoint: Path | None = None) -> None:
+        """`checkpoint`: the checkpoint-N folder this run saved last, named in the event."""
+        self.emit(events.complete(output_dir, status_message, checkpoint))
 
     def complete_stopped(self, output_dir: Any, step: int) -> None:
-        """End a stop-and-save: `complete` only when checkpoint-<step> validates; otherwise
-        an error that blocks resume, since there is nothing trustworthy to resume from."""
+        """End a stop-and-save: `complete` naming checkpoint-<step> only when it validates;
+        otherwise an error that blocks resume, since there is nothing trustworthy to resume from."""
+        checkpoint = Path(output_dir) / f"checkpoint-{step}"
         try:
-            validate_checkpoint(Path(output_dir) / f"checkpoint-{step}")
+            validate_checkpoint(checkpoint)
         except InvalidCheckpoint as exc:
             self.emit(events.error(f"the stop was requested but the checkpoint did not land: {exc.reason}", resume_blocked=True))
             return
-        self.complete(str(output_dir), f"stopped at step {step}; checkpoint saved")
+        self.complete(str(output_dir), f"stopped at step {step}; checkpoint saved", checkpoint)
 
     # --- stop state ----------------------------------------------------------------
     @property

@@ -99,14 +99,14 @@ def _finish(ctx: WorkerContext, run_state: "_RunState", trainer: Trainer, tokeni
         return
     stopped_early = ctx.stop == "save" and step < run_state.total_steps
     ctx.stage("saving", f"Saving checkpoint-{step}" if stopped_early else "Saving the final model")
-    run_state.checkpoint(trainer.model, trainer.optimizer, step)
+    checkpoint = run_state.checkpoint(trainer.model, trainer.optimizer, step)
     if stopped_early:
         ctx.complete_stopped(output_dir, step)
         return
     save_final(output_dir, trainer.model, tokenizer, run_state.adapter_config, model_config)
     losses = [row["loss"] for row in run_state.history if "loss" in row]
     final = f"; final loss {losses[-1]:.4f}" if losses and math.isfinite(losses[-1]) else ""
-    ctx.complete(str(output_dir), f"completed {step} steps{final}")
+    ctx.complete(str(output_dir), f"completed {step} steps{final}", checkpoint)
 
 
 class _RunState:

@@ -148,7 +148,8 @@ def _finish(ctx: WorkerContext, trainer: Any, stopper: Any, tokenizer: Any, outp
     ctx.stage("saving", "Saving the final model")
     trainer.save_model(str(output_dir))
     tokenizer.save_pretrained(str(output_dir))
-    ctx.complete(str(output_dir), f"completed {step} steps{_final_loss(trainer)}")
+    final_save = output_dir / f"checkpoint-{step}"  # the Trainer saves at the last step
+    ctx.complete(str(output_dir), f"completed {step} steps{_final_loss(trainer)}", final_save if final_save.is_dir() else None)
 
 
 def _final_loss(trainer: Any) -> str:
