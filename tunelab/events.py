@@ -57,12 +57,13 @@ def progress(step: int, **numbers: Any) -> dict[str, Any]:
     return make(PROGRESS, step=int(step), **{k: numbers.get(k) for k in PROGRESS_NUMBERS})
 
 
-def complete(output_dir: str | None, status_message: str, checkpoint: Any = None) -> dict[str, Any]:
+def complete(output_dir: str | None, status_message: str, checkpoint: Any = None, stopped: bool = False) -> dict[str, Any]:
     """The worker's last word. `checkpoint` is the `checkpoint-N` folder it wrote last (the
     stop-and-save or the final save); finalize checks exactly that folder, since the last
-    reported step can lag the step saved (logging every N steps)."""
+    reported step can lag the step saved (logging every N steps). `stopped`: the run ended
+    early with a stop-and-save (asked by the parent, or by a signal to the worker itself)."""
     step = _checkpoint_step(str(checkpoint)) if checkpoint is not None else None
-    return make(COMPLETE, output_dir=output_dir, status_message=status_message,
+    return make(COMPLETE, output_dir=output_dir, status_message=status_message, stopped=stopped,
                 checkpoint_step=step, checkpoint_dir=str(checkpoint) if checkpoint is not None else None)
 
 
@@ -124,6 +125,7 @@ def parse(raw: Any) -> dict[str, Any]:
             raise MalformedEvent(f"{kind} event has bad output_dir {out!r}")
         if kind == COMPLETE:
             event["status_message"] = str(raw.get("status_message") or "")
+            event["stopped"] = raw.get("stopped") is True
             _parse_checkpoint(raw, event)
     return event
 

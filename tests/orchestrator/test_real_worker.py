@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -115,6 +116,27 @@ def test_real_stop_and_save_is_stopped_whatever_the_logging_or_accumulation(demo
         assert row["status"] == "stopped", row["error_message"]
         step = row["final_step"]
         assert logging_steps <= step < 400
+        assert validate_checkpoint(Path(row["output_dir"]) / f"checkpoint-{step}").step == step
+        assert check_resumable(store, run_id)[1].name == f"checkpoint-{step}"
+    finally:
+        orchestrator.shutdown()
+
+
+def test_a_sigterm_to_the_worker_itself_stops_and_saves(demo_assets, store):
+    """A supervisor that signals every process of the job (systemd's control-group kill)
+    reaches the worker directly: it stops at the next step and saves, and the run is
+    `stopped` at that step and resumable, though the parent never asked for a stop."""
+    orchestrator = Orchestrator(store)
+    recorder = EventRecorder()
+    orchestrator.subscribe(recorder)
+    try:
+        run_id = orchestrator.start(demo_config(demo_assets, steps=400))
+        recorder.wait_for(lambda e: e["type"] == "progress" and e["step"] >= 2, timeout=240)
+        os.kill(orchestrator.snapshot()["worker_pid"], signal.SIGTERM)
+        row = finished(orchestrator, run_id)
+        assert row["status"] == "stopped", row["error_message"]
+        step = row["final_step"]
+        assert 2 <= step < 400
         assert validate_checkpoint(Path(row["output_dir"]) / f"checkpoint-{step}").step == step
         assert check_resumable(store, run_id)[1].name == f"checkpoint-{step}"
     finally:

@@ -1,10 +1,13 @@
-"""Clean-up after a cancelled run: its folder goes, or at least its partial saves.
+"""Clean-up at a run's end: a cancelled run's folder goes (or at least its partial saves);
+a completed run's dataset caches go.
 
 A cancel keeps nothing, so the run's whole folder is removed — when it lies inside the
 outputs root and no other run uses it (a resumed run shares its parent's folder). Where
 the folder must stay, only partial `tmp-checkpoint-N` saves are removed and finished
 `checkpoint-N` folders are kept. A symlink is never followed (a link named like a partial
 save is left alone, and links inside a removed folder are unlinked, not chased).
+The dataset caches (Arrow copies, tokenized rows) are kept while a run can still be
+resumed, where they save the tokenizing; a completed run will not read them again.
 """
 
 from __future__ import annotations
@@ -60,3 +63,14 @@ def discard_cancelled_output(output_dir: str | Path | None, sharing: list[int] |
         log.warning("could not remove the cancelled run's folder %s: %s", folder, exc)
         return f"cancelled; its folder {folder} could not be removed ({exc.strerror}); delete it yourself"
     return f"cancelled; its folder {folder} is outside the outputs root, so it was left on disk; delete it yourself"
+
+
+def remove_dataset_caches(output_dir: str | Path | None) -> bool:
+    """Delete a finished run's `datasets` caches (inside its folder, inside the outputs root)."""
+    if not output_dir:
+        return False
+    try:
+        return paths.remove_inside(paths.run_datasets_cache(output_dir))
+    except OSError as exc:
+        log.warning("could not remove the dataset caches of %s: %s", output_dir, exc)
+        return False

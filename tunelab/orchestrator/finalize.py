@@ -95,7 +95,9 @@ def decide_outcome(facts: RunFacts) -> Outcome:
         return Outcome("error", last["error"], error=last["error"], resume_blocked=bool(last.get("resume_blocked")))
     step = saved_step if saved_step is not None else facts.step
     finished_all_steps = facts.total_steps is not None and step is not None and step >= facts.total_steps
-    if facts.save_requested and not (finished_all_steps and last.get("type") == "complete"):
+    # The worker may have stopped and saved on its own: a supervisor's SIGTERM reaches it too.
+    stop_saved = facts.save_requested or bool(last.get("stopped"))
+    if stop_saved and not (finished_all_steps and last.get("type") == "complete"):
         if step is None:
             return Outcome("stopped", "stopped before the first training step; there was nothing to save")
         if saved_step is None and facts.output_dir:

@@ -46,6 +46,7 @@ class WorkerContext:
         self._lock = threading.Lock()
         self._stop: str | None = None  # None | "save" | "cancel"
         self.finished = False  # set once a complete or error event has been sent
+        self.current_stage: str | None = None
 
     # --- events ------------------------------------------------------------------
     def emit(self, event: dict[str, Any]) -> None:
@@ -59,11 +60,13 @@ class WorkerContext:
             raise ValueError(f"unknown stage {stage!r}")
         if stage != "saving" and self.stop is not None:
             raise StopRequested(save=self.stop == "save")
+        self.current_stage = stage
         self.emit(events.make(events.STATUS, message=message, stage=stage))
 
-    def complete(self, output_dir: str | None, status_message: str, checkpoint: Path | None = None) -> None:
+    def complete(self, output_dir: str | None, status_message: str, checkpoint: Path | None = None,
+                 stopped: bool = False) -> None:
         """`checkpoint`: the checkpoint-N folder this run saved last, named in the event."""
-        self.emit(events.complete(output_dir, status_message, checkpoint))
+        self.emit(events.complete(output_dir, status_message, checkpoint, stopped))
 
     def complete_stopped(self, output_dir: Any, step: int) -> None:
         """End a stop-and-save: `complete` naming checkpoint-<step> only when it validates;
@@ -74,7 +77,7 @@ class WorkerContext:
         except InvalidCheckpoint as exc:
             self.emit(events.error(f"the stop was requested but the checkpoint did not land: {exc.reason}", resume_blocked=True))
             return
-        self.complete(str(output_dir), f"stopped at step {step}; checkpoint saved", checkpoint)
+        self.complete(str(output_dir), f"stopped at step {step}; checkpoint saved", checkpoint, stopped=True)
 
     # --- stop state ----------------------------------------------------------------
     @property

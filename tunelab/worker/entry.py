@@ -54,6 +54,7 @@ def run_worker(config: dict[str, Any], events: Any, stops: Any) -> None:
     watch_parent()
     ctx = WorkerContext(events)
     ctx.read_stops(stops)
+    _stop_and_save_on_sigterm(ctx)
     try:
         backend = importlib.import_module(BACKENDS[_backend_name(config)])
         backend.run(config, ctx)
@@ -67,6 +68,26 @@ def run_worker(config: dict[str, Any], events: Any, stops: Any) -> None:
             report_failure(ctx, config, exc)
     finally:
         _flush_and_exit(events)
+
+
+def _stop_and_save_on_sigterm(ctx: WorkerContext) -> None:
+    """Supervisors often signal every process of a job at once (systemd's default
+    control-group kill, Slurm's preemption): a worker in the middle of training takes its
+    first SIGTERM as a stop-and-save, as the parent (signalled too) would ask, so the work
+    since the last checkpoint is kept. Before training, once a stop is under way, or on a
+    second signal, SIGTERM ends the worker as usual — the parent's own `end_process`
+    relies on that."""
+
+    def on_sigterm(signum: int, _frame: Any) -> None:
+        if ctx.current_stage == "training" and ctx.stop is None and not ctx.finished:
+            ctx.request_stop(save=True)
+            print("tunelab worker: SIGTERM during training; stopping at the next step and saving "
+                  "(a second SIGTERM ends it at once)", file=sys.stderr, flush=True)
+            return
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def report_failure(ctx: WorkerContext, config: dict[str, Any], exc: BaseException) -> None:
