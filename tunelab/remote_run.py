@@ -75,7 +75,7 @@ def find_server(say: Callable[[str], None]) -> Server | None:
     if not _answers(url):
         say(f"the tunelab server at {url} (pid {pid}) does not answer: training in this process")
         return None
-    say(f"handing the run to the tunelab server at {url} (pid {pid}); --local trains in this process instead")
+    say(f"handing the run to the server at {url} (pid {pid}); --local trains in this process")
     return Server(url, pid, _read_token())
 
 

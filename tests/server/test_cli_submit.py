@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 TUNELAB = [sys.executable, "-m", "tunelab.cli"]
-HANDED_OVER = "handing the run to the tunelab server"
+HANDED_OVER = "handing the run to the server at"
 
 
 def cli_env(home: Path) -> dict[str, str]:
@@ -137,3 +137,22 @@ def test_a_stale_server_file_falls_back_to_local(home, demo_assets, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"pid {gone.pid}, which is not running: training in this process" in result.stdout
     assert [r["status"] for r in json.loads(run_cli(["runs", "--json"], home).stdout)] == ["completed"]
+
+
+@pytest.mark.slow
+def test_server_dying_mid_run_is_reported_with_exit_1(start_server, demo_assets, tmp_path):
+    server = start_server(token=None)
+    config = write_config(tmp_path / "run.yaml", demo_assets, max_steps=400, max_seq_length=128)
+    proc = subprocess.Popen(TUNELAB + ["train", str(config)], env=cli_env(server.home), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    with api(server) as client:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (client.get("/api/train/status").json().get("step") or 0) < 2:
+            time.sleep(0.2)
+    server.process.kill()
+    server.process.wait()
+
+    out, _ = proc.communicate(timeout=60)
+
+    assert proc.returncode == 1, out
+    assert f"the server (pid {server.pid}) went away during run" in out.replace("\n", " ")
