@@ -18,6 +18,8 @@ import httpx
 import pytest
 import yaml
 
+from tunelab import foreground
+
 TUNELAB = [sys.executable, "-m", "tunelab.cli"]
 HANDED_OVER = "handing the run to the server at"
 
@@ -72,8 +74,15 @@ def test_train_is_run_by_the_server_once(start_server, demo_assets, tmp_path):
     assert not (server.home / "server.json").exists()
 
 
+# SIGTERM joins Ctrl-C in the CLI's signal handler with the stop-and-save-on-shutdown work.
+SIGNALS = [pytest.param(signal.SIGINT, id="SIGINT"),
+           pytest.param(signal.SIGTERM, id="SIGTERM", marks=pytest.mark.skipif(
+               not hasattr(foreground, "SHUTDOWN_SIGNALS"), reason="the CLI handles SIGTERM once shutdown lands"))]
+
+
 @pytest.mark.slow
-def test_ctrl_c_on_a_submitted_run_stops_it_with_a_checkpoint(start_server, demo_assets, tmp_path):
+@pytest.mark.parametrize("sig", SIGNALS)
+def test_a_signal_to_the_cli_stops_the_submitted_run_with_a_checkpoint(start_server, demo_assets, tmp_path, sig):
     server = start_server(token=None)
     config = write_config(tmp_path / "run.yaml", demo_assets, max_steps=400, max_seq_length=128)
     proc = subprocess.Popen(TUNELAB + ["train", str(config)], env=cli_env(server.home), stdout=subprocess.PIPE,
@@ -83,7 +92,7 @@ def test_ctrl_c_on_a_submitted_run_stops_it_with_a_checkpoint(start_server, demo
         while time.monotonic() < deadline and (client.get("/api/train/status").json().get("step") or 0) < 3:
             time.sleep(0.2)
         # To the CLI alone: the server and its worker hear of it only through the API.
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, _ = proc.communicate(timeout=120)
         assert proc.returncode == 130, out
         runs = client.get("/api/runs").json()["runs"]
@@ -91,7 +100,7 @@ def test_ctrl_c_on_a_submitted_run_stops_it_with_a_checkpoint(start_server, demo
     stopped_at = runs[0]["final_step"]
     assert 3 <= stopped_at < 400 and runs[0]["can_resume"], runs[0]
     assert (Path(runs[0]["output_dir"]) / f"checkpoint-{stopped_at}").is_dir()
-    assert "saving a checkpoint" in out.lower() or "stopping" in out.lower()
+    assert "saving a checkpoint" in out
 
 
 def test_a_path_outside_the_servers_folders_exits_2_with_the_local_hint(start_server, demo_assets, tmp_path):
