@@ -209,8 +209,7 @@ class RemoteRun:
         finally:
             done.set()
         if last.get("type") == "lost":
-            run = {"status": "error", "error_message": f"the server (pid {self.server.pid}) went away during run "
-                   f"{run_id}; it records the run's end when it starts again (`tunelab runs`)"}
+            run = {"status": "error", "error_message": last["why"]}
         else:
             run = self._record(run_id) or {"status": last.get("status") or "error", "final_step": last.get("final_step"),
                                            "total_steps": last.get("total_steps"), "error_message": last.get("error"),
@@ -218,35 +217,47 @@ class RemoteRun:
         return RunOutcome(run_id, run, view.first_loss, view.last_loss, view.steps_seen)
 
     def _read_stream(self, run_id: int, inbox: "queue.Queue[dict[str, Any]]", done: threading.Event) -> None:
-        """Feed `inbox` with the run's events, reconnecting with the last event id held,
-        until its final event, or a `lost` event once the server is gone."""
+        """Feed `inbox` with the run's events until its final one, or a `lost` event
+        saying why following it ended; the terminal never waits on a dead reader."""
+        try:
+            if self._follow_stream(run_id, inbox, done):
+                return
+            why = (f"the server (pid {self.server.pid}) went away during run {run_id}; it records the run's end "
+                   "when it starts again (`tunelab runs`)")
+        except Exception as exc:  # a garbled stream: say what broke instead of hanging
+            why = f"reading the server's progress stream failed ({exc!r}); see the run with `tunelab show {run_id}`"
+        inbox.put({"type": "lost", "why": why})
+
+    def _follow_stream(self, run_id: int, inbox: "queue.Queue[dict[str, Any]]", done: threading.Event) -> bool:
+        """Put the run's events in `inbox`, reconnecting with the last event id held;
+        True once its final event is in, False when the server is gone."""
         last_id = f"{run_id}:0"  # the run from its first step
         unreachable_since: float | None = None
         while not done.is_set():
             try:
                 with self._stream_client.stream("GET", "/api/train/progress", headers={"Last-Event-ID": last_id}) as response:
-                    if response.status_code == 200:
-                        unreachable_since = None
-                        for kind, data, event_id in _iter_sse(response):
-                            if data.get("run_id") not in (None, run_id):
-                                # The server follows a newer run, so ours has ended: its record tells how.
-                                inbox.put({"type": "complete", "final": True, "run_id": run_id})
-                                return
-                            if event_id:
-                                last_id = event_id
-                            inbox.put({**data, "type": kind})
-                            if data.get("final"):
-                                return
+                    if response.status_code != 200:
+                        raise RuntimeError(f"the progress stream answered HTTP {response.status_code}")
+                    unreachable_since = None
+                    for kind, data, event_id in _iter_sse(response):
+                        if data.get("run_id") not in (None, run_id):
+                            # The server follows a newer run, so ours has ended: its record tells how.
+                            inbox.put({"type": "complete", "final": True, "run_id": run_id})
+                            return True
+                        if event_id:
+                            last_id = event_id
+                        inbox.put({**data, "type": kind})
+                        if data.get("final"):
+                            return True
             except httpx.TransportError:
                 pass
             if not _pid_alive(self.server.pid):
-                inbox.put({"type": "lost"})
-                return
+                return False
             unreachable_since = unreachable_since or time.monotonic()
             if not _answers(self.server.url) and time.monotonic() - unreachable_since > UNREACHABLE_LIMIT_S:
-                inbox.put({"type": "lost"})
-                return
+                return False
             done.wait(RECONNECT_PAUSE_S)
+        return True  # the terminal side stopped following
 
     def _record(self, run_id: int) -> dict[str, Any] | None:
         """The run's stored row once it is no longer `running` (None if unreachable)."""
