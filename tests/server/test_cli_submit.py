@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -165,3 +168,81 @@ def test_server_dying_mid_run_is_reported_with_exit_1(start_server, demo_assets,
 
     assert proc.returncode == 1, out
     assert f"the server (pid {server.pid}) went away during run" in out.replace("\n", " ")
+
+
+class CuttingProxy:
+    """A loopback TCP proxy to the server that cuts the first progress stream once it has
+    passed two progress events, as a flaky network would."""
+
+    def __init__(self, target_port: int):
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.progress_requests: list[str] = []
+        self.cuts = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            threading.Thread(target=self._requests, args=(client, upstream), daemon=True).start()
+
+    def _requests(self, client: socket.socket, upstream: socket.socket) -> None:
+        first = client.recv(65536)
+        cut = first.startswith(b"GET /api/train/progress") and not self.progress_requests
+        if first.startswith(b"GET /api/train/progress"):
+            self.progress_requests.append(first.decode("latin-1"))
+        threading.Thread(target=self._responses, args=(upstream, client, cut), daemon=True).start()
+        data = first
+        while data:
+            try:
+                upstream.sendall(data)
+                data = client.recv(65536)
+            except OSError:
+                return
+
+    def _responses(self, upstream: socket.socket, client: socket.socket, cut: bool) -> None:
+        seen = 0
+        try:
+            while data := upstream.recv(65536):
+                client.sendall(data)
+                seen += data.count(b"event: progress")
+                if cut and seen >= 2:
+                    self.cuts += 1
+                    break
+        except OSError:
+            pass
+        for sock in (client, upstream):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.slow
+def test_a_dropped_stream_is_resumed_with_the_last_event_id(start_server, demo_assets, tmp_path):
+    server = start_server(token=None)
+    proxy = CuttingProxy(int(server.base_url.rsplit(":", 1)[1]))
+    info = json.loads((server.home / "server.json").read_text())
+    (server.home / "server.json").write_text(json.dumps({**info, "url": f"http://127.0.0.1:{proxy.port}/"}))
+    config = write_config(tmp_path / "run.yaml", demo_assets, max_steps=20)
+    try:
+        result = run_cli(["train", str(config)], server.home)
+    finally:
+        proxy.close()
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert proxy.cuts == 1 and len(proxy.progress_requests) >= 2, proxy.progress_requests
+    resumed = re.search(r"(?im)^last-event-id: (\d+):(\d+)", proxy.progress_requests[1])
+    assert resumed and int(resumed.group(2)) >= 2, proxy.progress_requests[1]
+    with api(server) as client:
+        runs = client.get("/api/runs").json()["runs"]
+    assert [(r["id"], r["status"], r["final_step"]) for r in runs] == [(int(resumed.group(1)), "completed", 20)]
