@@ -81,26 +81,64 @@ def _start_and_watch(orchestrator, start) -> int:
     return outcome.exit_code
 
 
+def _server_for(local: bool):
+    """The server on this home to hand the run to, or None to train in this process."""
+    if local:
+        return None
+    from tunelab.remote_run import find_server
+
+    return find_server(lambda line: console.print(f"[dim]{escape(printable(line))}[/]"))
+
+
+def _submit_and_watch(server, submit) -> int:
+    """Start a run on `server` via `submit(remote)` and follow it; returns the exit code."""
+    from tunelab.remote_run import RemoteRefused, submit_and_follow
+
+    try:
+        outcome = submit_and_follow(server, console, submit)
+    except ConfigError as exc:
+        raise _config_failure(exc)
+    except RemoteRefused as exc:
+        raise _fail(exc.exit_code, str(exc))
+    print_outcome(outcome, console)
+    return outcome.exit_code
+
+
+LOCAL_HELP = "Train in this process even when a tunelab server runs on this home."
+
+
 @app.command()
 def train(
     config: Path = typer.Argument(..., help="YAML or JSON run config."),
     set_: list[str] = typer.Option([], "--set", help="Override a setting: --set learning_rate=1e-4 (repeatable)."),
+    local: bool = typer.Option(False, "--local", help=LOCAL_HELP),
 ) -> None:
-    """Train in the foreground. Ctrl-C stops and saves; a second Ctrl-C cancels."""
+    """Train in the foreground. Ctrl-C stops and saves; a second Ctrl-C cancels. With a
+    server running on this home, the run goes to it (its warm worker starts at once)."""
     try:
         cfg = load_config_file(config, set_)
     except ConfigError as exc:
         raise _config_failure(exc)
+    server = _server_for(local)
+    if server is not None:
+        raise typer.Exit(_submit_and_watch(server, lambda remote: remote.start(cfg)))
     orchestrator = _orchestrator()
     raise typer.Exit(_start_and_watch(orchestrator, lambda: orchestrator.start(cfg)))
 
 
 @app.command()
-def resume(run: int = typer.Argument(..., help="Run id (see `tunelab runs`).")) -> None:
-    """Continue an `error` or unfinished `stopped` run from its last valid checkpoint.
+def resume(
+    run: int = typer.Argument(..., help="Run id (see `tunelab runs`)."),
+    local: bool = typer.Option(False, "--local", help=LOCAL_HELP),
+) -> None:
+    """Continue an `error` or unfinished `stopped` run from its last valid checkpoint
+    (on the home's server when one runs, like `train`).
 
     Secrets are never stored: a run that used one needs it again in the environment
     (HF_TOKEN, WANDB_API_KEY, AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN)."""
+    server = _server_for(local)
+    if server is not None:
+        raise typer.Exit(_submit_and_watch(server, lambda remote: remote.resume(run)))
     orchestrator = _orchestrator()
     raise typer.Exit(_start_and_watch(orchestrator, lambda: orchestrator.resume(run)))
 

@@ -444,6 +444,19 @@ def resume_config(stored: dict[str, Any], given: dict[str, Any] | None, environ:
     return parse_config(data)
 
 
+def secrets_from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The secrets the environment holds (HF_TOKEN, WANDB_API_KEY, AWS_*), shaped like a
+    resume request's body, so a client can hand its own environment's secrets on."""
+    found: dict[str, Any] = {}
+    for name, variable in SECRET_ENVIRONMENT.items():
+        value = environ.get(variable)
+        if not value:
+            continue
+        section, _, key = name.rpartition(".")
+        (found.setdefault(section, {}) if section else found)[key] = value
+    return found
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """`key=value` from the CLI; the value is read as YAML so numbers and lists work."""
     if "=" not in text:

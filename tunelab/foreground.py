@@ -19,9 +19,9 @@ from typing import Any, Callable
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
+from tunelab.progress_view import ProgressView
 from tunelab.text import printable
 
 from tunelab.orchestrator.watchdog import shutdown_grace_s
@@ -91,13 +91,8 @@ def watch_run(orchestrator, run_id: int, console: Console, on_event: Callable[[d
     """Show live progress of `run_id` until it is finalized; return its stored outcome."""
     inbox: "queue.Queue[dict]" = queue.Queue()
     unsubscribe = orchestrator.subscribe(inbox.put)
-    first_loss = last_loss = None
-    steps_seen = 0
-    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("loss {task.fields[loss]}  lr {task.fields[lr]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
     try:
-        with _InterruptHandler(orchestrator, run_id, console), Progress(*columns, console=console, transient=False) as bar:
-            task = bar.add_task("starting", total=None, loss="-", lr="-")
+        with _InterruptHandler(orchestrator, run_id, console), ProgressView(console) as view:
             # Catch up on what happened before we subscribed, then follow live events.
             for event in orchestrator.progress_since(-1):
                 inbox.put({**event, "type": "progress"})
@@ -112,25 +107,14 @@ def watch_run(orchestrator, run_id: int, console: Console, on_event: Callable[[d
                     continue
                 if on_event:
                     on_event(event)
-                kind = event.get("type")
-                if kind == "status":
-                    bar.update(task, description=escape(printable(event.get("message"), 40)))
-                elif kind == "progress":
-                    loss = event.get("loss")
-                    if loss is not None:
-                        first_loss = loss if first_loss is None else first_loss
-                        last_loss = loss
-                    steps_seen = max(steps_seen, event["step"])
-                    lr = event.get("learning_rate")
-                    bar.update(task, description="training", completed=event["step"], total=event.get("total_steps"),
-                               loss=f"{loss:.4f}" if loss is not None else "nan", lr=f"{lr:.2e}" if lr is not None else "-")
-                elif kind in ("complete", "error") and event.get("final"):
+                view.show(event)
+                if event.get("type") in ("complete", "error") and event.get("final"):
                     break
         orchestrator.wait_idle(30)
     finally:
         unsubscribe()
     run = orchestrator.store.get_run(run_id) or {"status": "error", "error_message": "run row missing"}
-    return RunOutcome(run_id, run, first_loss, last_loss, steps_seen)
+    return RunOutcome(run_id, run, view.first_loss, view.last_loss, view.steps_seen)
 
 
 def print_outcome(outcome: RunOutcome, console: Console) -> None:

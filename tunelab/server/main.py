@@ -6,7 +6,8 @@ The listening socket is bound here, before uvicorn starts, so `--port 0` works (
 chosen port is printed) and the printed URL is valid the moment it appears. Logs go to
 stderr and to `<home>/logs/server.log`. Binding anything but loopback prints a warning:
 the token is then the only thing between the network and your machine. A loopback
-server answers only to loopback host names (see guards.py).
+server answers only to loopback host names (see guards.py). While serving,
+`<home>/server.json` says where (see `discovery`), so the CLI hands its runs to us.
 
 SIGTERM, SIGHUP and Ctrl-C mean stop-and-save (`GracefulServer`): the server keeps
 answering (health says "shutting_down", with 503) while the active run stops at its
@@ -32,6 +33,7 @@ import uvicorn
 from tunelab import paths
 from tunelab.orchestrator.watchdog import shutdown_grace_s
 from tunelab.server.auth import token_and_origin
+from tunelab.server.discovery import advertise
 
 log = logging.getLogger("tunelab.server")
 
@@ -175,6 +177,8 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str 
     app = create_app(token=token, prewarm=True, allow_remote_code=allow_remote_code,
                      allow_output_anywhere=allow_output_anywhere, allowed_hosts=allowed_hosts_for(host, allowed_hosts or []))
     url = page_url(host, port)
+    # `tunelab train` on this home finds the server through <home>/server.json and submits to it.
+    advertise(app, url, host, port)
     print(f"tunelab serving on {url}", flush=True)
     if origin == "created":
         # Shown this once; later starts point at `tunelab token` instead of repeating it.
