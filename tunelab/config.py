@@ -417,12 +417,17 @@ def parse_config(data: dict[str, Any]) -> RunConfig:
         raise ConfigError(errors_from_validation(exc)) from None
 
 
+def stored_settings(stored: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored (public) config's settings, without the record of which secrets it used."""
+    return {k: v for k, v in stored.items() if k != SECRETS_USED_KEY}
+
+
 def resume_config(stored: dict[str, Any], given: dict[str, Any] | None, environ: Mapping[str, str]) -> RunConfig:
     """A stored (public) config made runnable again: each secret the run used comes from
     `given` (same shape as a config: hf_token, wandb_token, s3.{keys}) or else from its
     environment variable. A secret found in neither is a ConfigError naming it."""
     given = given or {}
-    data = {k: v for k, v in stored.items() if k != SECRETS_USED_KEY}
+    data = stored_settings(stored)
     if isinstance(data.get("s3"), dict):
         data["s3"] = dict(data["s3"])
     missing = []

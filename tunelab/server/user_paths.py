@@ -26,7 +26,7 @@ from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from tunelab import paths
-from tunelab.config import RunConfig, parse_config
+from tunelab.config import RunConfig, parse_config, stored_settings
 from tunelab.paths import PathNotAllowed
 from tunelab.server.errors import ApiError
 
@@ -109,7 +109,7 @@ def check_stored_config(run: Mapping[str, Any], state: Any) -> None:
     """Before an HTTP resume: the stored run's settings pass the same opt-ins and path
     rules as a new start (a run started from the CLI may name folders the server may not)."""
     check_opt_ins(run["config"], state, run_id=run["id"])
-    confine_user_paths(parse_config({**run["config"], "resume_from": None, "output_dir": run.get("output_dir")}))
+    confine_user_paths(parse_config({**stored_settings(run["config"]), "resume_from": None, "output_dir": run.get("output_dir")}))
 
 
 def _dataset_source(value: str) -> str:
