@@ -17,7 +17,9 @@ import subprocess
 from pathlib import Path
 from typing import Iterator
 
-FULL_TMPFS_SIZE = "256k"
+# Room for the run's dataset caches (about 200 KB for the demo data), which live in its
+# folder, but not for its first checkpoint (about 600 KB).
+FULL_TMPFS_SIZE = "512k"
 
 
 def _mount_tmpfs(folder: Path, options: str) -> bool:
