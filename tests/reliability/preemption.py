@@ -100,7 +100,7 @@ def write_train_config(path: Path, demo_assets: Any, **overrides: Any) -> Path:
 def start_train(home: Path, config: Path, **env: str) -> subprocess.Popen:
     """`tunelab train CONFIG` as a terminal would run it, output to home/train.log."""
     full_env = {**os.environ, "TUNELAB_HOME": str(home), "COLUMNS": "160", **env}
-    return subprocess.Popen(TUNELAB + ["train", str(config)], env=full_env, stdout=(home / "train.log").open("w"),
+    return subprocess.Popen(TUNELAB + ["train", "--local", str(config)], env=full_env, stdout=(home / "train.log").open("w"),
                             stderr=subprocess.STDOUT, text=True)
 
 

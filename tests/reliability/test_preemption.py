@@ -52,7 +52,9 @@ def test_sigterm_to_tunelab_train_saves_and_a_server_on_its_home_leaves_the_run_
         assert answer.json()["error"]["code"] == "device_busy"
         assert f"run {run_id} (process {train.pid}) is training on cpu" in answer.json()["error"]["message"]
         env = {**os.environ, "TUNELAB_HOME": str(home), "COLUMNS": "200"}
-        second = subprocess.run(TUNELAB + ["train", str(config)], env=env, capture_output=True, text=True, timeout=120)
+        # --local: without it the CLI would hand the run to the server, which refuses it as above.
+        second = subprocess.run(TUNELAB + ["train", "--local", str(config)], env=env, capture_output=True, text=True,
+                                timeout=120)
         assert second.returncode == 1, second.stdout + second.stderr
         assert f"run {run_id} (process {train.pid}) is training on cpu" in " ".join((second.stdout + second.stderr).split())
         assert len(client.get("/api/runs").json()["runs"]) == 1
