@@ -18,6 +18,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from tunelab.layout import layout_errors
 from tunelab.text import char_name, first_unsafe_char, printable
 
 TrainingType = Literal["lora", "qlora", "full", "continued_pretraining"]
@@ -25,6 +26,7 @@ DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text"]
 Backend = Literal["auto", "torch", "mlx"]
 ReportTo = Literal["none", "tensorboard", "wandb", "mlflow"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
+Distributed = Literal["auto", "ddp", "fsdp"]
 
 SECRET_FIELDS = ("hf_token", "wandb_token")
 S3_SECRET_FIELDS = ("access_key_id", "secret_access_key", "session_token")
@@ -130,6 +132,21 @@ class S3Source(BaseModel):
     session_token: Secret | None = None
 
 
+class NodesConfig(BaseModel):
+    """Several machines without a cluster manager: torchrun's own multi-node settings.
+
+    Every node runs the same config with its own `node_rank`; node 0 (the head) records
+    the run, streams progress and takes stop requests, the others only train."""
+
+    model_config = ConfigDict(extra="forbid")
+    count: int = Field(ge=2, le=4096, description="How many machines take part (torchrun --nnodes).")
+    node_rank: int = Field(0, ge=0, le=4095, description="This machine's rank; 0 is the head (torchrun --node-rank).")
+    master_addr: Name | None = Field(None, description="The head's address every node can reach (torchrun --master-addr).")
+    master_port: int = Field(29500, ge=1, le=65535, description="The head's rendezvous port (torchrun --master-port).")
+    rdzv_endpoint: Name | None = Field(None, description="host:port of a c10d rendezvous instead of master_addr/node_rank.")
+    join_timeout_s: float = Field(300, ge=1, le=86400, description="How long the nodes wait for each other before the run fails.")
+
+
 class RunConfig(BaseModel):
     """Everything one run needs. Field docs double as the CLI/API reference."""
 
@@ -199,7 +216,12 @@ class RunConfig(BaseModel):
     mlflow_experiment: Name | None = None
 
     # --- hardware
-    gpu_ids: list[Annotated[int, Field(ge=0, le=4096)]] | None = Field(None, description="Explicit CUDA device id (one, for now); None = choose by free memory.")
+    gpu_ids: list[Annotated[int, Field(ge=0, le=4096)]] | None = Field(None, description="Explicit CUDA device ids; several train data-parallel, one process per GPU. None = choose by free memory.")
+    num_gpus: int | None = Field(None, ge=1, le=4096, description="Train data-parallel on this many GPUs, chosen by free memory (instead of gpu_ids).")
+    num_processes: int | None = Field(None, ge=1, le=1024, description="Training processes per node. With GPUs one per GPU (the default); on a CPU-only machine N gloo processes.")
+    distributed: Distributed = Field("auto", description="auto | ddp | fsdp. auto: DDP for adapter runs, FSDP2 for full fine-tuning.")
+    nodes: NodesConfig | None = Field(None, description="Multi-node training with torchrun (count, node_rank, master_addr, master_port or rdzv_endpoint).")
+    ray_address: Name | None = Field(None, description="Train on a Ray cluster (e.g. auto, 10.0.0.1:6379) through Ray Train; needs tunelab[cluster].")
     backend: Backend = "auto"
 
     # --- output
@@ -257,6 +279,7 @@ class RunConfig(BaseModel):
             object.__setattr__(self, "wandb_project", "tunelab")
         if self.resolved_backend == "mlx":
             errs.extend(_mlx_limits(self))
+        errs.extend(layout_errors(self))
         if errs:
             raise _ErrorList(errs)
         return self
@@ -358,6 +381,9 @@ def _mlx_limits(cfg: RunConfig) -> list[tuple[str, str]]:
         errs.append(("use_loftq", "LoftQ needs PEFT; it is not available with backend=mlx"))
     if cfg.gpu_ids:
         errs.append(("gpu_ids", "the mlx backend does not select CUDA devices; remove gpu_ids"))
+    for name in ("num_gpus", "num_processes", "nodes", "ray_address"):
+        if getattr(cfg, name) and not (name == "num_processes" and cfg.num_processes == 1):
+            errs.append((name, f"the mlx backend trains in one process; remove {name} or use backend=torch"))
     if cfg.packing:
         errs.append(("packing", "packing is not available with backend=mlx; set packing=false"))
     if cfg.report_to != "none":
@@ -510,12 +536,14 @@ def check_machine(cfg: RunConfig, cuda_device_count: int) -> None:
     if cfg.load_in_4bit and cuda_device_count == 0:
         field = "training_type" if cfg.training_type == "qlora" else "load_in_4bit"
         raise ConfigError.single(field, "4-bit loading (QLoRA) needs a CUDA GPU and this machine has none; use training_type=lora with load_in_4bit=false")
-    if cfg.gpu_ids and len(cfg.gpu_ids) > 1:
-        # One process would see every listed GPU and TRL refuses nn.DataParallel, only after
-        # the whole model had loaded; until runs span several processes, refuse it here.
-        raise ConfigError.single("gpu_ids", f"a run trains on one GPU; gpu_ids lists {len(cfg.gpu_ids)} ({cfg.gpu_ids}): give one id, e.g. gpu_ids=[{cfg.gpu_ids[0]}], or remove gpu_ids for automatic choice")
     if cfg.gpu_ids:
         bad = [g for g in cfg.gpu_ids if not 0 <= g < cuda_device_count]
         if bad:
             have = f"ids 0..{cuda_device_count - 1}" if cuda_device_count else "no CUDA GPUs"
             raise ConfigError.single("gpu_ids", f"GPU ids {bad} do not exist (this machine has {have}); fix gpu_ids or remove it for automatic choice")
+    if cfg.num_gpus and cfg.num_gpus > cuda_device_count:
+        have = f"{cuda_device_count}" if cuda_device_count else "no CUDA GPUs; use num_processes for several CPU processes"
+        raise ConfigError.single("num_gpus", f"num_gpus={cfg.num_gpus} but this machine has {have}; lower num_gpus")
+    gpus = len(cfg.gpu_ids or []) or cfg.num_gpus or 0
+    if gpus and cfg.num_processes and cfg.num_processes != gpus:
+        raise ConfigError.single("num_processes", f"a run trains one process per GPU: {gpus} GPUs need num_processes={gpus} (or leave num_processes out)")

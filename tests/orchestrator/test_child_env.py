@@ -59,14 +59,22 @@ def test_explicit_gpu_ids_are_used_as_given(orchestrator_for, fake_gpus):
     assert missing.value.errors[0].field == "gpu_ids"
 
 
-def test_several_gpu_ids_are_refused_before_anything_starts(orchestrator_for, store, fake_gpus):
-    fake_gpus([80000, 80000, 80000])
-    orch, _ = orchestrator_for(sw.reports_environment)
+def test_several_gpu_ids_pin_all_of_them_and_num_gpus_picks_the_freest(orchestrator_for, store, fake_gpus):
+    fake_gpus([80000, 20000, 70000, 75000])
+    orch, recorder = orchestrator_for(sw.reports_environment)
+    run_id = orch.start(scripted_config(gpu_ids=[0, 1]))
+    assert _child_env(recorder)["CUDA_VISIBLE_DEVICES"] == "0,1"
+    finished(orch, run_id)
+    recorder.events.clear()
+    run_id = orch.start(scripted_config(num_gpus=3))
+    assert _child_env(recorder)["CUDA_VISIBLE_DEVICES"] == "0,3,2"
+    finished(orch, run_id)
     with pytest.raises(ConfigError) as refused:
-        orch.start(scripted_config(gpu_ids=[0, 1]))
-    error = refused.value.errors[0]
-    assert error.field == "gpu_ids" and "one GPU" in error.message and "gpu_ids=[0]" in error.message
-    assert store.count_runs() == 0 and not orch.is_training_active()
+        orch.start(scripted_config(num_gpus=5))
+    assert refused.value.errors[0].field == "num_gpus" and "has 4" in refused.value.errors[0].message
+    with pytest.raises(ConfigError) as mismatch:
+        orch.start(scripted_config(gpu_ids=[0, 1], num_processes=3))
+    assert mismatch.value.errors[0].field == "num_processes"
 
 
 def test_explicit_gpu_ids_on_a_machine_without_gpus_are_a_config_error(orchestrator_for, store, tmp_path, monkeypatch):

@@ -2,7 +2,8 @@
 `pin`: a physical number in PCI bus order, or a MIG UUID) and CUDA_DEVICE_ORDER=PCI_BUS_ID.
 
 Explicit `gpu_ids` are used as given (they were checked against the machine before
-anything else happened). Otherwise the one GPU with the most free memory is chosen —
+anything else happened). Otherwise the `num_gpus` GPUs (default one) with the most free
+memory are chosen —
 measured after the `before_spawn` hook, which may just have freed some. A machine
 without GPUs, or the mlx backend, gets no CUDA_VISIBLE_DEVICES at all.
 """
@@ -23,7 +24,8 @@ def choose_gpus(cfg: RunConfig, gpus: list[hardware.Gpu]) -> list[hardware.Gpu]:
     if cfg.gpu_ids:
         by_index = {g.index: g for g in gpus}
         return [by_index[i] for i in cfg.gpu_ids if i in by_index]
-    return [max(gpus, key=lambda g: (g.free_mb or 0, -g.index))]
+    freest = sorted(gpus, key=lambda g: (-(g.free_mb or 0), g.index))
+    return freest[: cfg.num_gpus or 1]
 
 
 def gpu_env(cfg: RunConfig) -> dict[str, str]:
@@ -38,7 +40,7 @@ def auto_gpu_env() -> dict[str, str]:
     """The environment a run without `gpu_ids` on the default backend would get now
     (what a prewarmed worker is started with)."""
     gpus = hardware.list_gpus()
-    cfg = RunConfig.model_construct(backend="auto", gpu_ids=None)
+    cfg = RunConfig.model_construct(backend="auto", gpu_ids=None, num_gpus=None)
     return _pinning(choose_gpus(cfg, gpus))
 
 

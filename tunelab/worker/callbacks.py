@@ -1,6 +1,8 @@
 """Trainer callbacks: progress events for the parent, and stopping on request.
 
 `ProgressReporter` turns each HF log record (training or eval) into a `progress` event.
+In a distributed run both are called on every rank at the same steps, so each may use a
+collective (ranks.py): the peaks are the largest over ranks, and the stop is agreed.
 `StopOnRequest` checks the stop state at every step boundary: a stop-and-save asks the
 Trainer to save `checkpoint-<step>` and stop; a cancel stops without saving (overriding a
 save the Trainer had scheduled for that step, since a cancelled run keeps nothing).
@@ -17,6 +19,7 @@ import torch
 from transformers import TrainerCallback
 
 from tunelab import events
+from tunelab.worker import ranks
 
 
 def peak_memory_gb() -> tuple[float, float | None]:
@@ -52,7 +55,7 @@ class ProgressReporter(TrainerCallback):
         eta = elapsed / done * max(0, state.max_steps - step) if done > 0 else None
         tokens = state.num_input_tokens_seen or logs.get("num_tokens")
         finite = events.finite_or_none
-        allocated, reserved = peak_memory_gb()
+        allocated, reserved = ranks.largest(list(peak_memory_gb()))  # on every rank: a collective
         self.ctx.emit(events.progress(
             step,
             total_steps=state.max_steps,
@@ -75,9 +78,13 @@ class StopOnRequest(TrainerCallback):
         self.stopped_at: int | None = None  # the step at which this callback ended training
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
-        stop = self.ctx.stop
+        # Every rank asks at every step (one small all-reduce): only the reporting rank
+        # hears the parent, and all must stop at the same step to save one checkpoint.
+        stop = ranks.agree_on_stop(self.ctx.stop)
         if stop is None:
             return control
+        if stop != self.ctx.stop:
+            self.ctx.request_stop(save=stop == "save")
         self.stopped_at = state.global_step
         control.should_training_stop = True
         control.should_save = stop == "save"

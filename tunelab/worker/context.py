@@ -47,6 +47,7 @@ class WorkerContext:
         self._stop: str | None = None  # None | "save" | "cancel"
         self.finished = False  # set once a complete or error event has been sent
         self.current_stage: str | None = None
+        self._stop_listeners: list[Any] = []
 
     # --- events ------------------------------------------------------------------
     def emit(self, event: dict[str, Any]) -> None:
@@ -88,8 +89,19 @@ class WorkerContext:
 
     def request_stop(self, save: bool) -> None:
         with self._lock:
+            before = self._stop
             if self._stop != "cancel":  # a cancel is final
                 self._stop = "save" if save else "cancel"
+            after, listeners = self._stop, list(self._stop_listeners)
+        if after != before:
+            for listener in listeners:
+                listener(after)
+
+    def on_stop(self, listener: Any) -> None:
+        """Call `listener(stop)` whenever the stop state changes (the launcher of a
+        distributed run passes each change on to the reporting rank)."""
+        with self._lock:
+            self._stop_listeners.append(listener)
 
     def read_stops(self, stop_queue: Any) -> threading.Thread:
         """Start the daemon thread that applies the parent's stop messages as they arrive."""

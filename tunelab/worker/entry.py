@@ -23,12 +23,14 @@ import traceback
 from typing import Any
 
 from tunelab import events as ev
+from tunelab import layout
 from tunelab.worker.context import RunSettingError, StopRequested, WorkerContext
 from tunelab.worker.out_of_memory import explain_out_of_memory
 from tunelab.worker.output_checks import explain_output_failure
 
 PARENT_POLL_SECONDS = 1.0
 BACKENDS = {"torch": "tunelab.worker.torch_backend", "mlx": "tunelab.worker.mlx"}
+LAUNCHER = "tunelab.worker.launcher"
 # Library chatter the parent cannot use; set before the libraries are imported.
 QUIET_ENVIRONMENT = {
     "TRANSFORMERS_VERBOSITY": "error",
@@ -42,6 +44,19 @@ QUIET_ENVIRONMENT = {
 
 def run_worker(config: dict[str, Any], events: Any, stops: Any) -> None:
     """Run one training job in this (spawned) process and exit when it is over."""
+    prepare_process()
+    ctx = WorkerContext(events)
+    ctx.read_stops(stops)
+    stop_and_save_on_sigterm(ctx)
+    try:
+        run_in_context(config, ctx)
+    finally:
+        _flush_and_exit(events)
+
+
+def prepare_process() -> None:
+    """What every training process does first: ignore Ctrl-C, quiet the libraries, and
+    end itself when its parent dies."""
     # Ctrl-C in a terminal reaches the whole process group; the parent turns it into a
     # stop-and-save, so the worker must not die of it on its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -52,11 +67,22 @@ def run_worker(config: dict[str, Any], events: Any, stops: Any) -> None:
     logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
     _thread_lock_for_tqdm()
     watch_parent()
-    ctx = WorkerContext(events)
-    ctx.read_stops(stops)
-    _stop_and_save_on_sigterm(ctx)
+
+
+def _backend_module(config: dict[str, Any]) -> str:
+    """The module that trains this run: a backend in this process, or the launcher that
+    starts several ranks (through torchrun or Ray) and relays their events."""
+    name = _backend_name(config)
+    if name == "torch" and layout.plan(config, layout.visible_gpu_count(os.environ)).engine != "single":
+        return LAUNCHER
+    return BACKENDS[name]
+
+
+def run_in_context(config: dict[str, Any], ctx: WorkerContext, module: str | None = None) -> bool:
+    """Run `module.run(config, ctx)` (by default the module the config chooses); every way
+    it ends becomes exactly one final event. Returns False when it failed."""
     try:
-        backend = importlib.import_module(BACKENDS[_backend_name(config)])
+        backend = importlib.import_module(module or _backend_module(config))
         backend.run(config, ctx)
         if not ctx.finished:
             ctx.emit(ev.error("the training backend ended without reporting a result"))
@@ -66,11 +92,11 @@ def run_worker(config: dict[str, Any], events: Any, stops: Any) -> None:
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent as an event
         if not ctx.finished:  # after `complete` the parent has its answer; a late failure changes nothing
             report_failure(ctx, config, exc)
-    finally:
-        _flush_and_exit(events)
+        return False
+    return True
 
 
-def _stop_and_save_on_sigterm(ctx: WorkerContext) -> None:
+def stop_and_save_on_sigterm(ctx: WorkerContext) -> None:
     """Supervisors often signal every process of a job at once (systemd's default
     control-group kill, Slurm's preemption): a worker in the middle of training takes its
     first SIGTERM as a stop-and-save, as the parent (signalled too) would ask, so the work
@@ -94,6 +120,17 @@ def report_failure(ctx: WorkerContext, config: dict[str, Any], exc: BaseExceptio
     """Send the run's `error` event. This is the last word the parent gets, so it must
     not fail itself: if explaining the failure fails, the plain failure is sent; if even
     sending fails, the process exits non-zero with the reason on stderr."""
+    message, stack = describe_failure(config, exc)
+    try:
+        ctx.emit(ev.error(message, stack))
+    except BaseException:  # noqa: BLE001 - the queue is broken: say so where the parent's log sees it
+        print(f"tunelab worker: the error event could not be sent: {message}", file=sys.stderr, flush=True)
+        os._exit(1)
+
+
+def describe_failure(config: dict[str, Any], exc: BaseException) -> tuple[str, str]:
+    """(message, stack) of a failure being handled, worded as the settings to change
+    where it is a known one, with the run's secrets scrubbed out."""
     secrets = _secrets(config)
     stack = traceback.format_exc()
     try:
@@ -101,11 +138,7 @@ def report_failure(ctx: WorkerContext, config: dict[str, Any], exc: BaseExceptio
                    or _describe(exc))
     except BaseException as explaining:  # noqa: BLE001 - fall back to the failure as it is
         message = f"{_describe(exc)} (looking into the output folder failed too: {_describe(explaining)})"
-    try:
-        ctx.emit(ev.error(_scrub(message, secrets), _scrub(stack, secrets)))
-    except BaseException:  # noqa: BLE001 - the queue is broken: say so where the parent's log sees it
-        print(f"tunelab worker: the error event could not be sent: {_scrub(message, secrets)}", file=sys.stderr, flush=True)
-        os._exit(1)
+    return _scrub(message, secrets), _scrub(stack, secrets)
 
 
 def _thread_lock_for_tqdm() -> None:

@@ -114,7 +114,7 @@ def load_model(config: dict[str, Any], device: DeviceSettings) -> Any:
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
             bnb_4bit_compute_dtype=torch.float16 if device.precision == "fp16" else torch.bfloat16,
         )
-        kwargs["device_map"] = {"": 0}
+        kwargs["device_map"] = {"": torch.cuda.current_device()}  # each rank its own GPU (rank_entry sets it)
     attention = attention_for(config, device)
     try:
         model = AutoModelForCausalLM.from_pretrained(config["model_name"], **kwargs, **attention)

@@ -15,6 +15,8 @@ from typing import Any
 
 from trl import SFTTrainer
 
+from tunelab.worker import ranks
+
 
 def real_tokens(inputs: dict[str, Any]) -> Any:
     """Non-padding tokens of one micro-batch, as a tensor where it can stay on the device."""
@@ -43,4 +45,6 @@ class TokenCountingSFTTrainer(SFTTrainer):
 
     def _fold_tokens(self) -> None:
         pending, self._pending_tokens = self._pending_tokens, 0
-        self.state.num_input_tokens_seen += int(pending)  # the one sync, at log or save time
+        # The one sync, at log or save time (which every rank reaches at the same step),
+        # summed over the ranks of a distributed run.
+        self.state.num_input_tokens_seen += ranks.total(int(pending))

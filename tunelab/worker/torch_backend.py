@@ -13,6 +13,7 @@ same tokens), build the adapter and the trainer, train, save. How the run ends:
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     _quiet_libraries()
     import transformers
 
-    from tunelab.worker import model_setup
+    from tunelab.worker import model_setup, ranks
     from tunelab.worker.trainer_setup import seed_of
 
     device = model_setup.device_settings(config)
@@ -42,11 +43,12 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
         tokenizer = model_setup.load_tokenizer(config)
         model = model_setup.load_model(config, device)
     device = model_setup.settle_cpu_precision(config, device, model)
-    write_run_facts(output_dir, precision=device.precision, cuda=device.cuda)
+    if ranks.rank() == 0:
+        write_run_facts(output_dir, precision=device.precision, cuda=device.cuda, world_size=ranks.world_size())
     ctx.emit(events.make(events.MODEL_LOAD_COMPLETED))
 
     ctx.stage("loading_dataset", "Loading the dataset")
-    raw = data.load_raw(config, paths.run_datasets_cache(output_dir))
+    raw = data.load_raw(config, _datasets_cache(output_dir))
     ctx.stage("formatting", f"Tokenizing {len(raw.train)} {raw.format} rows")
     prepared = data.prepare(config, tokenizer, raw=raw)
 
@@ -67,6 +69,14 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     ctx.stage("training", f"Training from step {_step_of(resume)}" if resume else "Training")
     trainer.train(resume_from_checkpoint=resume or None)
     _finish(ctx, trainer, stopper, tokenizer, output_dir)
+
+
+def _datasets_cache(output_dir: Path) -> Path:
+    """Each rank of a distributed run prepares the data itself, in its own cache: two
+    processes writing one cache folder at once is not something datasets promises to survive."""
+    cache = paths.run_datasets_cache(output_dir)
+    rank = os.environ.get("RANK")
+    return cache / f"rank-{rank}" if rank is not None and int(os.environ.get("WORLD_SIZE") or 1) > 1 else cache
 
 
 def _quiet_libraries() -> None:
@@ -137,17 +147,22 @@ def _step_of(checkpoint: str) -> str:
 
 
 def _finish(ctx: WorkerContext, trainer: Any, stopper: Any, tokenizer: Any, output_dir: Path) -> None:
+    from tunelab.worker import ranks
+
     step = trainer.state.global_step
     if ctx.stop == "cancel":
         ctx.complete(None, "cancelled")
         return
     # A stop that lands on the last step changes nothing: the run simply completes.
     if stopper.stopped_at is not None and stopper.stopped_at < trainer.state.max_steps and ctx.stop == "save":
+        ranks.barrier()  # every rank's share of the checkpoint is written before it is checked
         ctx.complete_stopped(output_dir, stopper.stopped_at)
         return
     ctx.stage("saving", "Saving the final model")
-    trainer.save_model(str(output_dir))
-    tokenizer.save_pretrained(str(output_dir))
+    trainer.save_model(str(output_dir))  # every rank takes part (FSDP gathers); the Trainer writes from one
+    if trainer.args.should_save:
+        tokenizer.save_pretrained(str(output_dir))
+    ranks.barrier()
     final_save = output_dir / f"checkpoint-{step}"  # the Trainer saves at the last step
     ctx.complete(str(output_dir), f"completed {step} steps{_final_loss(trainer)}", final_save if final_save.is_dir() else None)
 

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tunelab.layout import strategy_for
 from tunelab.worker.model_setup import DeviceSettings, SetupError
 
 # "Save only at the end": a save interval no run reaches, plus the Trainer's final save.
@@ -105,4 +106,19 @@ def build_sft_config(config: dict[str, Any], device: DeviceSettings, output_dir:
         log_level="error",
         dataloader_num_workers=0,
         use_cpu=not device.cuda,
+        **parallel_settings(config),
     )
+
+
+def parallel_settings(config: dict[str, Any]) -> dict[str, Any]:
+    """How the Trainer spreads a multi-rank run: DDP, or FSDP2 with whole weights gathered
+    for each save (a checkpoint any world size, and export, can read)."""
+    strategy = strategy_for(config, int(os.environ.get("WORLD_SIZE") or 1))
+    if strategy == "ddp":
+        # Every adapted parameter takes part in every step; the search for unused ones
+        # costs a graph walk per step.
+        return {"ddp_find_unused_parameters": False}
+    if strategy == "fsdp":
+        return {"fsdp": "full_shard auto_wrap",
+                "fsdp_config": {"version": 2, "state_dict_type": "FULL_STATE_DICT", "reshard_after_forward": True}}
+    return {}

@@ -1,0 +1,213 @@
+"""The worker of a distributed run: start torchrun, relay the reporting rank's events.
+
+The orchestrator spawns this like any worker (same queues, same watchdog, same
+finalize), so a run on eight GPUs is one history row with one progress stream and one
+stop button. Here, instead of training, the worker:
+- writes the config for the ranks (0600: it carries the run's secrets; removed at the end),
+- opens the authenticated event channel (channel.py) and starts torchrun with its
+  address and secret in the ranks' environment (torchrun's output goes to
+  `<output_dir>/distributed/torchrun.log`),
+- passes each event of the reporting rank on to the parent, and each stop request
+  from the parent on to that rank,
+- when torchrun ends, sends the run's last word: the reporting rank's `complete`, or an
+  `error` that names the rank that failed first and why (its own message, or the
+  signal that killed it), rather than the broken connection the others saw after it.
+torchrun runs in its own session so that Ctrl-C in a terminal reaches it only as the
+parent's stop. If this process dies, the kernel kills torchrun (PR_SET_PDEATHSIG) and
+each rank, watching its own parent, exits within a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tunelab import events, layout
+from tunelab.channel import ChannelListener
+from tunelab.worker.context import WorkerContext
+from tunelab.worker.rank_entry import ERRORS_ENV
+
+# After the reporting rank's last event, how long torchrun gets to end on its own.
+FINISH_GRACE_S = 15.0
+# After a cancel, how long the ranks get to stop before torchrun is ended.
+CANCEL_GRACE_S = 10.0
+POLL_S = 0.1
+LOG_TAIL_LINES = 15
+
+
+class Launch:
+    """One torchrun process group and what its reporting rank has said."""
+
+    def __init__(self, ctx: WorkerContext, folder: Path):
+        self.ctx = ctx
+        self.folder = folder
+        self.listener = ChannelListener()
+        self.final: dict[str, Any] | None = None  # the reporting rank's complete or error
+        self.final_at: float | None = None
+        self.reporter_gone = threading.Event()
+        self.process: subprocess.Popen | None = None
+        self.cancelled_at: float | None = None
+        self.ended_because: str | None = None
+
+    def on_message(self, message: dict[str, Any]) -> None:
+        if message.get("type") == events.STATUS and message.get("stage"):
+            # What a SIGTERM to this process means follows the ranks' stage (entry.py).
+            self.ctx.current_stage = str(message["stage"])
+        if message.get("type") in (events.COMPLETE, events.ERROR):
+            if self.final is None:
+                self.final, self.final_at = message, time.monotonic()
+            return
+        self.ctx.emit(message)
+
+    def on_stop(self, stop: str | None) -> None:
+        if stop is None:
+            return
+        if not self.listener.connected.is_set():
+            # No rank is training yet (still importing, or waiting for nodes): nothing to
+            # save; end the launch, as a one-process run ends before training.
+            self.end("stop before the ranks started training")
+            return
+        self.listener.send(events.stop_message(stop == "save"))
+        if stop == "cancel":
+            self.cancelled_at = time.monotonic()
+
+    def end(self, why: str) -> None:
+        process = self.process
+        if process is not None and process.poll() is None:
+            try:
+                # torchrun passes SIGTERM on to every rank and waits for them.
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        self.ended_because = why
+
+    def kill(self) -> None:
+        if self.process is not None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def run(config: dict[str, Any], ctx: WorkerContext) -> None:
+    output_dir = Path(config["output_dir"])
+    output_dir.mkdir(parents=True, exist_ok=True)
+    ctx.emit(events.make(events.OUTPUT_DIR, output_dir=str(output_dir)))
+    plan = layout.plan(config, layout.visible_gpu_count(os.environ))
+    folder = output_dir / "distributed"
+    errors_dir = folder / "errors"
+    shutil.rmtree(errors_dir, ignore_errors=True)
+    errors_dir.mkdir(parents=True, exist_ok=True)
+    config_path = folder / "rank-config.json"
+    _write_private(config_path, json.dumps(config))
+    launch = Launch(ctx, folder)
+    try:
+        launch.listener.serve(launch.on_message, launch.reporter_gone.set)
+        ctx.on_stop(launch.on_stop)
+        argv = layout.torchrun_command(plan, config, str(config_path), str(folder / "torchrun-logs"))
+        env = {**os.environ, **launch.listener.environment(), ERRORS_ENV: str(errors_dir)}
+        where = f"{plan.nodes} nodes x {plan.processes_per_node}" if plan.nodes > 1 else f"{plan.processes_per_node}"
+        ctx.emit(events.status(f"Starting {where} training processes with torchrun ({plan.strategy}, world size {plan.world_size})"))
+        with open(folder / "torchrun.log", "ab") as log:
+            launch.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                              preexec_fn=_die_with_parent)
+        returncode = _wait(launch)
+        launch.reporter_gone.wait(2.0)  # the last events may still be on their way
+        ctx.emit(_last_word(launch, returncode, errors_dir, folder / "torchrun.log"))
+    finally:
+        launch.listener.close()
+        launch.kill()
+        config_path.unlink(missing_ok=True)
+
+
+def _write_private(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+
+
+def _die_with_parent() -> None:
+    """In torchrun's process, before it starts: the kernel kills it when this worker dies,
+    however it dies (the orchestrator's kill, the server killed); its ranks, watching
+    their own parent, follow within a second."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass  # not Linux: the entry's parent watch and the ranks' own watches remain
+
+
+def _wait(launch: Launch) -> int:
+    process = launch.process
+    assert process is not None
+    while True:
+        code = process.poll()
+        if code is not None:
+            return code
+        now = time.monotonic()
+        if launch.final_at is not None and now - launch.final_at > FINISH_GRACE_S:
+            launch.kill()  # the run is over; a rank that hangs at exit must not keep it open
+        if launch.cancelled_at is not None and now - launch.cancelled_at > CANCEL_GRACE_S:
+            launch.kill()
+        time.sleep(POLL_S)
+
+
+def _last_word(launch: Launch, returncode: int, errors_dir: Path, log_path: Path) -> dict[str, Any]:
+    final = launch.final
+    if final is not None and final.get("type") == events.COMPLETE:
+        return final
+    if final is None and getattr(launch, "ended_because", None):
+        return events.complete(None, "stopped before training started; nothing to save yet")
+    first = _first_failure(log_path.read_text(errors="replace") if log_path.exists() else "")
+    reason = _failure_reason(first, errors_dir)
+    if final is not None:  # the reporting rank failed; say first whether another rank failed before it
+        own = str(final.get("error"))
+        if first is not None and first[0] != 0 and reason:
+            return events.error(f"{reason}; rank 0 then stopped: {own}", str(final.get("stack") or ""), bool(final.get("resume_blocked")))
+        return final
+    if reason:
+        return events.error(reason, _log_tail(log_path))
+    return events.error(f"torchrun exited with code {returncode} before the run reported a result; "
+                        f"see {log_path}", _log_tail(log_path))
+
+
+ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+
+
+def _first_failure(log: str) -> tuple[int, int] | None:
+    """(rank, exit code) of the first failed rank, as torchrun reports it."""
+    found = ROOT_CAUSE.search(log)
+    return (int(found.group(1)), int(found.group(2))) if found else None
+
+
+def _failure_reason(first: tuple[int, int] | None, errors_dir: Path) -> str | None:
+    if first is None:
+        return None
+    rank, code = first
+    written = errors_dir / f"rank-{rank}.txt"
+    if written.exists():
+        return f"rank {rank} failed: {written.read_text(errors='replace').strip()}"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"rank {rank} was killed by {name} (signal {-code})"
+    return f"rank {rank} exited with code {code}"
+
+
+def _log_tail(log_path: Path) -> str:
+    try:
+        return "\n".join(log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+    except OSError:
+        return ""

@@ -1,0 +1,93 @@
+"""What every rank of a distributed run runs: `python -m tunelab.worker.rank_entry CONFIG`.
+
+torchrun starts it once per rank (Ray Train calls `run_rank` in each of its workers).
+Each rank trains with the same torch backend as a one-process run; the HF Trainer joins
+the process group torchrun or Ray set up. One rank reports: it connects to the
+launcher's authenticated channel (channel.py), sends the run's events and receives stop
+requests, which every rank then agrees on at the next step boundary (ranks.py). The
+others send nothing. A rank that fails writes its reason to
+`$TUNELAB_RANK_ERRORS/rank-<RANK>.txt` for the launcher, prints it, and exits non-zero so
+torchrun ends the other ranks at once. The config file holds the run's secrets: it is
+written 0600 by the launcher and removed when the run ends.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from tunelab import channel
+from tunelab.worker.context import WorkerContext
+from tunelab.worker.entry import prepare_process, run_in_context, stop_and_save_on_sigterm
+
+BACKEND = "tunelab.worker.torch_backend"
+ERRORS_ENV = "TUNELAB_RANK_ERRORS"
+
+
+class _Discard:
+    """The event sink of a rank that does not report: it keeps only its own failure."""
+
+    def __init__(self) -> None:
+        self.failure: str | None = None
+
+    def put(self, event: dict[str, Any]) -> None:
+        if event.get("type") == "error":
+            self.failure = str(event.get("error"))
+
+
+def run_rank(config: dict[str, Any], reporter: bool) -> bool:
+    """Train this rank's share of the run; True when it ended without failing."""
+    import torch
+
+    rank = os.environ.get("RANK", "0")
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK") or 0))
+    client = channel.ChannelClient(os.environ[channel.ADDRESS_ENV], os.environ[channel.SECRET_ENV]) if reporter else None
+    sink: Any = client if client is not None else _Discard()
+    ctx = WorkerContext(sink)
+    if client is not None:
+        client.read_stops(lambda message: _apply_stop(ctx, message))
+    stop_and_save_on_sigterm(ctx)
+    try:
+        ok = run_in_context(config, ctx, BACKEND)
+    finally:
+        if client is not None:
+            client.close()
+    if not ok:
+        _record_failure(rank, sink.failure if isinstance(sink, _Discard) else "see the run's error")
+    return ok
+
+
+def _apply_stop(ctx: WorkerContext, message: dict[str, Any]) -> None:
+    if message.get("type") == "stop":
+        ctx.request_stop(bool(message.get("save")))
+
+
+def _record_failure(rank: str, reason: str | None) -> None:
+    print(f"tunelab rank {rank}: {reason}", file=sys.stderr, flush=True)
+    folder = os.environ.get(ERRORS_ENV)
+    if folder and reason:
+        try:
+            (Path(folder) / f"rank-{int(rank)}.txt").write_text(reason)
+        except (OSError, ValueError):
+            pass  # the printed line still reaches torchrun's log
+
+
+def main(argv: list[str]) -> None:
+    prepare_process()
+    config = json.loads(Path(argv[0]).read_text())
+    # The head node's torchrun carries the channel; its first local rank reports (with a
+    # static rendezvous that is global rank 0). Other nodes' ranks only train.
+    reporter = channel.ADDRESS_ENV in os.environ and os.environ.get("LOCAL_RANK", "0") == "0"
+    ok = run_rank(config, reporter)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # As in the one-process worker: skip the slow interpreter shutdown after training.
+    os._exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
