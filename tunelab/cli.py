@@ -21,6 +21,7 @@ from rich.text import Text
 
 from tunelab import paths
 from tunelab.config import ConfigError, RunConfig, load_config_file
+from tunelab.node_flags import node_flags
 from tunelab.foreground import EXIT_BAD_CONFIG, EXIT_ERROR, print_outcome, watch_run
 from tunelab.paths import PathNotAllowed
 from tunelab.text import printable
@@ -112,18 +113,44 @@ def train(
     config: Path = typer.Argument(..., help="YAML or JSON run config."),
     set_: list[str] = typer.Option([], "--set", help="Override a setting: --set learning_rate=1e-4 (repeatable)."),
     local: bool = typer.Option(False, "--local", help=LOCAL_HELP),
+    num_gpus: Optional[int] = typer.Option(None, "--num-gpus", help="Train data-parallel on this many GPUs (sets num_gpus)."),
+    num_processes: Optional[int] = typer.Option(None, "--num-processes", help="Training processes per node (sets num_processes)."),
+    nnodes: Optional[int] = typer.Option(None, "--nnodes", help="Machines taking part (torchrun --nnodes); run the same command on each."),
+    node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This machine's rank; 0 is the head, which records the run."),
+    master_addr: Optional[str] = typer.Option(None, "--master-addr", help="The head's address (torchrun --master-addr)."),
+    master_port: Optional[int] = typer.Option(None, "--master-port", help="The head's rendezvous port (default 29500)."),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="host:port of a c10d rendezvous, instead of --master-addr."),
+    join_timeout: Optional[float] = typer.Option(None, "--join-timeout", help="Seconds the nodes wait for each other (default 300)."),
 ) -> None:
     """Train in the foreground. Ctrl-C stops and saves; a second Ctrl-C cancels. With a
-    server running on this home, the run goes to it (its warm worker starts at once)."""
+    server running on this home, the run goes to it (its warm worker starts at once).
+    With --nnodes, run the same command on every machine with its own --node-rank."""
+    flags = node_flags(num_gpus=num_gpus, num_processes=num_processes, nnodes=nnodes, node_rank=node_rank,
+                       master_addr=master_addr, master_port=master_port, rdzv_endpoint=rdzv_endpoint,
+                       join_timeout=join_timeout)
     try:
-        cfg = load_config_file(config, set_)
+        cfg = load_config_file(config, set_ + flags)
     except ConfigError as exc:
         raise _config_failure(exc)
+    if cfg.nodes is not None and cfg.nodes.node_rank > 0:
+        raise typer.Exit(_train_as_worker_node(cfg))
     server = _server_for(local)
     if server is not None:
         raise typer.Exit(_submit_and_watch(server, lambda remote: remote.start(cfg)))
     orchestrator = _orchestrator()
     raise typer.Exit(_start_and_watch(orchestrator, lambda: orchestrator.start(cfg)))
+
+
+def _train_as_worker_node(cfg: RunConfig) -> int:
+    from tunelab.worker_node import run_worker_node
+
+    try:
+        code = run_worker_node(cfg, lambda line: console.print(f"[dim]{escape(printable(line))}[/]"))
+    except PathNotAllowed as exc:
+        raise _fail(EXIT_BAD_CONFIG, f"{exc.field}: {exc}")
+    if code != 0:
+        err_console.print(f"[red]this node's training processes ended with code {code}[/]; the head node's run says why")
+    return EXIT_ERROR if code else 0
 
 
 @app.command()

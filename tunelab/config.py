@@ -500,6 +500,17 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key.strip(), value
 
 
+def _set_override(data: dict[str, Any], key: str, value: Any) -> None:
+    """`key=value`, or `section.key=value` into a nested setting (nodes.node_rank=1, s3.bucket=b),
+    keeping the section's other keys from the file."""
+    section, dot, inner = key.partition(".")
+    if dot and inner and section in RunConfig.model_fields:
+        nested = data.get(section)
+        data[section] = {**(nested if isinstance(nested, dict) else {}), inner: value}
+    else:
+        data[key] = value
+
+
 def load_config_file(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
     """Load YAML or JSON from a file, apply `key=value` overrides, validate."""
     path = Path(path)
@@ -516,7 +527,7 @@ def load_config_file(path: str | Path, overrides: list[str] | None = None) -> Ru
         raise ConfigError.single("config", f"{path} must hold a mapping of setting: value")
     for item in overrides or []:
         key, value = parse_override(item)
-        data[key] = value
+        _set_override(data, key, value)
     # Relative data paths in a config file are relative to the file, like most tools do.
     for key in ("local_datasets", "local_eval_datasets"):
         if isinstance(data.get(key), list):

@@ -32,6 +32,7 @@ from typing import Any
 
 from tunelab import events, layout
 from tunelab.channel import ChannelListener
+from tunelab.pdeathsig import die_with_parent
 from tunelab.worker.context import WorkerContext
 from tunelab.worker.rank_entry import ERRORS_ENV
 
@@ -46,8 +47,9 @@ LOG_TAIL_LINES = 15
 class Launch:
     """One torchrun process group and what its reporting rank has said."""
 
-    def __init__(self, ctx: WorkerContext, folder: Path):
+    def __init__(self, ctx: WorkerContext, folder: Path, config: dict[str, Any]):
         self.ctx = ctx
+        self.config = config
         self.folder = folder
         self.listener = ChannelListener()
         self.final: dict[str, Any] | None = None  # the reporting rank's complete or error
@@ -108,7 +110,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     errors_dir.mkdir(parents=True, exist_ok=True)
     config_path = folder / "rank-config.json"
     _write_private(config_path, json.dumps(config))
-    launch = Launch(ctx, folder)
+    launch = Launch(ctx, folder, config)
     try:
         launch.listener.serve(launch.on_message, launch.reporter_gone.set)
         ctx.on_stop(launch.on_stop)
@@ -118,7 +120,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
         ctx.emit(events.status(f"Starting {where} training processes with torchrun ({plan.strategy}, world size {plan.world_size})"))
         with open(folder / "torchrun.log", "ab") as log:
             launch.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                              preexec_fn=_die_with_parent)
+                                              preexec_fn=die_with_parent)
         returncode = _wait(launch)
         launch.reporter_gone.wait(2.0)  # the last events may still be on their way
         ctx.emit(_last_word(launch, returncode, errors_dir, folder / "torchrun.log"))
@@ -132,19 +134,6 @@ def _write_private(path: Path, text: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(text)
-
-
-def _die_with_parent() -> None:
-    """In torchrun's process, before it starts: the kernel kills it when this worker dies,
-    however it dies (the orchestrator's kill, the server killed); its ranks, watching
-    their own parent, follow within a second."""
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass  # not Linux: the entry's parent watch and the ranks' own watches remain
 
 
 def _wait(launch: Launch) -> int:
@@ -168,8 +157,9 @@ def _last_word(launch: Launch, returncode: int, errors_dir: Path, log_path: Path
         return final
     if final is None and getattr(launch, "ended_because", None):
         return events.complete(None, "stopped before training started; nothing to save yet")
-    first = _first_failure(log_path.read_text(errors="replace") if log_path.exists() else "")
-    reason = _failure_reason(first, errors_dir)
+    log = log_path.read_text(errors="replace") if log_path.exists() else ""
+    first = _first_failure(log)
+    reason = _failure_reason(first, errors_dir) or _rendezvous_failure(log, launch.config)
     if final is not None:  # the reporting rank failed; say first whether another rank failed before it
         own = str(final.get("error"))
         if first is not None and first[0] != 0 and reason:
@@ -179,6 +169,22 @@ def _last_word(launch: Launch, returncode: int, errors_dir: Path, log_path: Path
         return events.error(reason, _log_tail(log_path))
     return events.error(f"torchrun exited with code {returncode} before the run reported a result; "
                         f"see {log_path}", _log_tail(log_path))
+
+
+RENDEZVOUS_TIMEOUT = re.compile(r"(\d+/\d+ clients joined)|RendezvousTimeoutError|rendezvous.*timed out", re.I)
+
+
+def _rendezvous_failure(log: str, config: dict[str, Any]) -> str | None:
+    """A node that never joined: name the rendezvous, the timeout and the fix."""
+    nodes = config.get("nodes") or {}
+    found = RENDEZVOUS_TIMEOUT.search(log)
+    if not nodes or not found:
+        return None
+    where = nodes.get("rdzv_endpoint") or f"{nodes.get('master_addr')}:{nodes.get('master_port') or 29500}"
+    joined = f" ({found.group(1).replace('clients', 'nodes')})" if found.group(1) else ""
+    return (f"not every node joined the rendezvous at {where} within {nodes.get('join_timeout_s') or 300:g} s "
+            f"(nodes.join_timeout_s){joined}; start `tunelab train` with the same config on each of the "
+            f"{nodes.get('count')} machines, each with its own --node-rank, or raise nodes.join_timeout_s")
 
 
 ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)

@@ -1,0 +1,120 @@
+"""Two machines without a cluster manager, stood in for by two torchrun agents on
+127.0.0.1: the head (node rank 0) runs through the Orchestrator and records the run; the
+other node is `tunelab train CONFIG --nnodes 2 --node-rank 1 ...` and only trains. Both
+share one output folder, as two real machines share one over NFS."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tunelab import paths
+from tunelab.checkpoints import validate_checkpoint
+from tunelab.config import parse_config
+from tunelab.demo import demo_config
+from tunelab.orchestrator import Orchestrator
+from tunelab.store import Store
+
+pytestmark = pytest.mark.slow
+
+RUN_WAIT_S = 240
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _head_config(demo_assets, port: int, steps: int, join_timeout_s: float = 60) -> dict:
+    data = demo_config(demo_assets, steps=steps, save_steps=steps).public()
+    data.update(batch_size=2, gradient_accumulation_steps=1, output_dir=str(paths.outputs_root() / "two-nodes"),
+                nodes={"count": 2, "node_rank": 0, "master_addr": "127.0.0.1", "master_port": port,
+                       "join_timeout_s": join_timeout_s})
+    return data
+
+
+def _start_second_node(head: dict, tmp_path: Path, *extra: str) -> subprocess.Popen:
+    """`tunelab train` on "the other machine": the same config file, its own node rank."""
+    config = {k: v for k, v in head.items() if k != "nodes"}
+    path = tmp_path / "node.yaml"
+    path.write_text(yaml.safe_dump(config))
+    nodes = head["nodes"]
+    command = [sys.executable, "-m", "tunelab.cli", "train", str(path), "--local", "--nnodes", "2", "--node-rank", "1",
+               "--master-addr", nodes["master_addr"], "--master-port", str(nodes["master_port"]), *extra]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "300"})
+
+
+def _progress(events: list, run_id: int, at_least: int) -> bool:
+    return any(e["type"] == "progress" and e.get("run_id") == run_id and e["step"] >= at_least for e in events)
+
+
+def _wait(predicate, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_two_nodes_train_stop_and_save_then_resume(demo_assets, home, tmp_path):
+    store = Store(paths.db_path())
+    orchestrator = Orchestrator(store)
+    events: list = []
+    orchestrator.subscribe(events.append)
+    try:
+        head = _head_config(demo_assets, _free_port(), steps=40)
+        first = orchestrator.start(parse_config(head))
+        node = _start_second_node(head, tmp_path)
+        _wait(lambda: _progress(events, first, 2), RUN_WAIT_S)
+        orchestrator.stop(save=True, expected_run_id=first)
+        assert orchestrator.wait_idle(RUN_WAIT_S)
+        row = store.get_run(first)
+        assert row["status"] == "stopped", row["error_message"]
+        step = row["final_step"]
+        checkpoint = Path(row["output_dir"]) / f"checkpoint-{step}"
+        assert validate_checkpoint(checkpoint).step == step
+        # Each node's rank saved its own random state into the shared checkpoint.
+        assert {p.name for p in checkpoint.glob("rng_state_*.pth")} == {"rng_state_0.pth", "rng_state_1.pth"}
+        output, _ = node.communicate(timeout=60)
+        assert node.returncode == 0, output[-3000:]
+        assert "node 1 of 2" in output and "head node" in output
+        stored = [m["step"] for m in store.get_metrics(first)]
+        assert stored == list(range(1, step + 1))
+        statuses = [e["message"] for e in events if e["type"] == "status" and e.get("run_id") == first]
+        assert any("2 nodes x 1" in s and "world size 2" in s for s in statuses)
+
+        # Resume: the head continues the recorded run; the other node is told the checkpoint.
+        second = orchestrator.resume(first)
+        node = _start_second_node({**head, "max_steps": 40}, tmp_path, "--set", f"resume_from={checkpoint}")
+        assert orchestrator.wait_idle(RUN_WAIT_S)
+        resumed = store.get_run(second)
+        assert resumed["status"] == "completed", resumed["error_message"]
+        steps = [m["step"] for m in store.get_metrics(second)]
+        assert steps == list(range(step + 1, 41))
+        output, _ = node.communicate(timeout=60)
+        assert node.returncode == 0, output[-3000:]
+    finally:
+        orchestrator.shutdown()
+
+
+def test_a_node_that_never_joins_fails_the_run_naming_the_rendezvous(demo_assets, home):
+    store = Store(paths.db_path())
+    orchestrator = Orchestrator(store)
+    try:
+        port = _free_port()
+        run_id = orchestrator.start(parse_config(_head_config(demo_assets, port, steps=4, join_timeout_s=3)))
+        assert orchestrator.wait_idle(RUN_WAIT_S)
+        row = store.get_run(run_id)
+        assert row["status"] == "error"
+        message = row["error_message"]
+        assert f"127.0.0.1:{port}" in message and "3 s" in message and "nodes.join_timeout_s" in message
+        assert "1/2 nodes joined" in message and "--node-rank" in message
+    finally:
+        orchestrator.shutdown()
