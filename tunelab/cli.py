@@ -21,6 +21,7 @@ from rich.text import Text
 
 from tunelab import paths
 from tunelab.config import ConfigError, RunConfig, load_config_file
+from tunelab.layout import recorded_world_size, strategy_for
 from tunelab.node_flags import node_flags
 from tunelab.foreground import EXIT_BAD_CONFIG, EXIT_ERROR, print_outcome, watch_run
 from tunelab.paths import PathNotAllowed
@@ -240,6 +241,9 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
             console.print(Text(f"  {key}: {printable(row[key], keep_lines=key == 'error_message')}"))
     console.print(f"  loss: {sparkline(row.get('loss_sparkline'))}")
     config = row.get("config") or {}
+    world = recorded_world_size(config)
+    if world > 1:
+        console.print(f"  world size: {world} ({strategy_for(config, world)})")
     # json.dumps escapes every control character (ensure_ascii), bidi ones included.
     console.print(Text("  config: " + json.dumps(config, default=str)))
 

@@ -544,6 +544,9 @@ def check_machine(cfg: RunConfig, cuda_device_count: int) -> None:
     """Checks that depend on this machine's hardware (done at start, not at parse)."""
     if cfg.resolved_backend != "torch":
         return
+    if cfg.nodes is not None and cfg.nodes.node_rank > 0:
+        raise ConfigError.single("nodes.node_rank", f"node {cfg.nodes.node_rank} only trains; the head (node_rank 0) records the run. "
+                                 f"On this machine run `tunelab train CONFIG --node-rank {cfg.nodes.node_rank}`, and start the run here with node_rank 0")
     if cfg.load_in_4bit and cuda_device_count == 0:
         field = "training_type" if cfg.training_type == "qlora" else "load_in_4bit"
         raise ConfigError.single(field, "4-bit loading (QLoRA) needs a CUDA GPU and this machine has none; use training_type=lora with load_in_4bit=false")

@@ -89,6 +89,13 @@ def plan(config: Mapping[str, Any], visible_gpus: int) -> Layout:
     return Layout(engine, per_node, count, int(nodes.get("node_rank") or 0), strategy_for(config, world))
 
 
+def recorded_world_size(config: Mapping[str, Any]) -> int:
+    """The world size a stored run config asked for (the GPUs it named or counted, else
+    its processes per node, times its nodes)."""
+    per_node = len(config.get("gpu_ids") or []) or int(config.get("num_gpus") or 0) or int(config.get("num_processes") or 1)
+    return per_node * int((config.get("nodes") or {}).get("count") or 1)
+
+
 def visible_gpu_count(env: Mapping[str, str]) -> int:
     visible = env.get("CUDA_VISIBLE_DEVICES")
     return len([d for d in visible.split(",") if d.strip()]) if visible else 0

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tunelab.config import RunConfig, S3Source
+from tunelab.config import NodesConfig, RunConfig, S3Source
 from tunelab.server.schemas import DatasetPreviewRequest
 
 STATIC_JS = Path(__file__).resolve().parents[2] / "tunelab" / "server" / "static" / "js"
@@ -43,7 +43,7 @@ def test_every_setting_has_an_input_with_the_same_default():
     assert not unknown, f"page inputs for settings RunConfig does not have: {sorted(unknown)}"
     for name, (kind, default) in rows.items():
         head, _, sub = name.partition(".")
-        model = S3Source if sub else RunConfig
+        model = {"s3": S3Source, "nodes": NodesConfig}[head] if sub else RunConfig
         field = model.model_fields[sub or head]
         if field.is_required():
             continue

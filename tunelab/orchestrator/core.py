@@ -287,7 +287,8 @@ class Orchestrator:
             run = self._run
         if run is None:
             data = {**ProgressState().as_dict(), "run_id": None, "started_at": None, "model_name": None,
-                    "dataset_name": None, "display_name": None, "final_loss": None, "worker_pid": None}
+                    "dataset_name": None, "display_name": None, "final_loss": None, "worker_pid": None,
+                    "world_size": None}
         else:
             run.ensure_pump()
             data = run.snapshot()

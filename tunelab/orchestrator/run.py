@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tunelab import events as ev
+from tunelab import layout
 from tunelab.config import RunConfig
 from tunelab.metric_buffer import MetricBuffer
 from tunelab.orchestrator.child import WorkerHandle, end_process, spawn_worker
@@ -345,8 +346,14 @@ class ActiveRun:
         worker = self.worker
         data.update(run_id=self.run_id, started_at=self.started_at, model_name=self.cfg.model_name,
                     dataset_name=self.cfg.dataset_label, display_name=self.cfg.display_name,
-                    final_loss=self.final_loss, worker_pid=worker.process.pid if worker else None)
+                    final_loss=self.final_loss, worker_pid=worker.process.pid if worker else None,
+                    world_size=self.world_size)
         return data
+
+    @property
+    def world_size(self) -> int:
+        """How many training processes the run spans (all nodes together)."""
+        return layout.plan(self._payload, layout.visible_gpu_count(self._env)).world_size
 
     def progress_after(self, step: int) -> list[dict[str, Any]]:
         with self.lock:

@@ -116,8 +116,9 @@ class TrainStatus(BaseModel):
     num_tokens: int | None = None
     elapsed_seconds: float | None = None
     eta_seconds: float | None = None
-    peak_memory_gb: float | None = Field(None, description="Peak memory of the run: CUDA memory allocated, or the worker's resident memory on CPU.")
+    peak_memory_gb: float | None = Field(None, description="Peak memory of the run: CUDA memory allocated, or the worker's resident memory on CPU; the largest over ranks in a distributed run.")
     peak_memory_reserved_gb: float | None = Field(None, description="Peak CUDA memory the allocator reserved (None on CPU).")
+    world_size: int | None = Field(None, description="Training processes the run spans, all nodes together (1 for a one-process run).")
     message: str | None = None
     error: str | None = None
     output_dir: str | None = None

@@ -32,6 +32,7 @@ const STAT_FORMATS = {
   eta_seconds: fmtDuration,
   peak_memory_gb: fmtMemory,
   peak_memory_reserved_gb: fmtMemory,
+  world_size: fmtInt,
 };
 
 const $ = (id) => document.getElementById(id);
