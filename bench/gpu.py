@@ -17,6 +17,9 @@ and would be 6·N for full fine-tuning; N counts the weights used in matrix mult
 (everything but the input embedding). Tokens are real (non-padding) tokens, so padding
 shows up as lost MFU.
 
+On a machine with several GPUs it also reports DDP scaling efficiency: tokens/s on all
+of them (one rank per GPU, the same batch per GPU) ÷ (GPUs × tokens/s on one).
+
 `--cpu-smoke` runs the same code on a tiny model on the CPU to check the script itself;
 its figures mean nothing.
 """
@@ -129,16 +132,34 @@ def main() -> None:
             "ratio": ratios([log.tokens_per_s(skip) for log in runs["tunelab"]],
                             [log.tokens_per_s(skip) for log in runs["plain TRL"]]).median}
 
+    gpus = torch.cuda.device_count() if cuda else 0
+    if gpus >= 2 and time.monotonic() - started < TIME_LIMIT_S:
+        figures[f"scaling efficiency, {gpus} GPUs"] = scaling(folder, data, steps, args.batch_size, gpus)
+
     print(f"\nLoRA r16 on a random-init {n / 1e9:.2f}B Llama, batch {args.batch_size}, max length 1,024, "
           f"skewed lengths; {steps} steps per run, {reps} run(s) per arm ({time.monotonic() - started:.0f} s)")
     for name, row in figures.items():
-        if "ratio" in row:
+        if "efficiency" in row:
+            print(f"  {name:<32} {row['efficiency']:.3f}  ({row['tokens_per_s_many']:,.0f} vs {row['tokens_per_s_one']:,.0f} tokens/s)")
+        elif "ratio" in row:
             print(f"  {name:<32} {row['ratio']:.3f}")
         else:
             mfu = f"{row['mfu'] * 100:.1f}%" if row["mfu"] is not None else "n/a"
             print(f"  {name:<32} {row['tokens_per_s']:>10,.0f} tokens/s   MFU {mfu}")
     if args.json:
         Path(args.json).write_text(json.dumps({"n_params": n, "peak": peak_note, "figures": figures}, indent=1))
+
+
+def scaling(folder: Path, data: str, steps: int, batch_size: int, gpus: int) -> dict:
+    """Weak scaling of DDP: tokens/s on every GPU (torchrun, one rank per GPU, the same
+    batch per GPU) ÷ (GPUs × tokens/s on one). Each arm is pinned with CUDA_VISIBLE_DEVICES."""
+    base = dict(model_name=str(folder), local_datasets=[data], max_seq_length=1024, gradient_accumulation_steps=1,
+                max_steps=steps, batch_size=batch_size, learning_rate=2e-4, lora_r=16, lora_alpha=16, seed=3407)
+    one = tunelab_run(base, env={"CUDA_VISIBLE_DEVICES": "0"})
+    many = tunelab_run({**base, "num_processes": gpus}, env={"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(gpus)))})
+    skip = min(WARMUP_STEPS, steps - 2)
+    single, together = one.tokens_per_s(skip), many.tokens_per_s(skip)
+    return {"efficiency": together / (gpus * single), "tokens_per_s_one": single, "tokens_per_s_many": together}
 
 
 if __name__ == "__main__":

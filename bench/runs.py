@@ -69,12 +69,13 @@ def scratch_dir(prefix: str) -> str:
     return tempfile.mkdtemp(prefix=prefix, dir=BENCH / "out" / "runs")
 
 
-def tunelab_run(settings: dict[str, Any]) -> StepLog:
-    """One run of the real worker in a spawn child; `settings` are RunConfig fields."""
+def tunelab_run(settings: dict[str, Any], env: dict[str, str] | None = None) -> StepLog:
+    """One run of the real worker in a spawn child; `settings` are RunConfig fields, `env`
+    the child's extra environment (e.g. CUDA_VISIBLE_DEVICES for a multi-GPU run)."""
     cfg = parse_config(settings)
     payload = {**cfg.worker_payload(), "output_dir": scratch_dir("tunelab-"), "resume_from": None}
     log = StepLog(launched=time.time())
-    worker = spawn_worker(multiprocessing.get_context("spawn"), DEFAULT_WORKER, payload, {}, name="bench-worker")
+    worker = spawn_worker(multiprocessing.get_context("spawn"), DEFAULT_WORKER, payload, env or {}, name="bench-worker")
     deadline = time.monotonic() + RUN_TIMEOUT_S
     try:
         while time.monotonic() < deadline:
