@@ -75,6 +75,26 @@ def strategy_for(config: Mapping[str, Any], world_size: int) -> str:
     return "ddp" if config.get("training_type", "lora") in ("lora", "qlora") else "fsdp"
 
 
+# An adapter run in DDP holds the whole base on every GPU, plus activations, adapter
+# gradients and optimizer state; below this much headroom over the weights it is FSDP's.
+DDP_HEADROOM = 1.3
+
+
+def strategy_for_memory(config: Mapping[str, Any], world_size: int, weight_bytes: int | None,
+                        free_bytes_per_gpu: int | None) -> tuple[str, str | None]:
+    """`strategy_for`, plus auto's second rule: an adapter run whose base does not fit one
+    GPU is sharded with FSDP2 (a 4-bit base always stays on DDP). Returns the strategy and,
+    when the memory rule chose it, why."""
+    chosen = strategy_for(config, world_size)
+    if ((config.get("distributed") or "auto") != "auto" or chosen != "ddp" or config.get("load_in_4bit")
+            or not weight_bytes or not free_bytes_per_gpu):
+        return chosen, None
+    if weight_bytes * DDP_HEADROOM <= free_bytes_per_gpu:
+        return chosen, None
+    return "fsdp", (f"the base model's weights ({weight_bytes / 2**30:.1f} GiB) do not fit one GPU's free memory "
+                    f"({free_bytes_per_gpu / 2**30:.1f} GiB) with room to train, so FSDP2 shards them over {world_size} GPUs")
+
+
 def plan(config: Mapping[str, Any], visible_gpus: int) -> Layout:
     """The layout of a run given the number of GPUs its process can see (the orchestrator
     pins them through CUDA_VISIBLE_DEVICES before the worker starts)."""

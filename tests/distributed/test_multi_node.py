@@ -118,3 +118,16 @@ def test_a_node_that_never_joins_fails_the_run_naming_the_rendezvous(demo_assets
         assert "1/2 nodes joined" in message and "--node-rank" in message
     finally:
         orchestrator.shutdown()
+
+
+def test_auto_shards_an_adapter_run_whose_base_does_not_fit_one_gpu():
+    from tunelab.layout import strategy_for_memory
+
+    lora = {"training_type": "lora", "distributed": "auto"}
+    assert strategy_for_memory(lora, 4, 10 * 2**30, 40 * 2**30) == ("ddp", None)
+    strategy, why = strategy_for_memory(lora, 4, 30 * 2**30, 24 * 2**30)
+    assert strategy == "fsdp" and "30.0 GiB" in why and "24.0 GiB" in why
+    assert strategy_for_memory({**lora, "load_in_4bit": True}, 4, 30 * 2**30, 24 * 2**30)[0] == "ddp"
+    assert strategy_for_memory({**lora, "distributed": "ddp"}, 4, 30 * 2**30, 24 * 2**30)[0] == "ddp"
+    assert strategy_for_memory({"training_type": "full"}, 2, None, None)[0] == "fsdp"
+    assert strategy_for_memory(lora, 1, 30 * 2**30, 24 * 2**30)[0] == "none"

@@ -104,6 +104,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     output_dir.mkdir(parents=True, exist_ok=True)
     ctx.emit(events.make(events.OUTPUT_DIR, output_dir=str(output_dir)))
     plan = layout.plan(config, layout.visible_gpu_count(os.environ))
+    config = _with_strategy(config, plan, ctx)
     folder = output_dir / "distributed"
     errors_dir = folder / "errors"
     shutil.rmtree(errors_dir, ignore_errors=True)
@@ -117,7 +118,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
         argv = layout.torchrun_command(plan, config, str(config_path), str(folder / "torchrun-logs"))
         env = {**os.environ, **launch.listener.environment(), ERRORS_ENV: str(errors_dir)}
         where = f"{plan.nodes} nodes x {plan.processes_per_node}" if plan.nodes > 1 else f"{plan.processes_per_node}"
-        ctx.emit(events.status(f"Starting {where} training processes with torchrun ({plan.strategy}, world size {plan.world_size})"))
+        ctx.emit(events.status(f"Starting {where} training processes with torchrun ({config['distributed']}, world size {plan.world_size})"))
         with open(folder / "torchrun.log", "ab") as log:
             launch.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                               preexec_fn=die_with_parent)
@@ -128,6 +129,38 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
         launch.listener.close()
         launch.kill()
         config_path.unlink(missing_ok=True)
+
+
+def _with_strategy(config: dict[str, Any], plan: layout.Layout, ctx: WorkerContext) -> dict[str, Any]:
+    """Decide DDP or FSDP once, here, and hand every rank the decision (in its config):
+    ranks deciding on their own could disagree about free memory."""
+    strategy, why = plan.strategy, None
+    # Only on one node: another node's `tunelab train` decides alone, from the config,
+    # and must arrive at the same answer (multi-node runs name their strategy, or get auto's first rule).
+    if plan.engine == "torchrun" and plan.nodes == 1 and layout.visible_gpu_count(os.environ) > 0:
+        strategy, why = layout.strategy_for_memory(config, plan.world_size, _weight_bytes(config["model_name"]),
+                                                   _least_free_gpu_bytes())
+    if why:
+        ctx.emit(events.status(f"distributed=auto: {why}"))
+    return {**config, "distributed": strategy if strategy != "none" else config.get("distributed")}
+
+
+def _weight_bytes(model_name: str) -> int | None:
+    """The size of a local model folder's weight files (a hub id not downloaded yet: unknown)."""
+    folder = Path(model_name).expanduser()
+    if not folder.is_dir():
+        return None
+    files = [f for pattern in ("*.safetensors", "*.bin") for f in folder.glob(pattern)]
+    return sum(f.stat().st_size for f in files) or None
+
+
+def _least_free_gpu_bytes() -> int | None:
+    try:
+        import torch
+
+        return min(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count())) or None
+    except Exception:  # noqa: BLE001 - no answer means no memory rule, not a failed run
+        return None
 
 
 def _write_private(path: Path, text: str) -> None:
