@@ -72,6 +72,11 @@ def previews_dir() -> Path:
     return _sub("previews")
 
 
+def run_rank_config(output_dir: str | Path) -> Path:
+    """Where a distributed run's launcher writes the config its ranks read (0600)."""
+    return Path(output_dir) / "distributed" / "rank-config.json"
+
+
 def run_datasets_cache(output_dir: str | Path) -> Path:
     """Where a run's `datasets` caches go: inside its own folder, never the user's global cache."""
     return Path(output_dir) / ".cache" / "datasets"

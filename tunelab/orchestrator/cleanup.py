@@ -6,6 +6,7 @@ outputs root and no other run uses it (a resumed run shares its parent's folder)
 the folder must stay, only partial `tmp-checkpoint-N` saves are removed and finished
 `checkpoint-N` folders are kept. A symlink is never followed (a link named like a partial
 save is left alone, and links inside a removed folder are unlinked, not chased).
+A distributed run's config for its ranks (it holds secrets) goes whatever the outcome.
 The dataset caches (Arrow copies, tokenized rows) are kept while a run can still be
 resumed, where they save the tokenizing; a completed run will not read them again.
 """
@@ -63,6 +64,16 @@ def discard_cancelled_output(output_dir: str | Path | None, sharing: list[int] |
         log.warning("could not remove the cancelled run's folder %s: %s", folder, exc)
         return f"cancelled; its folder {folder} could not be removed ({exc.strerror}); delete it yourself"
     return f"cancelled; its folder {folder} is outside the outputs root, so it was left on disk; delete it yourself"
+
+
+def remove_rank_config(output_dir: str | Path | None) -> None:
+    """Delete a distributed run's config for its ranks: it holds the run's secrets."""
+    if not output_dir:
+        return
+    try:
+        paths.run_rank_config(output_dir).unlink(missing_ok=True)
+    except OSError as exc:
+        log.warning("could not remove the ranks' config of %s: %s", output_dir, exc)
 
 
 def remove_dataset_caches(output_dir: str | Path | None) -> bool:

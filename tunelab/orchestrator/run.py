@@ -23,7 +23,7 @@ from tunelab import layout
 from tunelab.config import RunConfig
 from tunelab.metric_buffer import MetricBuffer
 from tunelab.orchestrator.child import WorkerHandle, end_process, spawn_worker
-from tunelab.orchestrator.cleanup import discard_cancelled_output, remove_dataset_caches
+from tunelab.orchestrator.cleanup import discard_cancelled_output, remove_dataset_caches, remove_rank_config
 from tunelab.orchestrator.finalize import FinalizeOnce, RunFacts, decide_outcome, with_retries
 from tunelab.orchestrator.ownership import RunClaim
 from tunelab.orchestrator.progress_log import ProgressLog
@@ -297,6 +297,7 @@ class ActiveRun:
             message = error = discard_cancelled_output(state.output_dir, self._runs_sharing(state.output_dir))
             log.info("run %s: %s", self.run_id, message)
         output_dir = state.output_dir if outcome.keep_output_dir else None
+        remove_rank_config(output_dir)  # secrets; the launcher removes it too, unless it was killed
         if outcome.status == "completed":
             remove_dataset_caches(output_dir)
         if outcome.step is not None:

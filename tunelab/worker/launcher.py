@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tunelab import events, layout
+from tunelab import events, layout, paths
 from tunelab.channel import ChannelListener
 from tunelab.pdeathsig import die_with_parent
 from tunelab.worker.context import WorkerContext
@@ -109,7 +109,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     errors_dir = folder / "errors"
     shutil.rmtree(errors_dir, ignore_errors=True)
     errors_dir.mkdir(parents=True, exist_ok=True)
-    config_path = folder / "rank-config.json"
+    config_path = paths.run_rank_config(output_dir)
     _write_private(config_path, json.dumps(config))
     launch = Launch(ctx, folder, config)
     try:
