@@ -120,6 +120,79 @@ def test_a_node_that_never_joins_fails_the_run_naming_the_rendezvous(demo_assets
         orchestrator.shutdown()
 
 
+HEAD_SCRIPT = """
+import json, sys
+from tunelab import paths
+from tunelab.config import parse_config
+from tunelab.orchestrator import Orchestrator
+from tunelab.store import Store
+
+def main():
+    orchestrator = Orchestrator(Store(paths.db_path()))
+    def say(event):
+        if event["type"] == "progress":
+            print("STEP", event["step"], flush=True)
+    orchestrator.subscribe(say)
+    orchestrator.start(parse_config(json.loads(sys.argv[1])))
+    orchestrator.wait_idle(600)
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    """Live processes whose command line mentions `text` (the test's own folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in command and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def _commands(text: str) -> list[str]:
+    return [Path(f"/proc/{pid}/cmdline").read_bytes()[:200].decode(errors="replace") for pid in _processes_mentioning(text)]
+
+
+def test_killing_the_head_ends_every_rank_on_every_node(demo_assets, home, tmp_path):
+    """The head's process (the server, or `tunelab train`) is killed outright mid-run: its
+    torchrun dies with it, its ranks follow, and the other node's ranks, cut off from
+    the collective, fail and exit too — every training process within 5 s."""
+    import json
+
+    head = _head_config(demo_assets, _free_port(), steps=400)
+    script = tmp_path / "head.py"
+    script.write_text(HEAD_SCRIPT)
+    parent = subprocess.Popen([sys.executable, str(script), json.dumps(head)], stdout=subprocess.PIPE, text=True)
+    node = _start_second_node(head, tmp_path)
+    try:
+        deadline = time.monotonic() + RUN_WAIT_S
+        while not (parent.stdout.readline() or "").startswith("STEP"):
+            assert time.monotonic() < deadline and parent.poll() is None, "the head never trained"
+        marker = str(paths.outputs_root() / "two-nodes")
+        node_marker = "tunelab-node-"  # the other node's private config folder
+        assert _processes_mentioning(marker) and _processes_mentioning(node_marker)
+        parent.kill()
+        killed = time.monotonic()
+        while _processes_mentioning(marker) or _processes_mentioning(node_marker):
+            assert time.monotonic() - killed < 5, f"still running 5 s after the kill: {_commands(node_marker)}"
+            time.sleep(0.1)
+        node.wait(timeout=30)
+        assert node.returncode != 0
+        assert "torchrun ended with code" in node.stdout.read()
+    finally:
+        for process in (parent, node):
+            if process.poll() is None:
+                process.kill()
+
+
 def test_auto_shards_an_adapter_run_whose_base_does_not_fit_one_gpu():
     from tunelab.layout import strategy_for_memory
 

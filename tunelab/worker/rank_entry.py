@@ -5,7 +5,8 @@ Each rank trains with the same torch backend as a one-process run; the HF Traine
 the process group torchrun or Ray set up. One rank reports: it connects to the
 launcher's authenticated channel (channel.py), sends the run's events and receives stop
 requests, which every rank then agrees on at the next step boundary (ranks.py). The
-others send nothing. A rank that fails writes its reason to
+others send nothing. On a node other than the head, each rank also watches the head's
+rendezvous port and ends itself when the head is gone. A rank that fails writes its reason to
 `$TUNELAB_RANK_ERRORS/rank-<RANK>.txt` for the launcher, prints it, and exits non-zero so
 torchrun ends the other ranks at once. The config file holds the run's secrets: it is
 written 0600 by the launcher and removed when the run ends.
@@ -15,7 +16,10 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,8 @@ from tunelab.worker.context import WorkerContext
 from tunelab.worker.entry import prepare_process, run_in_context, stop_and_save_on_sigterm
 
 BACKEND = "tunelab.worker.torch_backend"
+HEAD_POLL_S = 1.0
+HEAD_MISSES = 2
 ERRORS_ENV = "TUNELAB_RANK_ERRORS"
 
 
@@ -76,8 +82,35 @@ def _record_failure(rank: str, reason: str | None) -> None:
             pass  # the printed line still reaches torchrun's log
 
 
+def watch_head(poll_s: float = HEAD_POLL_S) -> None:
+    """On a node other than the head: exit when the head is gone. The head's torchrun
+    hosts the rendezvous store at MASTER_ADDR:MASTER_PORT for the whole run; when that
+    port stops answering, the head (and with it the run's record and its stop button)
+    is gone. A collective with a dead peer can take far longer to fail on its own."""
+    address, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if os.environ.get("GROUP_RANK", "0") == "0" or not address or not port:
+        return
+
+    def loop() -> None:
+        misses = 0
+        while True:
+            time.sleep(poll_s)
+            try:
+                socket.create_connection((address, int(port)), timeout=poll_s).close()
+                misses = 0
+            except OSError:
+                misses += 1
+                if misses >= HEAD_MISSES:
+                    print(f"tunelab rank {os.environ.get('RANK')}: the head node's rendezvous at {address}:{port} "
+                          "is gone; ending this rank", file=sys.stderr, flush=True)
+                    os._exit(1)
+
+    threading.Thread(target=loop, name="tunelab-head-watch", daemon=True).start()
+
+
 def main(argv: list[str]) -> None:
     prepare_process()
+    watch_head()
     config = json.loads(Path(argv[0]).read_text())
     # The head node's torchrun carries the channel; its first local rank reports (with a
     # static rendezvous that is global rank 0). Other nodes' ranks only train.
