@@ -58,7 +58,9 @@ class _Lines:
         return message
 
     def close(self) -> None:
-        for closing in (self._reader.close, lambda: self.sock.shutdown(socket.SHUT_RDWR), self.sock.close):
+        # Shut the socket down first: a thread blocked reading holds the reader's lock, and
+        # closing the reader would wait for that read to end (until the other end closes).
+        for closing in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self._reader.close, self.sock.close):
             try:
                 closing()
             except OSError:
