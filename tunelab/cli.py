@@ -112,11 +112,12 @@ def train(
     config: Path = typer.Argument(..., help="YAML or JSON run config."),
     set_: list[str] = typer.Option([], "--set", help="Override a setting: --set learning_rate=1e-4 (repeatable)."),
     local: bool = typer.Option(False, "--local", help=LOCAL_HELP),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Train on the Ray cluster at ADDRESS (host:port or auto); sets ray_address."),
 ) -> None:
     """Train in the foreground. Ctrl-C stops and saves; a second Ctrl-C cancels. With a
     server running on this home, the run goes to it (its warm worker starts at once)."""
     try:
-        cfg = load_config_file(config, set_)
+        cfg = load_config_file(config, set_ + ([f"ray_address={json.dumps(ray)}"] if ray else []))
     except ConfigError as exc:
         raise _config_failure(exc)
     server = _server_for(local)
@@ -251,6 +252,7 @@ def serve(
                                            help="Let API callers set trust_remote_code (runs code from model repositories)."),
     allow_output_anywhere: bool = typer.Option(False, "--allow-output-anywhere",
                                                help="Let API callers set allow_output_outside_root (write outside the outputs root)."),
+    allow_ray: bool = typer.Option(False, "--allow-ray", help="Let API callers set ray_address (sends the run's config, secrets included, to a Ray cluster)."),
     allowed_host: list[str] = typer.Option([], "--allowed-host", metavar="NAME",
                                            help="Also answer to this Host name (repeatable; '*' answers to any)."),
 ) -> None:
@@ -258,7 +260,7 @@ def serve(
     from tunelab.server.main import serve as run_server
 
     run_server(host=host, port=port, allow_remote_code=allow_remote_code, allow_output_anywhere=allow_output_anywhere,
-               allowed_hosts=allowed_host)
+               allow_ray=allow_ray, allowed_hosts=allowed_host)
 
 
 @app.command()

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tunelab import events, layout
+from tunelab.orchestrator.prechecks import RAY_NOT_INSTALLED
 from tunelab.worker.context import RunSettingError
 from tunelab.worker.launcher import Launch, ProcessEngine
 
@@ -43,9 +44,7 @@ PROBE_TIMEOUT_S = 5.0
 # The launcher's settings that change how a rank reaches the hub; a Ray worker otherwise
 # runs in its node's own environment (the one `ray start` had there).
 FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_DISABLE_XET")
-INSTALL_HINT = "pip install 'tunelab[cluster]'"
-NOT_INSTALLED = (f"Ray is not installed in this Python environment; install it with `{INSTALL_HINT}` (on this machine "
-                 "and on every node of the cluster), or remove ray_address to train on this machine")
+NOT_INSTALLED = RAY_NOT_INSTALLED
 
 
 def unreachable(address: str, why: str) -> str:
