@@ -58,8 +58,8 @@ class _Lines:
         return message
 
     def close(self) -> None:
-        # Shut the socket down first: a thread blocked reading returns at once, whereas
-        # closing the reader first would wait for that read to end (it holds the lock).
+        # Shut the socket down first: a thread blocked reading holds the reader's lock, and
+        # closing the reader would wait for that read to end (until the other end closes).
         for closing in (lambda: self.sock.shutdown(socket.SHUT_RDWR), self._reader.close, self.sock.close):
             try:
                 closing()

@@ -122,6 +122,7 @@ def train(
     master_port: Optional[int] = typer.Option(None, "--master-port", help="The head's rendezvous port (default 29500)."),
     rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="host:port of a c10d rendezvous, instead of --master-addr."),
     join_timeout: Optional[float] = typer.Option(None, "--join-timeout", help="Seconds the nodes wait for each other (default 300)."),
+    ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Train on the Ray cluster at ADDRESS (host:port or auto); sets ray_address."),
 ) -> None:
     """Train in the foreground. Ctrl-C stops and saves; a second Ctrl-C cancels. With a
     server running on this home, the run goes to it (its warm worker starts at once).
@@ -130,7 +131,7 @@ def train(
                        master_addr=master_addr, master_port=master_port, rdzv_endpoint=rdzv_endpoint,
                        join_timeout=join_timeout)
     try:
-        cfg = load_config_file(config, set_ + flags)
+        cfg = load_config_file(config, set_ + flags + ([f"ray_address={json.dumps(ray)}"] if ray else []))
     except ConfigError as exc:
         raise _config_failure(exc)
     if cfg.nodes is not None and cfg.nodes.node_rank > 0:
@@ -282,6 +283,7 @@ def serve(
                                            help="Let API callers set trust_remote_code (runs code from model repositories)."),
     allow_output_anywhere: bool = typer.Option(False, "--allow-output-anywhere",
                                                help="Let API callers set allow_output_outside_root (write outside the outputs root)."),
+    allow_ray: bool = typer.Option(False, "--allow-ray", help="Let API callers set ray_address (sends the run's config, secrets included, to a Ray cluster)."),
     allowed_host: list[str] = typer.Option([], "--allowed-host", metavar="NAME",
                                            help="Also answer to this Host name (repeatable; '*' answers to any)."),
 ) -> None:
@@ -289,7 +291,7 @@ def serve(
     from tunelab.server.main import serve as run_server
 
     run_server(host=host, port=port, allow_remote_code=allow_remote_code, allow_output_anywhere=allow_output_anywhere,
-               allowed_hosts=allowed_host)
+               allow_ray=allow_ray, allowed_hosts=allowed_host)
 
 
 @app.command()

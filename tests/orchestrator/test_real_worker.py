@@ -22,7 +22,7 @@ from tunelab.orchestrator.resume import check_resumable
 
 pytestmark = pytest.mark.slow
 
-HEAVY_MODULES = ("torch", "transformers", "peft", "trl", "datasets", "mlx")
+HEAVY_MODULES = ("torch", "transformers", "peft", "trl", "datasets", "mlx", "ray")
 
 PARENT_SCRIPT = textwrap.dedent("""
     import json, sys

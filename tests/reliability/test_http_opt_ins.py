@@ -1,6 +1,7 @@
-"""Over HTTP, settings that run foreign code or write anywhere need the server's own
-opt-in: `trust_remote_code` and `allow_output_outside_root` are refused with 403 naming
-the field and the flag (`--allow-remote-code`, `--allow-output-anywhere`) unless the
+"""Over HTTP, settings that run foreign code, write anywhere or send the run's secrets to a
+cluster need the server's own opt-in: `trust_remote_code`, `allow_output_outside_root` and
+`ray_address` are refused with 403 naming the field and the flag (`--allow-remote-code`,
+`--allow-output-anywhere`, `--allow-ray`) unless the
 server was started with it — at start, at resume of a run that carries them (e.g. one
 started from the CLI), and for an export that would load the run's model code."""
 
@@ -12,12 +13,15 @@ from checkpoint_factory import make_checkpoint
 from harness import start_run, wait_run_ended, worker_env
 from tunelab.store import Store
 
-OPT_INS = {"trust_remote_code": "--allow-remote-code", "allow_output_outside_root": "--allow-output-anywhere"}
+OPT_INS = {"trust_remote_code": "--allow-remote-code", "allow_output_outside_root": "--allow-output-anywhere",
+           "ray_address": "--allow-ray"}
+# The scripted worker never contacts it: what is tested is the server's refusal or consent.
+RAY_ADDRESS = "127.0.0.1:6379"
 
 
 def _opt_in_body(demo_run, field, outside):
     extra = {"output_dir": str(outside)} if field == "allow_output_outside_root" else {}
-    return demo_run(max_steps=1, **{field: True}, **extra)
+    return demo_run(max_steps=1, **{field: RAY_ADDRESS if field == "ray_address" else True}, **extra)
 
 
 def _stored_cli_run(home, demo_run, **settings) -> int:
@@ -57,6 +61,17 @@ def test_a_stored_run_carrying_them_is_not_resumed_or_exported_over_http(start_s
     assert exported.status_code == 403, exported.text
     assert "--allow-remote-code" in exported.json()["error"]["message"]
     assert client.get("/api/runs").json()["total"] == 1
+
+
+def test_a_stored_ray_run_is_not_resumed_over_http_without_the_opt_in(start_server, demo_run, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    run_id = _stored_cli_run(home, demo_run, ray_address=RAY_ADDRESS)
+    server = start_server(home=home, extra_env=worker_env("scripted_workers:trainer"))
+    resumed = server.client().post(f"/api/runs/{run_id}/resume")
+    assert resumed.status_code == 403, resumed.text
+    error = resumed.json()["error"]
+    assert error["field"] == "ray_address" and "--allow-ray" in error["message"] and RAY_ADDRESS in error["message"]
 
 
 @pytest.mark.parametrize("field", list(OPT_INS))

@@ -5,7 +5,7 @@ Explicit `gpu_ids` are used as given (they were checked against the machine befo
 anything else happened). Otherwise the `num_gpus` GPUs (default one) with the most free
 memory are chosen —
 measured after the `before_spawn` hook, which may just have freed some. A machine
-without GPUs, or the mlx backend, gets no CUDA_VISIBLE_DEVICES at all.
+without GPUs, a run on a Ray cluster, or the mlx backend, gets no CUDA_VISIBLE_DEVICES at all.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ log = logging.getLogger("tunelab.orchestrator")
 
 
 def choose_gpus(cfg: RunConfig, gpus: list[hardware.Gpu]) -> list[hardware.Gpu]:
-    if cfg.resolved_backend != "torch" or not gpus:
-        return []
+    if cfg.resolved_backend != "torch" or not gpus or getattr(cfg, "ray_address", None):
+        return []  # on a Ray cluster Ray places the workers and picks their GPUs
     if cfg.gpu_ids:
         by_index = {g.index: g for g in gpus}
         return [by_index[i] for i in cfg.gpu_ids if i in by_index]

@@ -6,11 +6,12 @@ the first bytes of a file: local data files exist, are files and look like their
 a local model folder holds `config.json`; a hub model is either in the local hub cache
 or the hub answers (one HEAD request with a short timeout, on a thread so a slow DNS
 lookup cannot hang a start). Every problem is reported at once as a `ConfigError`.
-No heavy library is imported; `huggingface_hub` only to look in its cache.
+Ray must be installed for a run on a Ray cluster. No heavy library is imported; `huggingface_hub` only to look in its cache.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
 import urllib.error
@@ -22,6 +23,9 @@ from tunelab.config import ConfigError, FieldError, RunConfig
 DATA_FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 HUB_TIMEOUT_S = 3.0
 SNIFF_BYTES = 4096
+# Looked up, never imported: Ray is an optional extra the parent must not load.
+RAY_NOT_INSTALLED = ("Ray is not installed in this Python environment; install it with `pip install 'tunelab[cluster]'` "
+                     "(here and on every node of the cluster), or remove ray_address to train on this machine")
 _TRUE = {"1", "ON", "YES", "TRUE"}
 
 
@@ -36,6 +40,8 @@ def check_before_start(cfg: RunConfig) -> None:
     problem = model_problem(cfg.model_name)
     if problem:
         errors.append(FieldError(field="model_name", message=problem))
+    if cfg.ray_address and importlib.util.find_spec("ray") is None:
+        errors.append(FieldError(field="ray_address", message=RAY_NOT_INSTALLED))
     if errors:
         raise ConfigError(errors)
 

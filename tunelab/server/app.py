@@ -86,6 +86,7 @@ def create_app(
     prewarm: bool = False,
     allow_remote_code: bool = False,
     allow_output_anywhere: bool = False,
+    allow_ray: bool = False,
     allowed_hosts: Iterable[str] | None = None,
 ) -> FastAPI:
     """The app. Without arguments it uses the tunelab home (TUNELAB_HOME) and owns its
@@ -94,7 +95,7 @@ def create_app(
     `prewarm` keeps a worker with its imports done for the next run (an owned
     orchestrator only; TUNELAB_PREWARM=0/1 overrides it). `allow_remote_code` and
     `allow_output_anywhere` let API callers set trust_remote_code and
-    allow_output_outside_root. `allowed_hosts`: the Host names answered (None: any;
+    allow_output_outside_root; `allow_ray`, ray_address. `allowed_hosts`: the Host names answered (None: any;
     `serve` passes loopback names for a loopback bind)."""
     if home is not None:
         os.environ["TUNELAB_HOME"] = str(home)
@@ -133,6 +134,7 @@ def create_app(
     app.state.preview_slots = asyncio.Semaphore(PREVIEW_SLOTS)
     app.state.allow_remote_code = allow_remote_code
     app.state.allow_output_anywhere = allow_output_anywhere
+    app.state.allow_ray = allow_ray
 
     install_error_handlers(app)
     app.add_api_route("/api/health", _health, methods=["GET"], response_model=Health, tags=["health"],

@@ -10,9 +10,10 @@ checked, absolute, symlink-free paths, so the worker reads exactly what was chec
 relative path or a symlink cannot be re-interpreted later). Hub ids and remote URLs
 (an S3 endpoint, an MLflow server) pass through unchanged.
 
-`trust_remote_code` runs code from the model's repository and `allow_output_outside_root`
-writes anywhere the server's user can: over HTTP both are refused (403) unless the
-server was started with `--allow-remote-code` / `--allow-output-anywhere`. The CLI,
+`trust_remote_code` runs code from the model's repository, `allow_output_outside_root`
+writes anywhere the server's user can and `ray_address` sends the run's config, secrets
+included, to a Ray cluster: over HTTP each is refused (403) unless the server was started
+with `--allow-remote-code` / `--allow-output-anywhere` / `--allow-ray`. The CLI,
 run by the machine's own user, does not come through here.
 """
 
@@ -37,9 +38,11 @@ REMOTE_MLFLOW_SCHEMES = frozenset({"http", "https", "databricks", "databricks-uc
 KNOWN_FILE_READERS = frozenset({"json", "csv", "text", "parquet", "arrow", "pandas", "xml", "sql", "webdataset",
                                 "imagefolder", "audiofolder", "videofolder"})
 # Settings that need an opt-in given when the server was started: field -> the flag.
-OPT_INS = {"trust_remote_code": "--allow-remote-code", "allow_output_outside_root": "--allow-output-anywhere"}
+OPT_INS = {"trust_remote_code": "--allow-remote-code", "allow_output_outside_root": "--allow-output-anywhere",
+           "ray_address": "--allow-ray"}
 OPT_IN_WHY = {"trust_remote_code": "it runs code from the model's repository on this machine",
-              "allow_output_outside_root": "it lets a run write anywhere this server's user can"}
+              "allow_output_outside_root": "it lets a run write anywhere this server's user can",
+              "ray_address": "it sends the run's config, secrets included, to a Ray cluster"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -67,11 +70,13 @@ def check_opt_ins(config: Mapping[str, Any], state: Any, run_id: int | None = No
     """403 naming the field and the server flag, for a setting this server was not
     started to allow. With `run_id` it is worded for a stored run being resumed or
     exported (`action`)."""
-    allowed = {"trust_remote_code": state.allow_remote_code, "allow_output_outside_root": state.allow_output_anywhere}
+    allowed = {"trust_remote_code": state.allow_remote_code, "allow_output_outside_root": state.allow_output_anywhere,
+               "ray_address": state.allow_ray}
     for field in fields:
         if config.get(field) and not allowed[field]:
             flag = OPT_INS[field]
-            whose = f"run {run_id} was started with {field}=true, so an HTTP {action}" if run_id is not None else f"{field}=true"
+            setting = f"{field}={config[field]!r}" if isinstance(config[field], str) else f"{field}=true"
+            whose = f"run {run_id} was started with {setting}, so an HTTP {action}" if run_id is not None else setting
             alternative = f"{action} it with `tunelab {action} {run_id}`" if run_id is not None else "run it with `tunelab train`"
             raise ApiError(403, "opt_in_required",
                            f"{whose} is refused over HTTP: {OPT_IN_WHY[field]}. Start the server with `tunelab serve {flag}` "

@@ -1,20 +1,25 @@
-"""The worker of a distributed run: start torchrun, relay the reporting rank's events.
+"""The worker of a distributed run: start the ranks' engine, relay the reporting rank's events.
 
 The orchestrator spawns this like any worker (same queues, same watchdog, same
 finalize), so a run on eight GPUs is one history row with one progress stream and one
 stop button. Here, instead of training, the worker:
-- writes the config for the ranks (0600: it carries the run's secrets; removed at the end),
-- opens the authenticated event channel (channel.py) and starts torchrun with its
-  address and secret in the ranks' environment (torchrun's output goes to
-  `<output_dir>/distributed/torchrun.log`),
+- starts the ranks through an engine — torchrun (below) or Ray Train (ray_launch.py,
+  imported only for a Ray run) — after opening the authenticated event channel
+  (channel.py) on an address the ranks can reach; its address and secret reach the
+  ranks only through their environment,
 - passes each event of the reporting rank on to the parent, and each stop request
   from the parent on to that rank,
-- when torchrun ends, sends the run's last word: the reporting rank's `complete`, or an
-  `error` that names the rank that failed first and why (its own message, or the
+- when the engine ends, sends the run's last word: the reporting rank's `complete`, or
+  an `error` that names the rank that failed first and why (its own message, or the
   signal that killed it), rather than the broken connection the others saw after it.
-torchrun runs in its own session so that Ctrl-C in a terminal reaches it only as the
-parent's stop. If this process dies, the kernel kills torchrun (PR_SET_PDEATHSIG) and
-each rank, watching its own parent, exits within a second.
+An engine runs in its own session so that Ctrl-C in a terminal reaches it only as the
+parent's stop. If this process dies, the kernel kills the engine's process
+(PR_SET_PDEATHSIG) and the ranks follow it (torchrun's each watch their own parent; Ray
+ends a job's workers when its driver is gone).
+
+torchrun's ranks read the config from `<output_dir>/distributed/rank-config.json`
+(0600: it carries the run's secrets; removed at the end); torchrun's output goes to
+`<output_dir>/distributed/torchrun.log`.
 """
 
 from __future__ import annotations
@@ -36,28 +41,86 @@ from tunelab.pdeathsig import die_with_parent
 from tunelab.worker.context import WorkerContext
 from tunelab.worker.rank_entry import ERRORS_ENV
 
-# After the reporting rank's last event, how long torchrun gets to end on its own.
+# After the reporting rank's last event, how long the engine gets to end on its own.
 FINISH_GRACE_S = 15.0
-# After a cancel, how long the ranks get to stop before torchrun is ended.
+# After a cancel, how long the ranks get to stop before the engine is ended.
 CANCEL_GRACE_S = 10.0
 POLL_S = 0.1
 LOG_TAIL_LINES = 15
 
 
-class Launch:
-    """One torchrun process group and what its reporting rank has said."""
+class ProcessEngine:
+    """An engine whose ranks hang off one process of ours (torchrun, or the Ray driver),
+    started in its own session and killed with this worker. Subclasses say how to start
+    it (`start`) and which rank failed first (`first_failure`)."""
 
-    def __init__(self, ctx: WorkerContext, folder: Path, config: dict[str, Any]):
+    what = "the engine"
+
+    def __init__(self, log_path: Path):
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+
+    def popen(self, argv: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.Popen:
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(argv, env=env, stderr=log, stdout=kwargs.pop("stdout", log),
+                                            start_new_session=True, preexec_fn=die_with_parent, **kwargs)
+        return self.process
+
+    def poll(self) -> int | None:
+        return self.process.poll() if self.process is not None else None
+
+    def end(self) -> None:
+        """Ask it to end (torchrun passes SIGTERM on to every rank and waits for them)."""
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, signum: int) -> None:
+        process = self.process
+        if process is not None and process.poll() is None:
+            try:
+                os.killpg(process.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def first_failure(self) -> tuple[int, str] | None:
+        """(rank, why) of the rank that failed first, when the engine says."""
+        return None
+
+    def start_failure(self) -> str | None:
+        """Why the ranks never started (e.g. a node that never joined), when the engine says."""
+        return None
+
+    def log_tail(self) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+        except OSError:
+            return ""
+
+    def cleanup(self) -> None:
+        self.kill()
+
+
+class Launch:
+    """One engine's ranks and what their reporting rank has said."""
+
+    def __init__(self, ctx: WorkerContext, engine: Any):
         self.ctx = ctx
-        self.config = config
-        self.folder = folder
-        self.listener = ChannelListener()
+        self.engine = engine
+        self.listener: ChannelListener | None = None
         self.final: dict[str, Any] | None = None  # the reporting rank's complete or error
         self.final_at: float | None = None
         self.reporter_gone = threading.Event()
-        self.process: subprocess.Popen | None = None
         self.cancelled_at: float | None = None
         self.ended_because: str | None = None
+
+    def open_channel(self, host: str) -> dict[str, str]:
+        """Listen on `host` (an address of this machine the ranks can reach); returns the
+        ranks' environment that finds and authenticates to it."""
+        self.listener = ChannelListener(host)
+        self.listener.serve(self.on_message, self.reporter_gone.set)
+        return self.listener.environment()
 
     def on_message(self, message: dict[str, Any]) -> None:
         if message.get("type") == events.STATUS and message.get("stage"):
@@ -72,31 +135,59 @@ class Launch:
     def on_stop(self, stop: str | None) -> None:
         if stop is None:
             return
-        if not self.listener.connected.is_set():
-            # No rank is training yet (still importing, or waiting for nodes): nothing to
-            # save; end the launch, as a one-process run ends before training.
+        listener = self.listener
+        if listener is None or not listener.connected.is_set():
+            # No rank is training yet (still importing, waiting for nodes or for the
+            # cluster): nothing to save; end the launch, as a one-process run ends before training.
             self.end("stop before the ranks started training")
             return
-        self.listener.send(events.stop_message(stop == "save"))
+        listener.send(events.stop_message(stop == "save"))
         if stop == "cancel":
             self.cancelled_at = time.monotonic()
 
     def end(self, why: str) -> None:
-        process = self.process
-        if process is not None and process.poll() is None:
-            try:
-                # torchrun passes SIGTERM on to every rank and waits for them.
-                os.killpg(process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         self.ended_because = why
+        self.engine.end()
 
-    def kill(self) -> None:
-        if self.process is not None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    def close(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
+        self.engine.cleanup()
+
+
+class TorchrunEngine(ProcessEngine):
+    """torchrun on this node; its ranks read the config from a 0600 file."""
+
+    what = "torchrun"
+
+    def __init__(self, plan: layout.Layout, config: dict[str, Any], folder: Path):
+        super().__init__(folder / "torchrun.log")
+        self.plan, self.config, self.folder = plan, config, folder
+        self.errors_dir = folder / "errors"
+        self.config_path = paths.run_rank_config(folder.parent)
+
+    def start(self, launch: Launch) -> None:
+        shutil.rmtree(self.errors_dir, ignore_errors=True)
+        self.errors_dir.mkdir(parents=True, exist_ok=True)
+        _write_private(self.config_path, json.dumps(self.config))
+        plan = self.plan
+        argv = layout.torchrun_command(plan, self.config, str(self.config_path), str(self.folder / "torchrun-logs"))
+        env = {**os.environ, **launch.open_channel("127.0.0.1"), ERRORS_ENV: str(self.errors_dir)}
+        where = f"{plan.nodes} nodes x {plan.processes_per_node}" if plan.nodes > 1 else f"{plan.processes_per_node}"
+        launch.ctx.emit(events.status(f"Starting {where} training processes with torchrun ({self.config['distributed']}, world size {plan.world_size})"))
+        self.popen(argv, env)
+
+    def first_failure(self) -> tuple[int, str] | None:
+        log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        first = _root_cause(log)
+        return None if first is None else (first[0], _failure_reason(first, self.errors_dir))
+
+    def start_failure(self) -> str | None:
+        return _rendezvous_failure(self.log_path.read_text(errors="replace") if self.log_path.exists() else "", self.config)
+
+    def cleanup(self) -> None:
+        self.kill()
+        self.config_path.unlink(missing_ok=True)
 
 
 def run(config: dict[str, Any], ctx: WorkerContext) -> None:
@@ -106,29 +197,24 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     plan = layout.plan(config, layout.visible_gpu_count(os.environ))
     config = _with_strategy(config, plan, ctx)
     folder = output_dir / "distributed"
-    errors_dir = folder / "errors"
-    shutil.rmtree(errors_dir, ignore_errors=True)
-    errors_dir.mkdir(parents=True, exist_ok=True)
-    config_path = paths.run_rank_config(output_dir)
-    _write_private(config_path, json.dumps(config))
-    launch = Launch(ctx, folder, config)
+    folder.mkdir(parents=True, exist_ok=True)
+    if plan.engine == "ray":
+        from tunelab.worker.ray_launch import RayEngine  # Ray is an optional extra
+
+        engine: Any = RayEngine(plan, config, folder)
+    else:
+        engine = TorchrunEngine(plan, config, folder)
+    launch = Launch(ctx, engine)
     try:
-        launch.listener.serve(launch.on_message, launch.reporter_gone.set)
         ctx.on_stop(launch.on_stop)
-        argv = layout.torchrun_command(plan, config, str(config_path), str(folder / "torchrun-logs"))
-        env = {**os.environ, **launch.listener.environment(), ERRORS_ENV: str(errors_dir)}
-        where = f"{plan.nodes} nodes x {plan.processes_per_node}" if plan.nodes > 1 else f"{plan.processes_per_node}"
-        ctx.emit(events.status(f"Starting {where} training processes with torchrun ({config['distributed']}, world size {plan.world_size})"))
-        with open(folder / "torchrun.log", "ab") as log:
-            launch.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                              preexec_fn=die_with_parent)
+        engine.start(launch)
+        if launch.ended_because:  # a stop that came while the engine was starting
+            engine.end()
         returncode = _wait(launch)
         launch.reporter_gone.wait(2.0)  # the last events may still be on their way
-        ctx.emit(_last_word(launch, returncode, errors_dir, folder / "torchrun.log"))
+        ctx.emit(_last_word(launch, returncode))
     finally:
-        launch.listener.close()
-        launch.kill()
-        config_path.unlink(missing_ok=True)
+        launch.close()
 
 
 def _with_strategy(config: dict[str, Any], plan: layout.Layout, ctx: WorkerContext) -> dict[str, Any]:
@@ -170,38 +256,39 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def _wait(launch: Launch) -> int:
-    process = launch.process
-    assert process is not None
+    engine = launch.engine
     while True:
-        code = process.poll()
+        code = engine.poll()
         if code is not None:
             return code
         now = time.monotonic()
         if launch.final_at is not None and now - launch.final_at > FINISH_GRACE_S:
-            launch.kill()  # the run is over; a rank that hangs at exit must not keep it open
+            engine.kill()  # the run is over; a rank that hangs at exit must not keep it open
         if launch.cancelled_at is not None and now - launch.cancelled_at > CANCEL_GRACE_S:
-            launch.kill()
+            engine.kill()
         time.sleep(POLL_S)
 
 
-def _last_word(launch: Launch, returncode: int, errors_dir: Path, log_path: Path) -> dict[str, Any]:
+def _last_word(launch: Launch, returncode: int) -> dict[str, Any]:
+    engine = launch.engine
     final = launch.final
     if final is not None and final.get("type") == events.COMPLETE:
         return final
-    if final is None and getattr(launch, "ended_because", None):
+    if final is None and launch.ended_because:
         return events.complete(None, "stopped before training started; nothing to save yet")
-    log = log_path.read_text(errors="replace") if log_path.exists() else ""
-    first = _first_failure(log)
-    reason = _failure_reason(first, errors_dir) or _rendezvous_failure(log, launch.config)
+    first = engine.first_failure()
     if final is not None:  # the reporting rank failed; say first whether another rank failed before it
         own = str(final.get("error"))
-        if first is not None and first[0] != 0 and reason:
-            return events.error(f"{reason}; rank 0 then stopped: {own}", str(final.get("stack") or ""), bool(final.get("resume_blocked")))
+        if first is not None and first[0] != 0:
+            return events.error(f"{first[1]}; rank 0 then stopped: {own}", str(final.get("stack") or ""), bool(final.get("resume_blocked")))
         return final
-    if reason:
-        return events.error(reason, _log_tail(log_path))
-    return events.error(f"torchrun exited with code {returncode} before the run reported a result; "
-                        f"see {log_path}", _log_tail(log_path))
+    if first is not None:
+        return events.error(first[1], engine.log_tail())
+    never_started = engine.start_failure()
+    if never_started:
+        return events.error(never_started, engine.log_tail())
+    return events.error(f"{engine.what} exited with code {returncode} before the run reported a result; "
+                        f"see {engine.log_path}", engine.log_tail())
 
 
 RENDEZVOUS_TIMEOUT = re.compile(r"(\d+/\d+ clients joined)|RendezvousTimeoutError|rendezvous.*timed out", re.I)
@@ -223,15 +310,13 @@ def _rendezvous_failure(log: str, config: dict[str, Any]) -> str | None:
 ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
 
 
-def _first_failure(log: str) -> tuple[int, int] | None:
+def _root_cause(log: str) -> tuple[int, int] | None:
     """(rank, exit code) of the first failed rank, as torchrun reports it."""
     found = ROOT_CAUSE.search(log)
     return (int(found.group(1)), int(found.group(2))) if found else None
 
 
-def _failure_reason(first: tuple[int, int] | None, errors_dir: Path) -> str | None:
-    if first is None:
-        return None
+def _failure_reason(first: tuple[int, int], errors_dir: Path) -> str:
     rank, code = first
     written = errors_dir / f"rank-{rank}.txt"
     if written.exists():
@@ -243,10 +328,3 @@ def _failure_reason(first: tuple[int, int] | None, errors_dir: Path) -> str | No
             name = f"signal {-code}"
         return f"rank {rank} was killed by {name} (signal {-code})"
     return f"rank {rank} exited with code {code}"
-
-
-def _log_tail(log_path: Path) -> str:
-    try:
-        return "\n".join(log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
-    except OSError:
-        return ""

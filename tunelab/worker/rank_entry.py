@@ -56,7 +56,9 @@ def run_rank(config: dict[str, Any], reporter: bool) -> bool:
     ctx = WorkerContext(sink)
     if client is not None:
         client.read_stops(lambda message: _apply_stop(ctx, message))
-    stop_and_save_on_sigterm(ctx)
+    if threading.current_thread() is threading.main_thread():
+        # Ray Train calls this on a thread of its worker, where Python cannot take signals.
+        stop_and_save_on_sigterm(ctx)
     try:
         ok = run_in_context(config, ctx, BACKEND)
     finally:
