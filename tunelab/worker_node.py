@@ -16,14 +16,18 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Callable
 
 from tunelab import layout, paths
 from tunelab.config import RunConfig
 from tunelab.pdeathsig import die_with_parent
+from tunelab.worker.rank_entry import HEAD_MISSES, HEAD_POLL_S
 
 
 def run_worker_node(cfg: RunConfig, say: Callable[[str], None]) -> int:
@@ -61,6 +65,7 @@ def run_worker_node(cfg: RunConfig, say: Callable[[str], None]) -> int:
             say("stopping the whole run at the next step and saving")
             os.killpg(process.pid, signal.SIGTERM)
 
+        _end_when_head_is_gone(process, cfg, say)
         previous = signal.signal(signal.SIGINT, on_interrupt)
         try:
             code = process.wait()
@@ -71,6 +76,37 @@ def run_worker_node(cfg: RunConfig, say: Callable[[str], None]) -> int:
             signal.signal(signal.SIGINT, previous)
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
+
+
+def _end_when_head_is_gone(process: subprocess.Popen, cfg: RunConfig, say: Callable[[str], None]) -> None:
+    """torchrun on this node, once its ranks failed with the head gone, can spend a long
+    while trying to reach the head's rendezvous store. When the head's rendezvous port
+    stops answering after it had answered, the run is over here too: end torchrun."""
+    nodes = cfg.nodes
+    assert nodes is not None
+    host, port = (nodes.rdzv_endpoint.rsplit(":", 1) if nodes.rdzv_endpoint else (nodes.master_addr, nodes.master_port))
+
+    def answers() -> bool:
+        try:
+            socket.create_connection((str(host), int(port)), timeout=HEAD_POLL_S).close()
+            return True
+        except OSError:
+            return False
+
+    def loop() -> None:
+        seen, misses = False, 0
+        while process.poll() is None:
+            time.sleep(HEAD_POLL_S)
+            if answers():
+                seen, misses = True, 0
+                continue
+            misses += 1
+            if seen and misses >= HEAD_MISSES and process.poll() is None:
+                say(f"the head's rendezvous at {host}:{port} is gone; ending this node's training processes")
+                os.killpg(process.pid, signal.SIGKILL)
+                return
+
+    threading.Thread(target=loop, name="tunelab-head-watch", daemon=True).start()
 
 
 def _processes(count: int) -> str:

@@ -141,24 +141,33 @@ if __name__ == "__main__":
 """
 
 
-def _processes_mentioning(text: str) -> list[int]:
-    """Live processes whose command line mentions `text` (the test's own folder)."""
-    found = []
+def _tree(root: int) -> set[int]:
+    """`root` and every live process descended from it (by parent id)."""
+    parents = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in command and state != "Z":
-            found.append(int(entry.name))
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents[int(entry.name)] = int(fields[1])
+    found, frontier = set(), {root} & set(parents)
+    while frontier:
+        found |= frontier
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
     return found
 
 
-def _commands(text: str) -> list[str]:
-    return [Path(f"/proc/{pid}/cmdline").read_bytes()[:200].decode(errors="replace") for pid in _processes_mentioning(text)]
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        try:
+            if (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z":
+                alive.add(pid)
+        except OSError:
+            pass
+    return alive
 
 
 def test_killing_the_head_ends_every_rank_on_every_node(demo_assets, home, tmp_path):
@@ -176,13 +185,13 @@ def test_killing_the_head_ends_every_rank_on_every_node(demo_assets, home, tmp_p
         deadline = time.monotonic() + RUN_WAIT_S
         while not (parent.stdout.readline() or "").startswith("STEP"):
             assert time.monotonic() < deadline and parent.poll() is None, "the head never trained"
-        marker = str(paths.outputs_root() / "two-nodes")
-        node_marker = "tunelab-node-"  # the other node's private config folder
-        assert _processes_mentioning(marker) and _processes_mentioning(node_marker)
+        # Both nodes' trees: the head's launcher, torchrun and rank; the other node's torchrun and rank.
+        head_tree, node_tree = _tree(parent.pid) - {parent.pid}, _tree(node.pid) - {node.pid}
+        assert len(head_tree) >= 3 and len(node_tree) >= 2, (head_tree, node_tree)
         parent.kill()
         killed = time.monotonic()
-        while _processes_mentioning(marker) or _processes_mentioning(node_marker):
-            assert time.monotonic() - killed < 5, f"still running 5 s after the kill: {_commands(node_marker)}"
+        while _alive(head_tree | node_tree):
+            assert time.monotonic() - killed < 5, f"still running 5 s after the kill: {_alive(head_tree | node_tree)}"
             time.sleep(0.1)
         node.wait(timeout=30)
         assert node.returncode != 0
