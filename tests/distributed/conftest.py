@@ -28,7 +28,7 @@ def store(home) -> Store:
 
 
 @pytest.fixture
-def orchestrator(store):
+def real_orchestrator(store):
     """(Orchestrator with the real worker, EventRecorder of its events)."""
     made = Orchestrator(store)
     recorder = EventRecorder()
