@@ -139,3 +139,15 @@ def test_cancel_of_two_ranks_is_recorded_cancelled_and_leaves_no_rank(orchestrat
     assert row["error_message"].startswith("cancelled"), row["error_message"]
     assert not output_dir.exists()  # a cancel keeps nothing
     assert wait_until(lambda: not alive([*ranks.values(), *torchrun]), timeout=5), "a rank or torchrun outlived the run"
+
+
+def test_a_cancel_right_after_the_start_ends_the_run_before_any_rank_starts(orchestrator, store, demo_assets):
+    """The cancel reaches the worker while it is still importing, before the launcher
+    listens for stops: it must still count (it was lost, and all 400 steps trained)."""
+    orch, recorder = orchestrator
+    run_id = orch.start(two_rank_config(demo_assets, steps=400))
+    orch.stop(save=False, expected_run_id=run_id)
+    row = _finished(orch, run_id)
+    assert row["status"] == "stopped" and row["cancel_requested"], (row["status"], row["error_message"])
+    assert row["final_step"] is None
+    assert not [e for e in recorder.of_type("progress") if e.get("run_id") == run_id]
