@@ -24,8 +24,9 @@ pytestmark = pytest.mark.slow
 # instead of one batch of 4), which in fp32 moves a result by a few units of 1.2e-7 per
 # step, a little more after a few Adam updates. 1e-4 leaves room for that on any CPU and
 # is far below what a real difference makes: ranks training on the same rows instead of
-# disjoint halves, or a gradient or loss averaged over the wrong count, move the logged
-# loss by 1e-2 or more already at step 2. Measured here: identical to the last bit.
+# disjoint halves change which tokens a logged loss averages, and a gradient or loss
+# averaged over the wrong count changes every update. Measured here: identical to the
+# last bit.
 LOSS_RTOL = 1e-4
 KILL_TO_RECORDED_S = 10  # issue 11: a killed rank's run is recorded `error` within 10 s
 
