@@ -51,8 +51,8 @@ def _processes_of(orchestrator) -> tuple[dict[int, psutil.Process], list[psutil.
     return ranks, torchrun
 
 
-def test_two_ranks_log_the_losses_and_tokens_of_one_process_with_the_same_global_batch(orchestrator, store, demo_assets):
-    orch, recorder = orchestrator
+def test_two_ranks_log_the_losses_and_tokens_of_one_process_with_the_same_global_batch(real_orchestrator, store, demo_assets):
+    orch, recorder = real_orchestrator
     # Not the defaults: a logged step averages two steps of two accumulated micro-batches.
     settings = {"steps": 6, "save_steps": 6, "logging_steps": 2, "gradient_accumulation_steps": 2}
     two = orch.start(two_rank_config(demo_assets, **settings))  # 2 ranks x batch 2
@@ -75,8 +75,8 @@ def test_two_ranks_log_the_losses_and_tokens_of_one_process_with_the_same_global
     assert two_row["final_step"] == one_row["final_step"] == 6
 
 
-def test_stop_and_save_on_two_ranks_then_resume_continues_the_global_step(orchestrator, store, demo_assets):
-    orch, recorder = orchestrator
+def test_stop_and_save_on_two_ranks_then_resume_continues_the_global_step(real_orchestrator, store, demo_assets):
+    orch, recorder = real_orchestrator
     first = orch.start(two_rank_config(demo_assets, steps=10))
     _progress(recorder, first)
     orch.stop(save=True, expected_run_id=first)
@@ -105,8 +105,8 @@ def test_stop_and_save_on_two_ranks_then_resume_continues_the_global_step(orches
     assert [m["step"] for m in store.get_metrics(second)] == list(range(stopped_at + 1, 11))
 
 
-def test_kill_9_of_rank_1_fails_the_run_naming_it_and_leaves_no_rank(orchestrator, store, demo_assets):
-    orch, recorder = orchestrator
+def test_kill_9_of_rank_1_fails_the_run_naming_it_and_leaves_no_rank(real_orchestrator, store, demo_assets):
+    orch, recorder = real_orchestrator
     run_id = orch.start(two_rank_config(demo_assets, steps=400))
     _progress(recorder, run_id, at_least=2)
     ranks, torchrun = _processes_of(orch)
@@ -127,8 +127,8 @@ def test_kill_9_of_rank_1_fails_the_run_naming_it_and_leaves_no_rank(orchestrato
     assert wait_until(lambda: not alive([*ranks.values(), *torchrun]), timeout=5), "a rank or torchrun outlived the run"
 
 
-def test_cancel_of_two_ranks_is_recorded_cancelled_and_leaves_no_rank(orchestrator, store, demo_assets):
-    orch, recorder = orchestrator
+def test_cancel_of_two_ranks_is_recorded_cancelled_and_leaves_no_rank(real_orchestrator, store, demo_assets):
+    orch, recorder = real_orchestrator
     run_id = orch.start(two_rank_config(demo_assets, steps=400))
     _progress(recorder, run_id)
     ranks, torchrun = _processes_of(orch)
@@ -142,10 +142,10 @@ def test_cancel_of_two_ranks_is_recorded_cancelled_and_leaves_no_rank(orchestrat
     assert wait_until(lambda: not alive([*ranks.values(), *torchrun]), timeout=5), "a rank or torchrun outlived the run"
 
 
-def test_a_cancel_right_after_the_start_ends_the_run_before_any_rank_starts(orchestrator, store, demo_assets):
+def test_a_cancel_right_after_the_start_ends_the_run_before_any_rank_starts(real_orchestrator, store, demo_assets):
     """The cancel reaches the worker while it is still importing, before the launcher
     listens for stops: it must still count (it was lost, and all 400 steps trained)."""
-    orch, recorder = orchestrator
+    orch, recorder = real_orchestrator
     run_id = orch.start(two_rank_config(demo_assets, steps=400))
     orch.stop(save=False, expected_run_id=run_id)
     row = _finished(orch, run_id)
