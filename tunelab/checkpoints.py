@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CHECKPOINT_NAME = re.compile(r"checkpoint-(\d+)")
+# The Trainer saves one RNG state per rank: `rng_state.pth` alone, `rng_state_<rank>.pth` in a multi-rank run.
+RANK_RNG_NAME = re.compile(r"rng_state_(\d+)\.pth")
 PARTIAL_NAME = re.compile(r"tmp-checkpoint-(\d+)")
 
 # Weights files in the order they are looked for, with the kind of checkpoint each means.
@@ -54,6 +56,8 @@ class CheckpointInfo:
     path: Path
     step: int
     kind: str  # "adapter", "full" or "mlx"
+    # How many training processes wrote it (one RNG state file each); 1 for a one-process run.
+    world_size: int = 1
 
 
 def validate_checkpoint(path: str | Path) -> CheckpointInfo:
@@ -78,7 +82,7 @@ def validate_checkpoint(path: str | Path) -> CheckpointInfo:
         _check_scheduler(folder)
     except OSError as exc:
         raise InvalidCheckpoint(folder, f"{Path(exc.filename or folder).name} cannot be read ({exc.strerror})") from None
-    return CheckpointInfo(path=folder, step=step, kind=kind)
+    return CheckpointInfo(path=folder, step=step, kind=kind, world_size=_world_size(folder))
 
 
 def latest_valid_checkpoint(output_dir: str | Path | None, at_most: int | None = None) -> Path | None:
@@ -106,6 +110,16 @@ def latest_valid_checkpoint(output_dir: str | Path | None, at_most: int | None =
             continue
         return folder
     return None
+
+
+def _world_size(folder: Path) -> int:
+    """The number of ranks that saved this checkpoint, from their RNG state files: a
+    resume on another number would leave ranks without their state, or states unused."""
+    try:
+        ranks = sum(1 for entry in folder.iterdir() if RANK_RNG_NAME.fullmatch(entry.name))
+    except OSError:
+        return 1
+    return max(ranks, 1)
 
 
 def _check_trainer_state(folder: Path, step: int) -> None:

@@ -22,7 +22,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from tunelab import hardware, paths
+from tunelab import hardware, layout, paths
 from tunelab.config import SECRETS_USED_KEY, ConfigError, RunConfig, check_machine, parse_config, resume_config
 from tunelab.orchestrator import ownership
 from tunelab.orchestrator.child import DEFAULT_WORKER, target_name
@@ -31,7 +31,7 @@ from tunelab.orchestrator.finalize import with_retries
 from tunelab.orchestrator.gpus import auto_gpu_env, gpu_env
 from tunelab.orchestrator.prechecks import check_before_start
 from tunelab.orchestrator.prewarm import WarmWorkers, prewarm_wanted
-from tunelab.orchestrator.resume import check_resumable, resolve_resume_from
+from tunelab.orchestrator.resume import check_resumable, check_world_size, resolve_resume_from
 from tunelab.orchestrator.run import ActiveRun
 from tunelab.orchestrator.state import HISTORY_KEYS, ProgressState
 from tunelab.plots import loss_plot_png, plot_title
@@ -139,6 +139,8 @@ class Orchestrator:
         public = {**cfg.public(), SECRETS_USED_KEY: cfg.secret_names(), "output_dir": str(output_dir),
                   "resume_from": str(resume_from) if resume_from else None}
         payload = {**cfg.worker_payload(), "output_dir": str(output_dir), "resume_from": str(resume_from) if resume_from else None}
+        if resume_from is not None:  # the world size is known only now, from the GPUs just chosen
+            check_world_size(resume_from, layout.plan(payload, layout.visible_gpu_count(env)).world_size)
         # Before the row exists: a refused start leaves nothing behind, and a row is never
         # `running` without its owner holding the lock that says so.
         claim = ownership.RunClaim(paths.locks_dir(self.store.path), ownership.devices_of(env))

@@ -49,6 +49,25 @@ def resolve_resume_from(store: Store, value: str | None, resume_run_id: int | No
     return folder, resume_run_id
 
 
+def check_world_size(checkpoint: Path, world_size: int) -> None:
+    """A checkpoint continues only on the number of ranks that wrote it: each rank
+    restores the RNG state its own rank saved, so on another number some ranks would
+    start without theirs (or some states would go unused). Refused before anything
+    starts, saying the number to set."""
+    try:
+        saved = validate_checkpoint(checkpoint).world_size
+    except InvalidCheckpoint as exc:  # changed on disk since it was chosen a moment ago
+        raise ConfigError.single("resume_from", f"{exc.reason}; point resume_from at a complete checkpoint-<step> folder") from None
+    if saved == world_size:
+        return
+    fix = ("train in one process: leave num_processes out (or set it to 1), with at most one GPU" if saved == 1
+           else f"set num_processes={saved} (with GPUs: {saved} of them through num_gpus or gpu_ids; across nodes: "
+                f"processes per node x nodes.count = {saved})")
+    raise ConfigError.single("num_processes", f"{checkpoint.name} was saved by {saved} training process(es) (world size "
+                                              f"{saved}) and this run would train with {world_size}; a run resumes on the "
+                                              f"world size it saved with: {fix}")
+
+
 def check_resumable(store: Store, run_id: int) -> tuple[dict[str, Any], Path]:
     """The stored run and the checkpoint it would resume from, or NotResumable saying why."""
     run = store.get_run(run_id)

@@ -38,7 +38,7 @@ from typing import Any
 from tunelab import events, layout, paths
 from tunelab.channel import ChannelListener
 from tunelab.pdeathsig import die_with_parent
-from tunelab.worker.context import WorkerContext
+from tunelab.worker.context import StopRequested, WorkerContext
 from tunelab.worker.rank_entry import ERRORS_ENV
 
 # After the reporting rank's last event, how long the engine gets to end on its own.
@@ -59,9 +59,12 @@ class ProcessEngine:
     def __init__(self, log_path: Path):
         self.log_path = log_path
         self.process: subprocess.Popen | None = None
+        self.log_start = 0  # where this launch's part of the log begins
 
     def popen(self, argv: list[str], env: dict[str, str], **kwargs: Any) -> subprocess.Popen:
         with open(self.log_path, "ab") as log:
+            # A resumed run appends to its parent's log; only what this launch writes is read.
+            self.log_start = log.tell()
             self.process = subprocess.Popen(argv, env=env, stderr=log, stdout=kwargs.pop("stdout", log),
                                             start_new_session=True, preexec_fn=die_with_parent, **kwargs)
         return self.process
@@ -93,8 +96,14 @@ class ProcessEngine:
         return None
 
     def log_tail(self) -> str:
+        return "\n".join(self.own_log().splitlines()[-LOG_TAIL_LINES:])
+
+    def own_log(self) -> str:
+        """What this launch wrote to the log."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+            with open(self.log_path, "rb") as handle:
+                handle.seek(self.log_start)
+                return handle.read().decode(errors="replace")
         except OSError:
             return ""
 
@@ -178,12 +187,11 @@ class TorchrunEngine(ProcessEngine):
         self.popen(argv, env)
 
     def first_failure(self) -> tuple[int, str] | None:
-        log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-        first = _root_cause(log)
+        first = _root_cause(self.own_log())
         return None if first is None else (first[0], _failure_reason(first, self.errors_dir))
 
     def start_failure(self) -> str | None:
-        return _rendezvous_failure(self.log_path.read_text(errors="replace") if self.log_path.exists() else "", self.config)
+        return _rendezvous_failure(self.own_log(), self.config)
 
     def cleanup(self) -> None:
         self.kill()
@@ -207,6 +215,10 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     launch = Launch(ctx, engine)
     try:
         ctx.on_stop(launch.on_stop)
+        if ctx.stop is not None:
+            # Asked before the listener above was there (a cancel right after the start
+            # reaches the worker while it is still importing): no rank has started.
+            raise StopRequested(save=ctx.stop == "save")
         engine.start(launch)
         if launch.ended_because:  # a stop that came while the engine was starting
             engine.end()
@@ -307,13 +319,32 @@ def _rendezvous_failure(log: str, config: dict[str, Any]) -> str | None:
             f"{nodes.get('count')} machines, each with its own --node-rank, or raise nodes.join_timeout_s")
 
 
-ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+# One failure in torchrun's report ("[<order noticed>]:" then time, host, rank, exitcode).
+FAILURE_ENTRY = re.compile(r"^\[(\d+)\]:\s*\n\s*time\s*:\s*(\S+)\s*\n\s*host\s*:[^\n]*\n\s*rank\s*:\s*(\d+)[^\n]*\n"
+                           r"\s*exitcode\s*:\s*(-?\d+)", re.M)
 
 
 def _root_cause(log: str) -> tuple[int, int] | None:
-    """(rank, exit code) of the first failed rank, as torchrun reports it."""
-    found = ROOT_CAUSE.search(log)
-    return (int(found.group(1)), int(found.group(2))) if found else None
+    """(rank, exit code) of the rank that failed first, from torchrun's failure report.
+
+    torchrun's "Root Cause" is the failure with the earliest time in whole seconds, ties
+    going to the one it noticed first; ranks that ended within one poll are noticed in
+    local-rank order, so a rank 0 that failed because rank 1 was killed can come first.
+    A rank killed by a signal other than SIGTERM (torchrun's own, for the survivors) is
+    a cause, never a consequence of another rank's failure: among the earliest, it wins."""
+    title = log.rfind(" FAILED\n")  # "<module> FAILED": the report torchrun prints last
+    if title < 0:
+        return None
+    entries = [(when, int(order), int(rank), int(code)) for order, when, rank, code in FAILURE_ENTRY.findall(log[title:])]
+    if not entries:
+        return None
+    earliest = min(when for when, *_ in entries)
+    first = min((e for e in entries if e[0] == earliest), key=lambda e: (not _killed_from_outside(e[3]), e[1]))
+    return first[2], first[3]
+
+
+def _killed_from_outside(code: int) -> bool:
+    return code < 0 and -code != signal.SIGTERM
 
 
 def _failure_reason(first: tuple[int, int], errors_dir: Path) -> str:
