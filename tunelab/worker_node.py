@@ -6,9 +6,10 @@ event channel — torchrun with the same config and rendezvous flags as the head
 foreground, until the run ends. Its ranks stop when the head's ranks agree to stop
 (every stop is agreed by all ranks at a step boundary).
 
-Ctrl-C here does not stop the run: that is the head's to decide. A second Ctrl-C sends
-torchrun SIGTERM, which its ranks take as a stop-and-save that every rank then agrees on
-— the whole run stops and saves at the next step, and the head records it `stopped`.
+Ctrl-C here does not stop the run: that is the head's to decide. A second Ctrl-C, or a
+SIGTERM (a supervisor ending the job), sends torchrun SIGTERM, which its ranks take as a
+stop-and-save that every rank then agrees on — the whole run stops and saves at the next
+step, and the head records it `stopped`.
 """
 
 from __future__ import annotations
@@ -65,7 +66,18 @@ def run_worker_node(cfg: RunConfig, say: Callable[[str], None]) -> int:
             say("stopping the whole run at the next step and saving")
             os.killpg(process.pid, signal.SIGTERM)
 
+        def on_terminate(_signum: int, _frame: object) -> None:
+            # A supervisor ending the job (Slurm's scancel, its time limit) signals every
+            # process at once; this node passes it on once, as a stop-and-save that all
+            # ranks agree on (each takes the copy it got directly and this one as one stop).
+            nonlocal interrupts
+            if interrupts < 2:
+                interrupts = 2
+                say("SIGTERM: stopping the whole run at the next step and saving")
+                os.killpg(process.pid, signal.SIGTERM)
+
         _end_when_head_is_gone(process, cfg, say)
+        previous_term = signal.signal(signal.SIGTERM, on_terminate)
         previous = signal.signal(signal.SIGINT, on_interrupt)
         try:
             code = process.wait()
@@ -74,6 +86,7 @@ def run_worker_node(cfg: RunConfig, say: Callable[[str], None]) -> int:
             return code
         finally:
             signal.signal(signal.SIGINT, previous)
+            signal.signal(signal.SIGTERM, previous_term)
             if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ class WorkerContext:
         self.finished = False  # set once a complete or error event has been sent
         self.current_stage: str | None = None
         self._stop_listeners: list[Any] = []
+        self.stop_requested_at: float | None = None  # time.monotonic() of the first stop
 
     # --- events ------------------------------------------------------------------
     def emit(self, event: dict[str, Any]) -> None:
@@ -93,6 +95,8 @@ class WorkerContext:
             if self._stop != "cancel":  # a cancel is final
                 self._stop = "save" if save else "cancel"
             after, listeners = self._stop, list(self._stop_listeners)
+            if before is None and after is not None:
+                self.stop_requested_at = time.monotonic()
         if after != before:
             for listener in listeners:
                 listener(after)

@@ -96,19 +96,25 @@ def run_in_context(config: dict[str, Any], ctx: WorkerContext, module: str | Non
     return True
 
 
-def stop_and_save_on_sigterm(ctx: WorkerContext) -> None:
+def stop_and_save_on_sigterm(ctx: WorkerContext, repeat_window_s: float = 0.0) -> None:
     """Supervisors often signal every process of a job at once (systemd's default
     control-group kill, Slurm's preemption): a worker in the middle of training takes its
     first SIGTERM as a stop-and-save, as the parent (signalled too) would ask, so the work
     since the last checkpoint is kept. Before training, once a stop is under way, or on a
     second signal, SIGTERM ends the worker as usual — the parent's own `end_process`
-    relies on that."""
+    relies on that. `repeat_window_s` (a rank of a distributed run): a SIGTERM that comes
+    within that many seconds of a stop-and-save being asked is the same stop delivered
+    twice — by the supervisor and by torchrun passing its own on — and is ignored."""
 
     def on_sigterm(signum: int, _frame: Any) -> None:
         if ctx.current_stage == "training" and ctx.stop is None and not ctx.finished:
             ctx.request_stop(save=True)
             print("tunelab worker: SIGTERM during training; stopping at the next step and saving "
                   "(a second SIGTERM ends it at once)", file=sys.stderr, flush=True)
+            return
+        asked = ctx.stop_requested_at
+        if (ctx.stop == "save" and not ctx.finished and asked is not None
+                and time.monotonic() - asked < repeat_window_s):
             return
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)

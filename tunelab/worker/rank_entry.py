@@ -29,6 +29,9 @@ from tunelab.worker.entry import prepare_process, run_in_context, stop_and_save_
 
 BACKEND = "tunelab.worker.torch_backend"
 HEAD_POLL_S = 1.0
+# Slurm's scancel (and its time limit) signals every process of the job: a rank gets the
+# supervisor's SIGTERM and, a moment later, the one torchrun passes on. Both are one stop.
+SIGTERM_REPEAT_WINDOW_S = 10.0
 HEAD_MISSES = 2
 ERRORS_ENV = "TUNELAB_RANK_ERRORS"
 
@@ -58,7 +61,7 @@ def run_rank(config: dict[str, Any], reporter: bool) -> bool:
         client.read_stops(lambda message: _apply_stop(ctx, message))
     if threading.current_thread() is threading.main_thread():
         # Ray Train calls this on a thread of its worker, where Python cannot take signals.
-        stop_and_save_on_sigterm(ctx)
+        stop_and_save_on_sigterm(ctx, repeat_window_s=SIGTERM_REPEAT_WINDOW_S)
     try:
         ok = run_in_context(config, ctx, BACKEND)
     finally:
