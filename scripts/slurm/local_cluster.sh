@@ -82,7 +82,7 @@ JobAcctGatherType=jobacct_gather/none
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=1
 MessageTimeout=10
-KillWait=5
+KillWait=30
 InactiveLimit=0
 NodeName=node1 NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((base + 1)) CPUs=$cpus RealMemory=1000 State=UNKNOWN
 NodeName=node2 NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((base + 2)) CPUs=$cpus RealMemory=1000 State=UNKNOWN
