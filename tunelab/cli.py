@@ -284,6 +284,7 @@ def serve(
     allow_output_anywhere: bool = typer.Option(False, "--allow-output-anywhere",
                                                help="Let API callers set allow_output_outside_root (write outside the outputs root)."),
     allow_ray: bool = typer.Option(False, "--allow-ray", help="Let API callers set ray_address (sends the run's config, secrets included, to a Ray cluster)."),
+    allow_multi_node: bool = typer.Option(False, "--allow-multi-node", help="Let API callers set nodes (opens torchrun's unauthenticated rendezvous port to the network)."),
     allowed_host: list[str] = typer.Option([], "--allowed-host", metavar="NAME",
                                            help="Also answer to this Host name (repeatable; '*' answers to any)."),
 ) -> None:
@@ -291,7 +292,7 @@ def serve(
     from tunelab.server.main import serve as run_server
 
     run_server(host=host, port=port, allow_remote_code=allow_remote_code, allow_output_anywhere=allow_output_anywhere,
-               allow_ray=allow_ray, allowed_hosts=allowed_host)
+               allow_ray=allow_ray, allow_multi_node=allow_multi_node, allowed_hosts=allowed_host)
 
 
 @app.command()

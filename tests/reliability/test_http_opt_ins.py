@@ -1,7 +1,7 @@
 """Over HTTP, settings that run foreign code, write anywhere or send the run's secrets to a
 cluster need the server's own opt-in: `trust_remote_code`, `allow_output_outside_root` and
-`ray_address` are refused with 403 naming the field and the flag (`--allow-remote-code`,
-`--allow-output-anywhere`, `--allow-ray`) unless the
+`ray_address` and `nodes` are refused with 403 naming the field and the flag
+(`--allow-remote-code`, `--allow-output-anywhere`, `--allow-ray`, `--allow-multi-node`) unless the
 server was started with it — at start, at resume of a run that carries them (e.g. one
 started from the CLI), and for an export that would load the run's model code."""
 
@@ -14,14 +14,16 @@ from harness import start_run, wait_run_ended, worker_env
 from tunelab.store import Store
 
 OPT_INS = {"trust_remote_code": "--allow-remote-code", "allow_output_outside_root": "--allow-output-anywhere",
-           "ray_address": "--allow-ray"}
+           "ray_address": "--allow-ray", "nodes": "--allow-multi-node"}
 # The scripted worker never contacts it: what is tested is the server's refusal or consent.
 RAY_ADDRESS = "127.0.0.1:6379"
+NODES = {"count": 2, "master_addr": "127.0.0.1", "master_port": 29511}
+VALUES = {"ray_address": RAY_ADDRESS, "nodes": NODES}
 
 
 def _opt_in_body(demo_run, field, outside):
     extra = {"output_dir": str(outside)} if field == "allow_output_outside_root" else {}
-    return demo_run(max_steps=1, **{field: RAY_ADDRESS if field == "ray_address" else True}, **extra)
+    return demo_run(max_steps=1, **{field: VALUES.get(field, True)}, **extra)
 
 
 def _stored_cli_run(home, demo_run, **settings) -> int:

@@ -1,6 +1,6 @@
 """Running the server: `serve(host, port)` (what `tunelab serve` calls) and
 `python -m tunelab.server [--host H] [--port P] [--allow-remote-code]
-[--allow-output-anywhere] [--allow-ray] [--allowed-host NAME ...]`.
+[--allow-output-anywhere] [--allow-ray] [--allow-multi-node] [--allowed-host NAME ...]`.
 
 The listening socket is bound here, before uvicorn starts, so `--port 0` works (the
 chosen port is printed) and the printed URL is valid the moment it appears. Logs go to
@@ -153,6 +153,7 @@ class GracefulServer(uvicorn.Server):
 
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str = "info",
           allow_remote_code: bool = False, allow_output_anywhere: bool = False, allow_ray: bool = False,
+          allow_multi_node: bool = False,
           allowed_hosts: list[str] | None = None) -> None:
     """Serve the API and the web page until a signal (Ctrl-C, SIGTERM, SIGHUP) ends it,
     after stopping and saving the active run. `allow_remote_code` / `allow_output_anywhere`:
@@ -175,7 +176,8 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str 
     token, origin = token_and_origin()
     # A served lab starts runs again and again: keep a worker warm for the next one.
     app = create_app(token=token, prewarm=True, allow_remote_code=allow_remote_code,
-                     allow_output_anywhere=allow_output_anywhere, allow_ray=allow_ray, allowed_hosts=allowed_hosts_for(host, allowed_hosts or []))
+                     allow_output_anywhere=allow_output_anywhere, allow_ray=allow_ray,
+                     allow_multi_node=allow_multi_node, allowed_hosts=allowed_hosts_for(host, allowed_hosts or []))
     url = page_url(host, port)
     # `tunelab train` on this home finds the server through <home>/server.json and submits to it.
     advertise(app, url, host, port)
@@ -201,8 +203,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="let API callers set allow_output_outside_root (write outside the outputs root)")
     parser.add_argument("--allow-ray", action="store_true",
                         help="let API callers set ray_address (sends the run's config, secrets included, to that Ray cluster)")
+    parser.add_argument("--allow-multi-node", action="store_true",
+                        help="let API callers set nodes (opens torchrun's unauthenticated rendezvous port to the network)")
     parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                         help="also answer to this Host name (repeatable; '*' answers to any)")
     args = parser.parse_args(argv)
     serve(args.host, args.port, log_level=args.log_level, allow_remote_code=args.allow_remote_code,
-          allow_output_anywhere=args.allow_output_anywhere, allow_ray=args.allow_ray, allowed_hosts=args.allowed_host)
+          allow_output_anywhere=args.allow_output_anywhere, allow_ray=args.allow_ray,
+          allow_multi_node=args.allow_multi_node, allowed_hosts=args.allowed_host)

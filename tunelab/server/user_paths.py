@@ -13,7 +13,7 @@ relative path or a symlink cannot be re-interpreted later). Hub ids and remote U
 `trust_remote_code` runs code from the model's repository, `allow_output_outside_root`
 writes anywhere the server's user can and `ray_address` sends the run's config, secrets
 included, to a Ray cluster: over HTTP each is refused (403) unless the server was started
-with `--allow-remote-code` / `--allow-output-anywhere` / `--allow-ray`. The CLI,
+with `--allow-remote-code` / `--allow-output-anywhere` / `--allow-ray` / `--allow-multi-node`. The CLI,
 run by the machine's own user, does not come through here.
 """
 
@@ -39,10 +39,11 @@ KNOWN_FILE_READERS = frozenset({"json", "csv", "text", "parquet", "arrow", "pand
                                 "imagefolder", "audiofolder", "videofolder"})
 # Settings that need an opt-in given when the server was started: field -> the flag.
 OPT_INS = {"trust_remote_code": "--allow-remote-code", "allow_output_outside_root": "--allow-output-anywhere",
-           "ray_address": "--allow-ray"}
+           "ray_address": "--allow-ray", "nodes": "--allow-multi-node"}
 OPT_IN_WHY = {"trust_remote_code": "it runs code from the model's repository on this machine",
               "allow_output_outside_root": "it lets a run write anywhere this server's user can",
-              "ray_address": "it sends the run's config, secrets included, to a Ray cluster"}
+              "ray_address": "it sends the run's config, secrets included, to a Ray cluster",
+              "nodes": "it opens torchrun's rendezvous port to the network, and torch.distributed's traffic is not authenticated"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,11 +72,13 @@ def check_opt_ins(config: Mapping[str, Any], state: Any, run_id: int | None = No
     started to allow. With `run_id` it is worded for a stored run being resumed or
     exported (`action`)."""
     allowed = {"trust_remote_code": state.allow_remote_code, "allow_output_outside_root": state.allow_output_anywhere,
-               "ray_address": state.allow_ray}
+               "ray_address": state.allow_ray, "nodes": state.allow_multi_node}
     for field in fields:
         if config.get(field) and not allowed[field]:
             flag = OPT_INS[field]
-            setting = f"{field}={config[field]!r}" if isinstance(config[field], str) else f"{field}=true"
+            value = config[field]
+            setting = (f"{field}={value!r}" if isinstance(value, str)
+                       else f"{field} (a {value.get('count')}-node run)" if isinstance(value, Mapping) else f"{field}=true")
             whose = f"run {run_id} was started with {setting}, so an HTTP {action}" if run_id is not None else setting
             alternative = f"{action} it with `tunelab {action} {run_id}`" if run_id is not None else "run it with `tunelab train`"
             raise ApiError(403, "opt_in_required",
