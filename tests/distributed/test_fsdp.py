@@ -1,6 +1,8 @@
 """FSDP2 on CPU (gloo): full fine-tuning sharded over 2 ranks through the Trainer's own
-FSDP integration trains the same losses as one process, stops and saves one checkpoint
-the ordinary validator accepts (whole weights gathered at each save), and resumes."""
+FSDP integration stops and saves one checkpoint the ordinary validator accepts (whole
+weights gathered at each save), and resumes to the end. (Its losses equal one process's
+to within 0.001: bench/distributed.py's notes in docs/PERFORMANCE.md; the suite checks
+loss equality once, for DDP, in test_torchrun_runs.py.)"""
 
 from __future__ import annotations
 
@@ -19,9 +21,6 @@ pytestmark = pytest.mark.slow
 
 RUN_WAIT_S = 240
 STEPS = 30
-# Sharded and whole-model runs add the same numbers in a different order: fp32 rounding
-# differs in the last bits, and over a few steps of AdamW that stays far below 1e-3.
-LOSS_TOLERANCE = 1e-3
 
 
 def _config(demo_assets, **changes):
@@ -30,7 +29,7 @@ def _config(demo_assets, **changes):
     return parse_config(data)
 
 
-def test_fsdp_full_fine_tuning_matches_one_process_stops_saves_and_resumes(demo_assets, home):
+def test_fsdp_full_fine_tuning_stops_saves_and_resumes(demo_assets, home):
     store = Store(paths.db_path())
     orchestrator = Orchestrator(store)
     events: list = []
@@ -52,12 +51,7 @@ def test_fsdp_full_fine_tuning_matches_one_process_stops_saves_and_resumes(demo_
         second = orchestrator.resume(first)
         assert orchestrator.wait_idle(RUN_WAIT_S)
         assert store.get_run(second)["status"] == "completed", store.get_run(second)["error_message"]
-        sharded = [m["loss"] for m in store.get_metrics(first)] + [m["loss"] for m in store.get_metrics(second)]
-
-        alone = orchestrator.start(_config(demo_assets, batch_size=4))
-        assert orchestrator.wait_idle(RUN_WAIT_S)
-        whole = [m["loss"] for m in store.get_metrics(alone)]
-        assert len(sharded) == len(whole) == STEPS
-        assert max(abs(a - b) for a, b in zip(sharded, whole)) < LOSS_TOLERANCE
+        steps = [m["step"] for m in store.get_metrics(first)] + [m["step"] for m in store.get_metrics(second)]
+        assert steps == list(range(1, STEPS + 1))
     finally:
         orchestrator.shutdown()

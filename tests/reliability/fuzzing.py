@@ -35,19 +35,20 @@ class FuzzResult:
     output: str
 
 
-def st_command(base_url: str, max_examples: int, seed: int) -> list[str]:
+def st_command(base_url: str, max_examples: int, seed: int, phases: str | None = None) -> list[str]:
     st = str(Path(sys.executable).with_name("st"))
-    return [st, "run", f"{base_url}/openapi.json", "--header", "Authorization: Bearer ${TOKEN}",
+    return [st, "run", *(["--phases", phases] if phases else []), f"{base_url}/openapi.json", "--header", "Authorization: Bearer ${TOKEN}",
             "--checks", "all", "--exclude-checks", EXCLUDED_CHECKS,
             "--exclude-path", "/api/train/progress", "--max-examples", str(max_examples), "--seed", str(seed),
             "--workers", "1", "--request-timeout", "60", "--generation-database", "none"]
 
 
 def run_schemathesis(server: Any, assets: Any, known_runs: int, max_examples: int, seed: int,
-                     workdir: Path) -> FuzzResult:
-    """Fuzz `server` (whose runs use a fake worker); `known_runs` run ids 1..N exist."""
-    shown = " ".join(st_command("http://127.0.0.1:${PORT}", max_examples, seed)).replace(f"{HERE.parents[1]}/", "")
-    command = [part.replace("${TOKEN}", server.token) for part in st_command(server.base_url, max_examples, seed)]
+                     workdir: Path, phases: str | None = None) -> FuzzResult:
+    """Fuzz `server` (whose runs use a fake worker); `known_runs` run ids 1..N exist.
+    `phases`: schemathesis's phases to run (None: all of them)."""
+    shown = " ".join(st_command("http://127.0.0.1:${PORT}", max_examples, seed, phases)).replace(f"{HERE.parents[1]}/", "")
+    command = [part.replace("${TOKEN}", server.token) for part in st_command(server.base_url, max_examples, seed, phases)]
     env = {**os.environ, "SCHEMATHESIS_HOOKS": "fuzz_hooks", "FUZZ_MODEL_DIR": str(assets.model_dir),
            "FUZZ_TRAIN_FILE": str(assets.alpaca), "FUZZ_RUN_IDS": str(known_runs),
            "FUZZ_BASE_URL": server.base_url, "FUZZ_TOKEN": server.token,
