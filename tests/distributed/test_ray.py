@@ -116,7 +116,6 @@ PARENT = textwrap.dedent("""
     from tunelab import paths
     from tunelab.config import parse_config
     from tunelab.orchestrator import Orchestrator
-from tunelab.orchestrator.state import METRIC_COLUMNS
     from tunelab.store import Store
 
     if __name__ == "__main__":
