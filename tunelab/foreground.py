@@ -14,6 +14,7 @@ from __future__ import annotations
 import queue
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -45,16 +46,22 @@ class RunOutcome:
 
 # Signals that ask this process to end: stop and save within the shutdown grace.
 SHUTDOWN_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# A supervisor can deliver its one SIGTERM twice: at a Slurm time limit the job step's
+# own kill and srun's forwarded copy both reach `tunelab train`. A second shutdown signal
+# this soon after the first is that same stop, not a cancel (which would delete the run's folder).
+SHUTDOWN_REPEAT_WINDOW_S = 2.0
 
 
 class _InterruptHandler:
     """First Ctrl-C: stop and save. Second: cancel. SIGTERM and SIGHUP count as presses
-    too, and the first of those also sets the shutdown deadline. The worker ignores
-    SIGINT itself (a terminal sends it to the whole process group)."""
+    too, and the first of those also sets the shutdown deadline; one that repeats the
+    first within SHUTDOWN_REPEAT_WINDOW_S is ignored. The worker ignores SIGINT itself (a
+    terminal sends it to the whole process group)."""
 
     def __init__(self, orchestrator, run_id: int, console: Console):
         self.orchestrator, self.run_id, self.console = orchestrator, run_id, console
         self.presses = 0
+        self._first_shutdown_at: float | None = None
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> "_InterruptHandler":
@@ -68,6 +75,12 @@ class _InterruptHandler:
             signal.signal(sig, handler)
 
     def _on_signal(self, signum, _frame) -> None:
+        if signum in SHUTDOWN_SIGNALS:
+            first = self._first_shutdown_at
+            if first is not None and time.monotonic() - first < SHUTDOWN_REPEAT_WINDOW_S:
+                return
+            if first is None:
+                self._first_shutdown_at = time.monotonic()
         self.presses += 1
         save = self.presses == 1
         name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name

@@ -29,6 +29,11 @@ from tunelab.worker.out_of_memory import explain_out_of_memory
 from tunelab.worker.output_checks import explain_output_failure
 
 PARENT_POLL_SECONDS = 1.0
+# A supervisor that signals every process of a job (Slurm's scancel and time limit,
+# systemd's control-group kill) reaches a worker twice over: by its own SIGTERM and by
+# the stop-and-save its signalled parent asks for (a rank: by torchrun passing its own
+# SIGTERM on). Whichever comes first, a SIGTERM this soon after it is the same stop.
+SIGTERM_REPEAT_WINDOW_S = 10.0
 BACKENDS = {"torch": "tunelab.worker.torch_backend", "mlx": "tunelab.worker.mlx"}
 LAUNCHER = "tunelab.worker.launcher"
 # Library chatter the parent cannot use; set before the libraries are imported.
@@ -47,7 +52,7 @@ def run_worker(config: dict[str, Any], events: Any, stops: Any) -> None:
     prepare_process()
     ctx = WorkerContext(events)
     ctx.read_stops(stops)
-    stop_and_save_on_sigterm(ctx)
+    stop_and_save_on_sigterm(ctx, repeat_window_s=SIGTERM_REPEAT_WINDOW_S)
     try:
         run_in_context(config, ctx)
     finally:
@@ -102,9 +107,11 @@ def stop_and_save_on_sigterm(ctx: WorkerContext, repeat_window_s: float = 0.0) -
     first SIGTERM as a stop-and-save, as the parent (signalled too) would ask, so the work
     since the last checkpoint is kept. Before training, once a stop is under way, or on a
     second signal, SIGTERM ends the worker as usual — the parent's own `end_process`
-    relies on that. `repeat_window_s` (a rank of a distributed run): a SIGTERM that comes
-    within that many seconds of a stop-and-save being asked is the same stop delivered
-    twice — by the supervisor and by torchrun passing its own on — and is ignored."""
+    relies on that (and follows a SIGTERM ignored here with SIGKILL).
+    `repeat_window_s`: a SIGTERM that comes within that many seconds of a stop-and-save
+    being asked (by the parent's stop queue, the launcher's channel or an earlier SIGTERM)
+    is the same stop delivered twice — by the supervisor and by the parent or torchrun —
+    and is ignored."""
 
     def on_sigterm(signum: int, _frame: Any) -> None:
         if ctx.current_stage == "training" and ctx.stop is None and not ctx.finished:

@@ -25,13 +25,13 @@ from typing import Any
 
 from tunelab import channel
 from tunelab.worker.context import WorkerContext
-from tunelab.worker.entry import prepare_process, run_in_context, stop_and_save_on_sigterm
+# SIGTERM_REPEAT_WINDOW_S: Slurm's scancel signals every process of the job, so a rank gets the
+# supervisor's SIGTERM and, a moment later, the one torchrun passes on. Both are one stop.
+from tunelab.worker.entry import (SIGTERM_REPEAT_WINDOW_S, prepare_process, run_in_context,
+                                  stop_and_save_on_sigterm)
 
 BACKEND = "tunelab.worker.torch_backend"
 HEAD_POLL_S = 1.0
-# Slurm's scancel (and its time limit) signals every process of the job: a rank gets the
-# supervisor's SIGTERM and, a moment later, the one torchrun passes on. Both are one stop.
-SIGTERM_REPEAT_WINDOW_S = 10.0
 HEAD_MISSES = 2
 ERRORS_ENV = "TUNELAB_RANK_ERRORS"
 
