@@ -180,3 +180,27 @@ def ensure_vision_demo_assets(root: Path | None = None) -> VisionDemoAssets:
         return VisionDemoAssets(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     return build_vision_demo_assets(target)
+
+
+def vision_demo_config(assets: VisionDemoAssets, *, steps: int = 60, data: Path | None = None, **overrides):
+    """A LoRA run on the shapes data with the loss on the captions only, so what falls is
+    what the model learns from the pixels (colour and shape)."""
+    from tunelab.config import parse_config
+
+    return parse_config({
+        "model_name": str(assets.model_dir),
+        "local_datasets": [str(data or assets.messages)],
+        "training_type": "lora",
+        "backend": "torch",
+        "max_steps": steps,
+        "learning_rate": 3e-3,
+        "lora_r": 16,
+        "lora_alpha": 32,
+        "batch_size": 4,
+        "gradient_accumulation_steps": 1,
+        "max_seq_length": 128,
+        "warmup_steps": 5,
+        "train_on_completions": True,
+        "display_name": "demo (vision)",
+        **overrides,
+    })

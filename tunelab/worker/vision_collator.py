@@ -8,7 +8,7 @@ Labels: the processor expands each image placeholder into the model's image toke
 its token ids differ from the row's `text_ids` exactly where images went. The two
 sequences are aligned (difflib, on token ids): tokens that match keep their
 `loss_mask`, and everything the processor inserted or replaced — image tokens and their
-markers — takes no loss. Rows longer than `max_seq_length` are cut after it, but never
+markers — takes no loss, nor does any token that stands for an image (`image_token_ids`). Rows longer than `max_seq_length` are cut after it, but never
 inside an image's tokens (the model needs all of them): such a row keeps its image whole.
 """
 
@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from tunelab.worker.context import RunSettingError
+from tunelab.worker.vision_data import image_token_ids
 
 IGNORE_INDEX = -100
 
@@ -57,6 +58,7 @@ class VisionCollator:
         self.processor = processor
         self.max_length = max_length
         self.image_size = image_size
+        self.image_ids = image_token_ids(processor)
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         images = [[open_image(ref, self.image_size) for ref in row["images"]] for row in rows]
@@ -71,6 +73,7 @@ class VisionCollator:
             processed = ids[i, :length].tolist()
             mask, image_end = align_mask(row["text_ids"], row["loss_mask"], processed)
             length = min(length, max(self.max_length, image_end))
+            mask = [0 if token in self.image_ids else keep for token, keep in zip(processed, mask)]
             trained = torch.tensor(mask[:length], dtype=torch.bool)
             labels[i, :length][trained] = ids[i, :length][trained]
             attention[i, length:] = 0

@@ -5,7 +5,8 @@
   images     the row's images as `{path, bytes}` references, in placeholder order
   text_ids   the rendered text tokenized *before* the processor expands image placeholders
   loss_mask  1 on the tokens that take loss: every text token, or with
-             `train_on_completions` only the assistant turns (found as in `tokenization`)
+             `train_on_completions` only the assistant turns (found as in `tokenization`);
+             never an image placeholder or marker (`image_token_ids`)
 Pixels are never decoded here: every image is opened only far enough to check that it
 is an image (a missing or unreadable one is an error naming its row and path, before
 training), and decoded batch by batch in `vision_collator`. Relative image paths are
@@ -25,6 +26,26 @@ from tunelab.worker.tokenization import assistant_spans, render
 from tunelab.worker.vision_formats import vision_messages
 
 VISION_COLUMNS = ("text", "images", "text_ids", "loss_mask")
+# Processor attributes naming image placeholder and marker tokens (the names differ by family).
+IMAGE_TOKEN_ATTRIBUTES = ("image_token", "boi_token", "eoi_token", "image_start_token", "image_end_token",
+                          "fake_image_token", "global_image_token", "vision_start_token", "vision_end_token")
+
+
+def image_token_ids(processor: Any) -> set[int]:
+    """Ids of the tokens that stand for images, which never take loss. A processor that
+    expands its placeholder into copies of the same id (LLaVA does) would otherwise let
+    the alignment match the row's one placeholder to one of the copies."""
+    tokenizer = processor.tokenizer
+    found = set()
+    for name in IMAGE_TOKEN_ATTRIBUTES:
+        token = getattr(processor, name, None)
+        if isinstance(token, str) and token:
+            token_id = tokenizer.convert_tokens_to_ids(token)
+            if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+                found.add(token_id)
+    if isinstance(getattr(processor, "image_token_id", None), int):
+        found.add(processor.image_token_id)
+    return found
 
 
 def has_images(raw: RawData) -> bool:
@@ -93,6 +114,7 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
     folders = _data_folders(config, what)
     field = _source_field(config, what)
     completions = bool(config.get("train_on_completions"))
+    image_ids = image_token_ids(processor)
 
     def convert(row: dict[str, Any], index: int) -> dict[str, Any]:
         messages, refs = vision_messages(row, fmt, config)
@@ -117,6 +139,7 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
             mask = [1] * len(ids)
         else:
             mask = [1 if any(start <= first < end for start, end in spans) else 0 for first, _ in encoded["offset_mapping"]]
+        mask = [0 if token in image_ids else keep for token, keep in zip(ids, mask)]
         return {"text": text, "images": images, "text_ids": ids, "loss_mask": mask}
 
     converted = _undecoded(rows).map(convert, with_indices=True, remove_columns=rows.column_names,

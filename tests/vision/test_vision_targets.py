@@ -1,0 +1,60 @@
+"""The finetune_* switches choose exactly the adapted layers: vision or language part,
+attention or MLP kind — read from the model's structure, on the tiny LLaVA and the text
+demo's Llama alike — and settings that would train nothing are refused up front."""
+
+from __future__ import annotations
+
+import pytest
+
+from tunelab.config import ConfigError, parse_config
+from tunelab.worker.lora_targets import classify_linear_layers
+from tunelab.worker.model_family import TextFamily, VisionFamily
+from tunelab.worker.model_setup import DeviceSettings, load_model, wrap_for_training
+from tunelab.worker.vision_model import is_vision_model, model_class
+
+CPU = DeviceSettings(cuda=False, precision="fp32", gradient_checkpointing=False)
+SWITCHES = {"vision": "finetune_vision_layers", "language": "finetune_language_layers",
+            "attention": "finetune_attention_modules", "mlp": "finetune_mlp_modules"}
+
+
+def _adapted(model) -> set[str]:
+    """Base-model names of the layers that got a LoRA adapter (and only those train)."""
+    trained = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert trained and all(".lora_" in name for name in trained)
+    return {name.removeprefix("base_model.model.").split(".lora_")[0] for name in trained}
+
+
+@pytest.mark.parametrize("off", [(), ("vision",), ("language",), ("attention",), ("mlp",), ("vision", "attention")])
+def test_each_switch_changes_exactly_the_layers_it_names(vision_assets, off):
+    config = {"model_name": str(vision_assets.model_dir), "training_type": "lora", "lora_r": 4,
+              **{SWITCHES[name]: False for name in off}}
+    assert is_vision_model(config)
+    model = load_model(config, CPU, model_class())
+    layers = classify_linear_layers(model)
+    assert {part for part, _ in layers.values()} == {"vision", "language"}
+    expected = {name for name, (part, kind) in layers.items() if part not in off and kind not in off}
+    wrapped = wrap_for_training(model, config, CPU, VisionFamily().targets(model, config))
+    assert _adapted(wrapped) == expected
+    assert "lm_head" not in expected and any("vision_tower" in n for n in layers if layers[n][0] == "vision")
+
+
+def test_a_text_model_keeps_its_default_targets_and_honours_the_kind_switches(demo_assets):
+    config = {"model_name": str(demo_assets.model_dir), "training_type": "lora", "lora_r": 4}
+    assert not is_vision_model(config)
+    family = TextFamily()
+    model = load_model(config, CPU)
+    assert family.targets(model, config) is None  # the text path's own defaults, unchanged
+    attention_only = {**config, "finetune_mlp_modules": False}
+    wrapped = wrap_for_training(model, attention_only, CPU, family.targets(model, attention_only))
+    assert {name.rsplit(".", 1)[-1] for name in _adapted(wrapped)} == {"q_proj", "k_proj", "v_proj", "o_proj"}
+
+
+@pytest.mark.parametrize("settings, field", [
+    ({"finetune_vision_layers": False, "finetune_language_layers": "off"}, "finetune_language_layers"),
+    ({"finetune_attention_modules": False, "finetune_mlp_modules": False}, "finetune_mlp_modules"),
+    ({"target_modules": ["q_proj"], "finetune_vision_layers": False}, "finetune_vision_layers"),
+])
+def test_switches_that_train_nothing_or_fight_target_modules_are_refused(settings, field):
+    with pytest.raises(ConfigError) as refused:
+        parse_config({"model_name": "m", "local_datasets": ["d.jsonl"], **settings})
+    assert [e.field for e in refused.value.errors] == [field]
