@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
+
+# The end-to-end test shares the orchestrator tests' event recorder and run waiter.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "orchestrator"))
 
 from tunelab.vision_demo import VisionDemoAssets, ensure_vision_demo_assets
 
