@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
-# The end-to-end test shares the orchestrator tests' event recorder and run waiter.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "orchestrator"))
+# The end-to-end tests share the orchestrator tests' event recorder and the worker tests'
+# spawned-worker driver.
+for _folder in ("orchestrator", "worker"):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / _folder))
 
 from tunelab.vision_demo import VisionDemoAssets, ensure_vision_demo_assets
 
