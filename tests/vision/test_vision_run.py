@@ -1,12 +1,17 @@
 """A vision-language LoRA run through the real worker and orchestrator: the tiny LLaVA
 learns captions from pixels, stop-and-save then resume continues the step count, and the
-finished folder holds the adapter with the processor."""
+merged export (`tunelab export`) loads with AutoProcessor + AutoModelForImageTextToText
+and gives the trained model's logits."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 from orch_helpers import EventRecorder
 
 from tunelab import paths
@@ -55,3 +60,27 @@ def test_vision_lora_learns_stops_saves_and_resumes(vision_assets, home):
             assert (output / "adapter_model.safetensors").is_file() and (output / "processor_config.json").is_file()
         finally:
             orchestrator.shutdown()
+    _export_gives_the_trained_logits(vision_assets, home, second, output)
+
+
+def _export_gives_the_trained_logits(assets, home: Path, run_id: int, output: Path) -> None:
+    from peft import PeftModel
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    dest = home / "outputs" / "merged"
+    exported = subprocess.run([sys.executable, "-m", "tunelab.cli", "export", str(run_id), "--format", "merged",
+                               "--dtype", "float32", "--dest", str(dest)],
+                              env={**os.environ, "TUNELAB_HOME": str(home)}, capture_output=True, text=True, timeout=240)
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    processor = AutoProcessor.from_pretrained(dest)
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe the image."}]}]
+    image = Image.open(assets.data_dir / "images" / "005.png").convert("RGB")
+    batch = processor(text=[processor.apply_chat_template(messages, add_generation_prompt=True)], images=[[image]],
+                      return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        merged = AutoModelForImageTextToText.from_pretrained(dest)(**batch).logits
+        trained = PeftModel.from_pretrained(AutoModelForImageTextToText.from_pretrained(assets.model_dir), output)(**batch).logits
+        base = AutoModelForImageTextToText.from_pretrained(assets.model_dir)(**batch).logits
+    assert (merged - trained).abs().max() < 1e-4
+    assert (trained - base).abs().max() > 1e-2  # the adapter changed the model, so losing it would show
