@@ -188,12 +188,13 @@ class RunConfig(BaseModel):
     use_loftq: bool = False
     gradient_checkpointing: bool | None = Field(None, description="None = device-aware default (off on CPU, on with CUDA).")
 
-    # --- vision-language models (detected from the model's config; text models ignore the vision switch)
+    # --- vision-language models (detected from the model's config; text models ignore the vision switch).
+    # The finetune_* switches choose the adapter's targets, or for full fine-tuning the weights that train.
     vision_image_size: int = Field(512, ge=16, le=16384, description="Longest side, in pixels, every image is shrunk to (aspect kept) before the processor sees it.")
-    finetune_vision_layers: bool = Field(True, description="Adapt the vision tower and its projector into the language model.")
-    finetune_language_layers: bool = Field(True, description="Adapt the language model's layers.")
-    finetune_attention_modules: bool = Field(True, description="Adapt attention projections (q/k/v/o and the like).")
-    finetune_mlp_modules: bool = Field(True, description="Adapt MLP / feed-forward projections (and other linear layers outside attention, e.g. a vision projector).")
+    finetune_vision_layers: bool = Field(True, description="Train the vision tower and its projector into the language model (adapter targets, or weights in full fine-tuning).")
+    finetune_language_layers: bool = Field(True, description="Train the language model's layers (with its embeddings and output head in full fine-tuning).")
+    finetune_attention_modules: bool = Field(True, description="Train attention projections (q/k/v/o and the like).")
+    finetune_mlp_modules: bool = Field(True, description="Train MLP / feed-forward projections (and other linear layers outside attention, e.g. a vision projector).")
 
     # --- optimisation
     num_epochs: float = Field(3, ge=0, le=MAX_EPOCHS)

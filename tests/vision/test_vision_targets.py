@@ -58,3 +58,19 @@ def test_switches_that_train_nothing_or_fight_target_modules_are_refused(setting
     with pytest.raises(ConfigError) as refused:
         parse_config({"model_name": "m", "local_datasets": ["d.jsonl"], **settings})
     assert [e.field for e in refused.value.errors] == [field]
+
+
+@pytest.mark.parametrize("off", [("vision",), ("language", "mlp"), ("attention",)])
+def test_full_fine_tuning_trains_exactly_what_the_switches_leave_on(vision_assets, off):
+    config = {"model_name": str(vision_assets.model_dir), "training_type": "full", **{SWITCHES[name]: False for name in off}}
+    model = load_model(config, CPU, model_class())
+    layers = classify_linear_layers(model)
+    language = {id(p) for p in model.model.language_model.parameters()} | {id(p) for p in model.lm_head.parameters()}
+    switched_off_linear = {f"{name}.{kind}" for name, (part, layer_kind) in layers.items() if layer_kind in off
+                           for kind in ("weight", "bias")}
+    expected = {name for name, p in model.named_parameters()
+                if ("language" if id(p) in language else "vision") not in off and name not in switched_off_linear}
+    wrapped = VisionFamily().wrap(model, config, CPU)
+    assert {name for name, p in wrapped.named_parameters() if p.requires_grad} == expected
+    assert expected  # something trains, and something is frozen
+    assert len(expected) < len(list(wrapped.parameters()))

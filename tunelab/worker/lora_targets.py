@@ -1,4 +1,5 @@
-"""Which linear layers an adapter trains, from the `finetune_*` switches.
+"""Which layers a run trains, from the `finetune_*` switches: an adapter's target
+layers, or for full fine-tuning the parameters left trainable.
 
 Every `torch.nn.Linear` of the model falls into one part and one kind, found from the
 model's structure rather than from module names:
@@ -9,6 +10,9 @@ model's structure rather than from module names:
         says Attention, as every transformers model's does); mlp — everything else
         (MLP / feed-forward projections, and a vision projector's linear layers).
 A text model has only a language part, so `finetune_vision_layers` changes nothing there.
+Full fine-tuning trains every parameter except what a switch turns off: a part switched
+off freezes every parameter in it (embeddings, norms and the output head count as
+language), a kind switched off freezes that kind's linear layers.
 """
 
 from __future__ import annotations
@@ -18,6 +22,10 @@ from typing import Any
 import torch
 
 from tunelab.config import FINETUNE_SWITCHES
+
+
+def _on(config: dict[str, Any], name: str) -> bool:
+    return config.get(name, True) is not False
 
 
 def _language_model(model: Any) -> Any:
@@ -53,8 +61,27 @@ def switches_at_default(config: dict[str, Any]) -> bool:
 def select_targets(model: Any, config: dict[str, Any]) -> list[str]:
     """Full names of the linear layers the switches choose (config validation makes sure
     at least one part and one kind are on)."""
-    parts = {p for p, on in (("vision", config.get("finetune_vision_layers", True)),
-                             ("language", config.get("finetune_language_layers", True))) if on is not False}
-    kinds = {k for k, on in (("attention", config.get("finetune_attention_modules", True)),
-                             ("mlp", config.get("finetune_mlp_modules", True))) if on is not False}
+    parts, kinds = _chosen(config)
     return sorted(name for name, (part, kind) in classify_linear_layers(model).items() if part in parts and kind in kinds)
+
+
+def _chosen(config: dict[str, Any]) -> tuple[set[str], set[str]]:
+    parts = {part for part in ("vision", "language") if _on(config, f"finetune_{part}_layers")}
+    kinds = {kind for kind in ("attention", "mlp") if _on(config, f"finetune_{kind}_modules")}
+    return parts, kinds
+
+
+def freeze_switched_off(model: Any, config: dict[str, Any]) -> None:
+    """Full fine-tuning: freeze the parameters the switches turn off (the rest stay trainable)."""
+    parts, kinds = _chosen(config)
+    language = {id(p) for p in _language_model(model).parameters()}
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    language |= {id(p) for p in head.parameters()} if head is not None else set()
+    for parameter in model.parameters():
+        if ("language" if id(parameter) in language else "vision") not in parts:
+            parameter.requires_grad_(False)
+    modules = dict(model.named_modules())
+    for name, (part, kind) in classify_linear_layers(model).items():
+        if kind not in kinds:
+            for parameter in modules[name].parameters():
+                parameter.requires_grad_(False)

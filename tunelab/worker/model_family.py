@@ -8,6 +8,8 @@ from the model's own config (`vision_model.is_vision_model`), never from its nam
   vision  AutoProcessor + AutoModelForImageTextToText; image rows through
           `vision_data.prepare` and its collator. A dataset without an image column trains
           the model as a language model, exactly as the text family would.
+`wrap` is the same for both: the method's adapter on the family's targets, or full
+fine-tuning with what the switches turn off frozen.
 The processing class (tokenizer or processor) is what the trainer gets and what is saved
 next to the weights, so a finished run reloads with AutoTokenizer / AutoProcessor.
 """
@@ -27,7 +29,20 @@ class Loaded:
     processing: Any  # the tokenizer, or the processor that holds it
 
 
-class TextFamily:
+class _Family:
+    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
+        raise NotImplementedError
+
+    def wrap(self, model: Any, config: dict[str, Any], device: Any) -> Any:
+        """The model ready to train: an adapter on the family's targets, or every weight the
+        switches leave on for full fine-tuning."""
+        model = model_setup.wrap_for_training(model, config, device, self.targets(model, config))
+        if config.get("training_type") not in ("lora", "qlora") and not lora_targets.switches_at_default(config):
+            lora_targets.freeze_switched_off(model, config)
+        return model
+
+
+class TextFamily(_Family):
     name = "text"
 
     def load(self, config: dict[str, Any], device: Any) -> Loaded:
@@ -42,7 +57,7 @@ class TextFamily:
         return None if lora_targets.switches_at_default(config) else lora_targets.select_targets(model, config)
 
 
-class VisionFamily:
+class VisionFamily(_Family):
     name = "vision"
 
     def load(self, config: dict[str, Any], device: Any) -> Loaded:

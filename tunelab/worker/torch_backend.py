@@ -58,7 +58,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     # Adapter weights are drawn from the global generator: seed it, or two runs with the
     # same seed start from different adapters (the Trainer seeds only later).
     transformers.set_seed(seed_of(config))
-    model = model_setup.wrap_for_training(model, config, device, family.targets(model, config))
+    model = family.wrap(model, config, device)
     if config.get("use_loftq"):
         from tunelab.worker.loftq_base import save_loftq_base
 

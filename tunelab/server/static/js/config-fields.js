@@ -89,10 +89,10 @@ export const ADVANCED_FIELDS = [
   f("load_in_4bit", "Load in 4-bit", "bool", false, { section: "Adapter", help: "Needs a CUDA GPU; QLoRA turns it on." }),
 
   f("vision_image_size", "Longest image side", "int", 512, { section: "Vision", help: "Pixels; every image is shrunk to this before the processor sees it. Vision-language models only." }),
-  f("finetune_vision_layers", "Train vision layers", "bool", true, { section: "Vision", adapterOnly: true, help: "Adapt the vision tower and its projector." }),
-  f("finetune_language_layers", "Train language layers", "bool", true, { section: "Vision", adapterOnly: true, help: "Adapt the language model's layers." }),
-  f("finetune_attention_modules", "Train attention", "bool", true, { section: "Vision", adapterOnly: true, help: "Adapt attention projections (text models too)." }),
-  f("finetune_mlp_modules", "Train MLP", "bool", true, { section: "Vision", adapterOnly: true, help: "Adapt MLP and other non-attention linear layers (text models too)." }),
+  f("finetune_vision_layers", "Train vision layers", "bool", true, { section: "Vision", help: "Train the vision tower and its projector (adapter targets, or weights in full fine-tuning)." }),
+  f("finetune_language_layers", "Train language layers", "bool", true, { section: "Vision", help: "Train the language model's layers." }),
+  f("finetune_attention_modules", "Train attention", "bool", true, { section: "Vision", help: "Train attention projections (text models too)." }),
+  f("finetune_mlp_modules", "Train MLP", "bool", true, { section: "Vision", help: "Train MLP and other non-attention linear layers (text models too)." }),
 
   f("warmup_steps", "Warmup steps", "int", null, { section: "Optimiser", help: "Set this or the warmup ratio, not both." }),
   f("warmup_ratio", "Warmup ratio", "float", null, { section: "Optimiser" }),
