@@ -74,3 +74,16 @@ def test_full_fine_tuning_trains_exactly_what_the_switches_leave_on(vision_asset
     assert {name for name, p in wrapped.named_parameters() if p.requires_grad} == expected
     assert expected  # something trains, and something is frozen
     assert len(expected) < len(list(wrapped.parameters()))
+
+
+def test_the_mlx_backend_refuses_a_vision_model_before_the_run_exists(vision_assets, demo_assets):
+    from tunelab.orchestrator.prechecks import check_before_start
+
+    def config(assets, data):
+        return parse_config({"model_name": str(assets.model_dir), "local_datasets": [str(data)], "backend": "mlx"})
+
+    with pytest.raises(ConfigError) as refused:
+        check_before_start(config(vision_assets, vision_assets.messages))
+    assert [e.field for e in refused.value.errors] == ["backend"]
+    assert "vision-language model" in refused.value.errors[0].message and "backend=torch" in refused.value.errors[0].message
+    check_before_start(config(demo_assets, demo_assets.alpaca))  # a text model is fine
