@@ -126,3 +126,20 @@ def test_images_are_shrunk_to_vision_image_size_keeping_their_shape(tmp_path):
     shrunk = open_image({"path": str(tmp_path / "wide.png"), "bytes": None}, 100)
     assert shrunk.size == (100, 50) and shrunk.mode == "RGB"
     assert open_image({"path": str(tmp_path / "wide.png"), "bytes": None}, 512).size == (300, 150)
+
+
+def test_a_parquet_table_with_embedded_image_bytes_reads_without_decoding(vision_assets, processor, tmp_path):
+    """The hub's shape: an image feature holding the file bytes inside the data file."""
+    import datasets
+
+    files = sorted((vision_assets.data_dir / "images").glob("*.png"))[:6]
+    # Bytes with a bare file name, as hub datasets store them: no file exists at that path.
+    images = [{"bytes": f.read_bytes(), "path": f.name} for f in files]
+    table = datasets.Dataset.from_dict({"image": images, "text": ["A shape."] * len(files)})
+    table.cast_column("image", datasets.Image()).to_parquet(tmp_path / "embedded.parquet")
+    prepared = _prepared(tmp_path / "embedded.parquet", processor, tmp_path)
+    assert prepared.format == "caption"
+    refs = prepared.train[0]["images"]
+    assert refs[0]["bytes"] == files[0].read_bytes()
+    batch = prepared.collator([prepared.train[i] for i in range(3)])
+    assert batch["pixel_values"].shape[0] == 3
