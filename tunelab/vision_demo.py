@@ -79,13 +79,14 @@ def caption_of(colour: str, shape: str) -> str:
     return f"A {colour} {shape}."
 
 
-def _draw(colour: str, shape: str, rng: random.Random):
+def draw_shape(colour: str, shape: str, rng: random.Random, side: int = IMAGE_SIDE):
+    """A coloured shape at a random place and size on a light background."""
     from PIL import Image, ImageDraw
 
-    image = Image.new("RGB", (IMAGE_SIDE, IMAGE_SIDE), (245, 245, 245))
+    image = Image.new("RGB", (side, side), (245, 245, 245))
     draw = ImageDraw.Draw(image)
-    size = rng.randint(30, 50)
-    x, y = rng.randint(2, IMAGE_SIDE - size - 2), rng.randint(2, IMAGE_SIDE - size - 2)
+    size = rng.randint(side * 15 // 32, side * 25 // 32)
+    x, y = rng.randint(2, side - size - 2), rng.randint(2, side - size - 2)
     fill = SHAPE_COLOURS[colour]
     if shape == "circle":
         draw.ellipse((x, y, x + size, y + size), fill=fill)
@@ -104,7 +105,7 @@ def _write_datasets(data_dir: Path) -> list[str]:
     for i in range(N_IMAGES):
         colour, shape = rng.choice(list(SHAPE_COLOURS)), rng.choice(SHAPES)
         name = f"images/{i:03d}.png"
-        _draw(colour, shape, rng).save(data_dir / name)
+        draw_shape(colour, shape, rng).save(data_dir / name)
         items.append((name, caption_of(colour, shape), QUESTIONS[i % len(QUESTIONS)]))
     with open(data_dir / "messages.jsonl", "w") as f:
         for name, caption, question in items:

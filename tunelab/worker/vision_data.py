@@ -52,7 +52,7 @@ def has_images(raw: RawData) -> bool:
     return image_column(raw.train.column_names) is not None
 
 
-def _undecoded(rows: Any) -> Any:
+def undecoded(rows: Any) -> Any:
     """Hub image features hold decoded pictures by default: read them as bytes instead, so
     a row costs its compressed size until a batch needs it."""
     import datasets
@@ -67,7 +67,7 @@ def _undecoded(rows: Any) -> Any:
     return rows
 
 
-def _data_folders(config: dict[str, Any], what: str) -> list[Path]:
+def data_folders(config: dict[str, Any], what: str) -> list[Path]:
     files = (config.get("local_eval_datasets") or []) if what == "eval" else []
     files = files + list(config.get("local_datasets") or [])
     folders: list[Path] = []
@@ -84,7 +84,7 @@ def _source_field(config: dict[str, Any], what: str) -> str:
     return "local_datasets" if config.get("local_datasets") else "s3" if config.get("s3") else "dataset"
 
 
-def _reference(ref: Any, folders: list[Path]) -> dict[str, Any]:
+def image_reference(ref: Any, folders: list[Path]) -> dict[str, Any]:
     """`{path, bytes}` for one image reference, relative paths resolved against `folders`."""
     if isinstance(ref, dict):
         data, path = ref.get("bytes"), ref.get("path")
@@ -111,7 +111,7 @@ def check_image(ref: dict[str, Any]) -> None:
 
 def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str) -> Any:
     tokenizer = processor.tokenizer
-    folders = _data_folders(config, what)
+    folders = data_folders(config, what)
     field = _source_field(config, what)
     completions = bool(config.get("train_on_completions"))
     image_ids = image_token_ids(processor)
@@ -122,7 +122,7 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
         for ref in refs:
             image = None
             try:
-                image = _reference(ref, folders)
+                image = image_reference(ref, folders)
                 check_image(image)
             except Exception as exc:  # missing file, not an image, truncated header, bad reference
                 shown = (image or {}).get("path") or (ref if isinstance(ref, str) else "(embedded image)")
@@ -142,7 +142,7 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
         mask = [0 if token in image_ids else keep for token, keep in zip(ids, mask)]
         return {"text": text, "images": images, "text_ids": ids, "loss_mask": mask}
 
-    converted = _undecoded(rows).map(convert, with_indices=True, remove_columns=rows.column_names,
+    converted = undecoded(rows).map(convert, with_indices=True, remove_columns=rows.column_names,
                                      desc=f"Checking {what} images")
     counts = [sum(m) for m in converted["loss_mask"]]
     unlabelled = sum(1 for n in counts if n == 0)
