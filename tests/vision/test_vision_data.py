@@ -143,3 +143,18 @@ def test_a_parquet_table_with_embedded_image_bytes_reads_without_decoding(vision
     assert refs[0]["bytes"] == files[0].read_bytes()
     batch = prepared.collator([prepared.train[i] for i in range(3)])
     assert batch["pixel_values"].shape[0] == 3
+
+
+def test_in_a_served_run_an_image_outside_the_data_roots_is_refused(vision_assets, processor, home, tmp_path, monkeypatch):
+    """A server's workers inherit TUNELAB_CONFINE_READS: the images a data file names must
+    lie in the data roots like the file itself; the CLI's own runs read them anywhere."""
+    (tmp_path / "data").mkdir()
+    data = _write_jsonl(tmp_path / "data" / "captions.jsonl", [
+        {"image": str((vision_assets.data_dir / "images" / f"00{i}.png").resolve()), "text": "A shape."} for i in range(3)])
+    monkeypatch.setenv("TUNELAB_DATA_ROOTS", str(tmp_path / "data"))
+    assert len(_prepared(data, processor, tmp_path / "cli").train) == 3
+    monkeypatch.setenv("TUNELAB_CONFINE_READS", "1")
+    with pytest.raises(DataFormatError) as refused:
+        _prepared(data, processor, tmp_path / "served")
+    assert refused.value.field == "local_datasets"
+    assert refused.value.message.startswith("row 0 of the training data: image ") and "outside the folders tunelab may read" in refused.value.message

@@ -11,7 +11,8 @@ Pixels are never decoded here: every image is opened only far enough to check th
 is an image (a missing or unreadable one is an error naming its row and path, before
 training), and decoded batch by batch in `vision_collator`. Relative image paths are
 resolved against the folder of the dataset file (the first of the run's data folders
-that holds them). Torch-free apart from the collator it hands on.
+that holds them). In a run a server started (`paths.reads_confined`), an image path
+outside the data roots is refused like a data file there would be. Torch-free apart from the collator it hands on.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tunelab import paths
 from tunelab.worker.data import MAX_UNLABELLED_SHARE, PreparedData, _check_batch_fits, _check_masking_applies
 from tunelab.worker.formats import DataFormatError, image_column
 from tunelab.worker.sources import RawData
@@ -114,6 +116,7 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
     folders = data_folders(config, what)
     field = _source_field(config, what)
     completions = bool(config.get("train_on_completions"))
+    confined = paths.reads_confined()
     image_ids = image_token_ids(processor)
 
     def convert(row: dict[str, Any], index: int) -> dict[str, Any]:
@@ -123,7 +126,11 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
             image = None
             try:
                 image = image_reference(ref, folders)
+                if confined and not image["bytes"]:
+                    paths.check_readable(image["path"], field)
                 check_image(image)
+            except paths.PathNotAllowed as exc:
+                raise DataFormatError(field, f"row {index} of the {what} data: image {exc}") from exc
             except Exception as exc:  # missing file, not an image, truncated header, bad reference
                 shown = (image or {}).get("path") or (ref if isinstance(ref, str) else "(embedded image)")
                 raise DataFormatError(field, f"row {index} of the {what} data: image {shown} cannot be read ({exc}); "
