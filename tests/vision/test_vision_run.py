@@ -1,5 +1,6 @@
 """A vision-language LoRA run through the real worker and orchestrator: the tiny LLaVA
-learns captions from pixels, stop-and-save then resume continues the step count, and the
+learns captions from pixels (and evaluates on held-out image rows), stop-and-save then
+resume continues the step count, and the
 merged export (`tunelab export`) loads with AutoProcessor + AutoModelForImageTextToText
 and gives the trained model's logits."""
 
@@ -36,7 +37,7 @@ def test_vision_lora_learns_stops_saves_and_resumes(vision_assets, home):
         recorder = EventRecorder()
         orchestrator.subscribe(recorder)
         try:
-            first = orchestrator.start(vision_demo_config(vision_assets, steps=STEPS))
+            first = orchestrator.start(vision_demo_config(vision_assets, steps=STEPS, eval_steps=20, eval_holdout=0.1))
             recorder.wait_for(lambda e: e["type"] == "progress" and e["step"] >= 20, timeout=240)
             orchestrator.stop(save=True, expected_run_id=first)
             first_row = finished(orchestrator, first)
@@ -50,7 +51,9 @@ def test_vision_lora_learns_stops_saves_and_resumes(vision_assets, home):
             assert row["status"] == "completed", row["error_message"]
             resumed = store.get_metrics(second)
             assert [m["step"] for m in resumed] == list(range(stopped_at + 1, STEPS + 1))
-            losses = [m["loss"] for m in store.get_metrics(first) + resumed]
+            metrics = store.get_metrics(first) + resumed
+            assert [m["step"] for m in metrics if m["eval_loss"] is not None] == [20, 40, 60]  # image rows evaluate too
+            losses = [m["loss"] for m in metrics]
             assert len(losses) == STEPS
             # The captions name a colour and a shape only the pixels tell: the loss on them falls.
             assert sum(losses[-5:]) / 5 < 0.75 * sum(losses[:5]) / 5

@@ -149,8 +149,9 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
         mask = [0 if token in image_ids else keep for token, keep in zip(ids, mask)]
         return {"text": text, "images": images, "text_ids": ids, "loss_mask": mask}
 
+    # Never from the cache: a resumed run must find a deleted image now, not halfway through.
     converted = undecoded(rows).map(convert, with_indices=True, remove_columns=rows.column_names,
-                                     desc=f"Checking {what} images")
+                                    load_from_cache_file=False, desc=f"Checking {what} images")
     counts = [sum(m) for m in converted["loss_mask"]]
     unlabelled = sum(1 for n in counts if n == 0)
     if counts and unlabelled > MAX_UNLABELLED_SHARE * len(counts):
