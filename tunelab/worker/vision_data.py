@@ -39,12 +39,14 @@ def image_token_ids(processor: Any) -> set[int]:
     the alignment match the row's one placeholder to one of the copies."""
     tokenizer = processor.tokenizer
     found = set()
-    for name in IMAGE_TOKEN_ATTRIBUTES:
-        token = getattr(processor, name, None)
-        if isinstance(token, str) and token:
-            token_id = tokenizer.convert_tokens_to_ids(token)
-            if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
-                found.add(token_id)
+    # Some families name them on the tokenizer only (Gemma 3's image_token is the tokenizer's).
+    for owner in (processor, tokenizer):
+        for name in IMAGE_TOKEN_ATTRIBUTES:
+            token = getattr(owner, name, None)
+            if isinstance(token, str) and token:
+                token_id = tokenizer.convert_tokens_to_ids(token)
+                if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+                    found.add(token_id)
     if isinstance(getattr(processor, "image_token_id", None), int):
         found.add(processor.image_token_id)
     return found
