@@ -158,3 +158,11 @@ def test_in_a_served_run_an_image_outside_the_data_roots_is_refused(vision_asset
         _prepared(data, processor, tmp_path / "served")
     assert refused.value.field == "local_datasets"
     assert refused.value.message.startswith("row 0 of the training data: image ") and "outside the folders tunelab may read" in refused.value.message
+
+
+def test_instruction_rows_with_an_image_column_put_the_image_in_the_user_turn(vision_assets, processor, tmp_path):
+    image = str((vision_assets.data_dir / "images" / "000.png").resolve())
+    row = {"instruction": "Name the shape.", "output": "A red circle.", "image": image}
+    prepared = _prepared(_write_jsonl(tmp_path / "alpaca.jsonl", [row, row]), processor, tmp_path)
+    assert prepared.format == "alpaca"
+    assert prepared.train[0]["text"] == "<|user|>\n<image>Name the shape.<|end|>\n<|assistant|>\nA red circle.<|end|>\n"
