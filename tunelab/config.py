@@ -22,7 +22,7 @@ from tunelab.layout import layout_errors
 from tunelab.text import char_name, first_unsafe_char, printable
 
 TrainingType = Literal["lora", "qlora", "full", "continued_pretraining"]
-DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text"]
+DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text", "caption"]
 Backend = Literal["auto", "torch", "mlx"]
 ReportTo = Literal["none", "tensorboard", "wandb", "mlflow"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
@@ -38,7 +38,7 @@ SECRET_ENVIRONMENT = {
     "s3.secret_access_key": "AWS_SECRET_ACCESS_KEY", "s3.session_token": "AWS_SESSION_TOKEN",
 }
 # Canonical column names a dataset's own columns can be mapped onto.
-CANONICAL_COLUMNS = ("instruction", "input", "output", "text", "conversations", "messages", "system")
+CANONICAL_COLUMNS = ("instruction", "input", "output", "text", "conversations", "messages", "system", "images", "image")
 # Learning-rate schedules the mlx backend implements (the torch backend takes any HF name).
 MLX_LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -173,7 +173,7 @@ class RunConfig(BaseModel):
     streaming: bool = False
     slice_start: int | None = Field(None, ge=0, le=MAX_ROWS)
     slice_end: int | None = Field(None, ge=1, le=MAX_ROWS)
-    format: DataFormat = Field("auto", description="auto | alpaca | sharegpt | chatml | text.")
+    format: DataFormat = Field("auto", description="auto | alpaca | sharegpt | chatml | text | caption (an image column and a text column).")
     column_mapping: dict[Name, Name] = Field(default_factory=dict, description="Canonical column -> dataset column, e.g. {instruction: question}.")
     role_mapping: dict[Name, Name] = Field(default_factory=dict, description="Dataset role -> chat role, e.g. {function_call: tool}.")
     train_on_completions: bool = Field(False, description="Compute loss on assistant tokens only.")
@@ -187,6 +187,14 @@ class RunConfig(BaseModel):
     use_dora: bool = Field(False, description="DoRA: LoRA with a learned magnitude per output. Each step costs more than LoRA (1.3x on a small CPU model); on a 4-bit base (QLoRA) every forward pass dequantises each adapted weight to take its norm, which costs extra time and a full-precision copy of one weight at a time.")
     use_loftq: bool = False
     gradient_checkpointing: bool | None = Field(None, description="None = device-aware default (off on CPU, on with CUDA).")
+
+    # --- vision-language models (detected from the model's config; text models ignore the vision switch).
+    # The finetune_* switches choose the adapter's targets, or for full fine-tuning the weights that train.
+    vision_image_size: int = Field(512, ge=16, le=16384, description="Longest side, in pixels, every image is shrunk to (aspect kept) before the processor sees it.")
+    finetune_vision_layers: bool = Field(True, description="Train the vision tower and its projector into the language model (adapter targets, or weights in full fine-tuning).")
+    finetune_language_layers: bool = Field(True, description="Train the language model's layers (with its embeddings and output head in full fine-tuning).")
+    finetune_attention_modules: bool = Field(True, description="Train attention projections (q/k/v/o and the like).")
+    finetune_mlp_modules: bool = Field(True, description="Train MLP / feed-forward projections (and other linear layers outside attention, e.g. a vision projector).")
 
     # --- optimisation
     num_epochs: float = Field(3, ge=0, le=MAX_EPOCHS)
@@ -269,6 +277,7 @@ class RunConfig(BaseModel):
                 errs.append(("load_in_4bit", f"training_type={self.training_type} trains every weight and 4-bit weights cannot be trained; set load_in_4bit=false, or use training_type=qlora to train an adapter on a 4-bit base"))
         if self.training_type == "qlora" and not self.load_in_4bit:
             object.__setattr__(self, "load_in_4bit", True)
+        errs.extend(_finetune_switch_errors(self))
         if self.warmup_steps is not None and self.warmup_ratio is not None:
             errs.append(("warmup_ratio", "set warmup_steps or warmup_ratio, not both"))
         if self.slice_start is not None and self.slice_end is not None and self.slice_end <= self.slice_start:
@@ -370,6 +379,23 @@ class _ErrorList(ValueError):
     def __init__(self, pairs: list[tuple[str, str]]):
         self.pairs = pairs
         super().__init__("; ".join(f"{f}: {m}" for f, m in pairs))
+
+
+FINETUNE_SWITCHES = ("finetune_vision_layers", "finetune_language_layers", "finetune_attention_modules", "finetune_mlp_modules")
+
+
+def _finetune_switch_errors(cfg: RunConfig) -> list[tuple[str, str]]:
+    """The finetune_* switches choose the adapted layers; a choice that leaves none, or
+    that contradicts an explicit target_modules list, is refused here."""
+    errs = []
+    if not (cfg.finetune_vision_layers or cfg.finetune_language_layers):
+        errs.append(("finetune_language_layers", "finetune_vision_layers and finetune_language_layers are both false, which trains nothing; turn one on"))
+    if not (cfg.finetune_attention_modules or cfg.finetune_mlp_modules):
+        errs.append(("finetune_mlp_modules", "finetune_attention_modules and finetune_mlp_modules are both false, which trains nothing; turn one on"))
+    off = [name for name in FINETUNE_SWITCHES if not getattr(cfg, name)]
+    if cfg.target_modules and off:
+        errs.append((off[0], f"target_modules names the adapted modules itself, so {', '.join(off)} would be ignored; remove target_modules or leave the finetune_* switches on"))
+    return errs
 
 
 def _mlx_limits(cfg: RunConfig) -> list[tuple[str, str]]:

@@ -16,6 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tunelab import paths
 
@@ -141,25 +142,34 @@ def _corpus(pairs: list[dict[str, str]]) -> list[str]:
     return lines
 
 
-def _build_model(model_dir: Path, data_dir: Path) -> None:
+def train_demo_tokenizer(corpus: list[str], extra_special_tokens: tuple[str, ...] = (), vocab_size: int = 700) -> Any:
+    """The demo's byte-level BPE tokenizer, trained on `corpus`, with the chat markers as
+    special tokens (plus `extra_special_tokens`, e.g. an image placeholder, after them)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = SPECIAL_TOKENS + list(extra_special_tokens)
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(corpus, trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="<|end|>", pad_token="<pad>",
+                                   unk_token="<unk>", additional_special_tokens=specials[4:])
+    fast.chat_template = CHAT_TEMPLATE
+    fast.model_max_length = 2048
+    return fast
+
+
+def _build_model(model_dir: Path, data_dir: Path) -> None:
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a one-off local save needs no progress bar
 
-    pairs = sample_pairs()
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(_corpus(pairs), trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="<|end|>", pad_token="<pad>",
-                                   unk_token="<unk>", additional_special_tokens=SPECIAL_TOKENS[4:])
-    fast.chat_template = CHAT_TEMPLATE
-    fast.model_max_length = 2048
+    fast = train_demo_tokenizer(_corpus(sample_pairs()))
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=len(fast), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048,

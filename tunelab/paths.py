@@ -30,6 +30,11 @@ DEFAULT_NAME_MAX = 255
 DEFAULT_PATH_MAX = 4096
 # How much of a refused value a message repeats: enough to recognise it.
 SHOWN_CHARS = 60
+# Set in the environment of a serving process (and so of every worker and preview it
+# starts): files a run's data refers to — images named inside a data file — must then
+# lie in the data roots too, like the data files themselves. A run from the machine's
+# own CLI reads them wherever they are.
+CONFINE_READS_ENV = "TUNELAB_CONFINE_READS"
 
 
 class PathNotAllowed(ValueError):
@@ -105,6 +110,11 @@ def data_roots() -> list[Path]:
     extra = os.environ.get("TUNELAB_DATA_ROOTS", "")
     roots += [Path(p).expanduser() for p in extra.split(os.pathsep) if p.strip()]
     return [Path(os.path.realpath(r)) for r in roots]
+
+
+def reads_confined() -> bool:
+    """Whether this process serves HTTP clients (or was started by a process that does)."""
+    return os.environ.get(CONFINE_READS_ENV) == "1"
 
 
 def is_within(path: str | Path, root: str | Path) -> bool:

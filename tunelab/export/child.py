@@ -6,7 +6,8 @@ applied with PEFT and folded into the weights (PEFT's merge, in float32 per laye
 base stored quantised is refused, and a LoftQ run's adapted layers are first put back
 as it trained against them (`run_facts.LOFTQ_BASE`). A full run's weights are loaded as
 they are. The model is cast to the requested dtype and saved with its tokenizer, ready
-for `AutoModelForCausalLM.from_pretrained`. The parent hides the GPUs: all of it runs on the CPU.
+for `AutoModelForCausalLM.from_pretrained` — or, for a vision-language model (told from
+its config), with its processor, ready for `AutoModelForImageTextToText` + `AutoProcessor`. The parent hides the GPUs: all of it runs on the CPU.
 `gguf`: the same merged model, written as one GGUF file (`gguf_writer`).
 The answer goes to the request's `result` file: `{"ok": true}` or `{"error", "field"?}`;
 exit code 0 on success, 2 for an option that cannot be honoured, 1 for anything else.
@@ -47,11 +48,11 @@ def export(request: dict[str, Any]) -> None:
     if request["format"] == "gguf":
         _export_gguf(request, dest)
     else:
-        model, tokenizer = _merged_model(request)
+        model, processing = _merged_model(request)
         # The run trained without the KV cache; whoever loads the export wants it back.
         model.config.use_cache = True
         model.save_pretrained(dest)
-        tokenizer.save_pretrained(dest)
+        processing.save_pretrained(dest)
 
 
 def _quiet_libraries() -> None:
@@ -69,27 +70,43 @@ def _dtype(name: str) -> Any:
     return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[name]
 
 
-def _merged_model(request: dict[str, Any]) -> tuple[Any, Any]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _model_class(config_source: str, remote_code: bool) -> Any:
+    from transformers import AutoConfig, AutoModelForCausalLM
 
+    from tunelab.worker.vision_model import is_vision_config, model_class
+
+    config = AutoConfig.from_pretrained(config_source, trust_remote_code=remote_code)
+    return model_class() if is_vision_config(config) else AutoModelForCausalLM
+
+
+def _processing(source: str, remote_code: bool) -> Any:
+    """The run's processor where it saved one (a vision-language run), else its tokenizer."""
+    from transformers import AutoProcessor, AutoTokenizer
+
+    if any((Path(source) / name).is_file() for name in ("processor_config.json", "preprocessor_config.json")):
+        return AutoProcessor.from_pretrained(source, trust_remote_code=remote_code)
+    return AutoTokenizer.from_pretrained(source, trust_remote_code=remote_code)
+
+
+def _merged_model(request: dict[str, Any]) -> tuple[Any, Any]:
     source = request["source"]
     remote_code = bool(request["trust_remote_code"])
     dtype = _dtype(request["dtype"])
+    model_class = _model_class(request["base_model"] if request["kind"] == "adapter" else source, remote_code)
     if request["kind"] == "adapter":
         from peft import PeftModel
 
         _refuse_quantized_base(request["base_model"], remote_code)
         # The base loads in the dtype it was saved in: exact, and no larger than on disk.
-        base = AutoModelForCausalLM.from_pretrained(request["base_model"], dtype="auto", trust_remote_code=remote_code)
+        base = model_class.from_pretrained(request["base_model"], dtype="auto", trust_remote_code=remote_code)
         if request.get("base_weights"):
             _use_trained_against_weights(base, request["base_weights"])
         model = _merge_in_float32(PeftModel.from_pretrained(base, source), dtype)
     else:
-        model = AutoModelForCausalLM.from_pretrained(source, dtype="auto", trust_remote_code=remote_code)
+        model = model_class.from_pretrained(source, dtype="auto", trust_remote_code=remote_code)
     model = model.to(dtype)
     model.eval()
-    tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=remote_code)
-    return model, tokenizer
+    return model, _processing(source, remote_code)
 
 
 def _use_trained_against_weights(base: Any, path: str) -> None:

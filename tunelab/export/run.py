@@ -25,9 +25,11 @@ from tunelab import paths
 from tunelab.export.plan import MANIFEST, ExportFailed, ExportInputError, ExportPlan, plan_export
 
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin", "adapters.safetensors")
-# What a tokenizer may have been saved as; whichever of these the run folder holds travels along.
+# What a tokenizer (or a vision-language model's processor, which holds one) may have been
+# saved as; whichever of these the run folder holds travels along.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "chat_template.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json")
+                   "chat_template.json", "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json",
+                   "processor_config.json", "preprocessor_config.json")
 # The last lines of a crashed child's stderr are enough to say what went wrong.
 STDERR_TAIL_CHARS = 2000
 

@@ -6,12 +6,14 @@ the first bytes of a file: local data files exist, are files and look like their
 a local model folder holds `config.json`; a hub model is either in the local hub cache
 or the hub answers (one HEAD request with a short timeout, on a thread so a slow DNS
 lookup cannot hang a start). Every problem is reported at once as a `ConfigError`.
-Ray must be installed for a run on a Ray cluster. No heavy library is imported; `huggingface_hub` only to look in its cache.
+Ray must be installed for a run on a Ray cluster. A vision-language model (its
+config.json has a vision sub-config) is refused for the mlx backend. No heavy library is imported; `huggingface_hub` only to look in its cache.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import threading
 import urllib.error
@@ -40,6 +42,10 @@ def check_before_start(cfg: RunConfig) -> None:
     problem = model_problem(cfg.model_name)
     if problem:
         errors.append(FieldError(field="model_name", message=problem))
+    if not problem and cfg.resolved_backend == "mlx":
+        problem = mlx_model_problem(cfg.model_name)
+        if problem:
+            errors.append(FieldError(field="backend", message=problem))
     if cfg.ray_address and importlib.util.find_spec("ray") is None:
         errors.append(FieldError(field="ray_address", message=RAY_NOT_INSTALLED))
     if errors:
@@ -95,6 +101,30 @@ def model_problem(name: str) -> str | None:
         return None
     return (f"not a local folder, and the hub cannot be reached ({reason}); give a local model folder, "
             "or download the model once while online")
+
+
+def mlx_model_problem(name: str) -> str | None:
+    """The mlx backend trains text models only: a model whose config.json (local, or in the
+    hub cache) says vision-language is refused before the run exists."""
+    from tunelab.worker.vision_model import MLX_REFUSAL, config_dict_is_vision  # torch-free
+
+    path = Path(name).expanduser() / "config.json"
+    found = str(path) if path.is_file() else _cached_config(name)
+    try:
+        config = json.loads(Path(found).read_text()) if found else {}
+    except (OSError, ValueError):
+        return None  # the worker reports an unreadable config in its own words
+    return f"{name} {MLX_REFUSAL}" if isinstance(config, dict) and config_dict_is_vision(config) else None
+
+
+def _cached_config(repo_id: str) -> str | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, "config.json")
+    except Exception:  # a name that is no valid repo id is simply not cached
+        return None
+    return found if isinstance(found, str) else None
 
 
 def _offline() -> bool:

@@ -22,6 +22,7 @@ import contextlib
 import ipaddress
 import logging
 import logging.handlers
+import os
 import signal
 import socket
 import sys
@@ -174,6 +175,9 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str 
         raise SystemExit(2) from None
     port = sock.getsockname()[1]
     token, origin = token_and_origin()
+    # Inherited by every worker and preview this server starts: image files named inside
+    # a run's data must lie in the data roots, as the data files do.
+    os.environ[paths.CONFINE_READS_ENV] = "1"
     # A served lab starts runs again and again: keep a worker warm for the next one.
     app = create_app(token=token, prewarm=True, allow_remote_code=allow_remote_code,
                      allow_output_anywhere=allow_output_anywhere, allow_ray=allow_ray,

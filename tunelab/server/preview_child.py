@@ -6,6 +6,7 @@ as a child, writes `{"config": <worker payload>, "rows": n, "tokenizer": name|nu
 "cache_dir": folder}` to its stdin (`datasets` caches go to that folder, which the server
 removes afterwards), and reads one JSON answer from its stdout:
   {"ok": true, "preview": {format, columns, row_count, rendered_with, rows: [...]}}
+(image-text data adds image_count and each shown row's images: `preview_images`)
   {"ok": false, "error": {"code", "message", "field"}}
 The rows are rendered by the same functions training uses (tunelab.worker.data), so the
 preview shows exactly the text the model will read — cut short, with a visible marker,
@@ -76,6 +77,12 @@ def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None,
     from tunelab.worker.tokenization import render, uses_raw_text
 
     raw = load_raw({**config, "eval_steps": 0}, cache_dir)
+    from tunelab.worker.formats import image_column
+
+    if image_column(raw.train.column_names):
+        from tunelab.server.preview_images import build_image_preview
+
+        return build_image_preview(config, rows, tokenizer_name, raw, image_column(raw.train.column_names))
     raw_text = uses_raw_text(raw.format, config)
     tokenizer, note = (None, "")
     if tokenizer_name and not raw_text:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tunelab.worker.formats import DataFormatError, detect_format, to_messages, to_plain_text
+from tunelab.worker.formats import DataFormatError, detect_format, image_column, to_messages, to_plain_text
 from tunelab.worker.sources import RawData, load_raw
 from tunelab.worker.tokenization import (
     FALLBACK_CHAT_TEMPLATE,
@@ -34,14 +34,18 @@ TOKEN_COLUMNS = ("input_ids", "labels", "completion_mask")
 
 @dataclass
 class PreparedData:
-    train: Any  # datasets.Dataset with TOKEN_COLUMNS
+    train: Any  # datasets.Dataset with TOKEN_COLUMNS (or vision_data.VISION_COLUMNS)
     eval: Any | None
     format: str
+    collator: Any = None  # the batch builder the rows need, where TRL's own does not fit (image rows)
 
 
 def prepare(config: dict[str, Any], tokenizer: Any, raw: RawData) -> PreparedData:
     """Render and tokenize the run's data (loaded by `load_raw`; the token rows are cached
     next to its Arrow files)."""
+    if image_column(raw.train.column_names):
+        raise DataFormatError("model_name", f"the dataset has images (column '{image_column(raw.train.column_names)}') and "
+                                            f"{config.get('model_name')} is a text-only model; use an image-text-to-text model, or drop the image column")
     _check_masking_applies(raw.format, config)
     if not uses_raw_text(raw.format, config):
         ensure_chat_template(tokenizer)

@@ -5,6 +5,8 @@ Four shapes are understood, named after the datasets that made them popular:
   sharegpt  a conversation column of `{"from", "value"}` turns (human/gpt/system/...)
   chatml    a conversation column of `{"role", "content"}` turns
   text      one text column (raw text; also what continued pretraining reads)
+  caption   an image column (`images`/`image`) and a text column: image-text data, read
+            by `vision_formats` (any format above with an image column is image data too)
 Rows reaching `to_messages` carry canonical column names (`sources.load_raw` renames
 columns through `column_mapping` first). Torch-free.
 """
@@ -15,9 +17,11 @@ from typing import Any
 
 from tunelab.worker.context import RunSettingError
 
-FORMATS = ("alpaca", "sharegpt", "chatml", "text")
+FORMATS = ("alpaca", "sharegpt", "chatml", "text", "caption")
 # Column names under which datasets commonly keep a conversation.
 CONVERSATION_COLUMNS = ("conversations", "messages", "conversation", "chat", "dialogue", "dialog")
+# Column names under which image-text datasets keep their images (paths or image features).
+IMAGE_COLUMNS = ("images", "image")
 # ShareGPT speakers -> chat-template roles. Function-calling datasets add their own speakers:
 # the model's tool call is an assistant turn (it is what we want the model to learn to
 # write), while the tool's answer is input to the model, like a user turn.
@@ -37,6 +41,10 @@ class DataFormatError(RunSettingError):
 
 def conversation_column(columns: list[str]) -> str | None:
     return next((c for c in CONVERSATION_COLUMNS if c in columns), None)
+
+
+def image_column(columns: list[str]) -> str | None:
+    return next((c for c in IMAGE_COLUMNS if c in columns), None)
 
 
 def _first_turn(rows: list[dict[str, Any]], column: str) -> dict[str, Any] | None:
@@ -68,6 +76,12 @@ def detect_format(columns: list[str], sample_rows: list[dict[str, Any]]) -> str:
             "tunelab reads turns with from/value (sharegpt) or role/content (chatml) keys. "
             "Convert the turns, or map another column with column_mapping",
         )
+    if image_column(columns):
+        if "text" in columns:
+            return "caption"
+        from tunelab.worker.vision_formats import unknown_image_shape  # imports this module
+
+        raise unknown_image_shape(columns)
     if "text" in columns or (len(columns) == 1 and all(isinstance(r.get(columns[0]), str) for r in sample_rows)):
         return "text"
     raise DataFormatError(
@@ -85,6 +99,8 @@ def required_columns(fmt: str, columns: list[str]) -> list[str]:
         return [c for c in ("instruction", "output") if c not in columns]
     if fmt in ("sharegpt", "chatml"):
         return [] if conversation_column(columns) else ["conversations or messages"]
+    if fmt == "caption":
+        return [c for c, ok in (("image", image_column(columns)), ("text", "text" in columns)) if not ok]
     return [] if "text" in columns else ["text"]
 
 
@@ -144,6 +160,8 @@ def to_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> list[d
         return _alpaca_messages(row)
     if fmt in ("sharegpt", "chatml"):
         return _conversation_messages(row, fmt, config.get("role_mapping") or {})
+    if fmt == "caption":
+        raise DataFormatError("model_name", "caption data pairs images with text; train it on an image-text-to-text model")
     raise DataFormatError("format", f"unknown format '{fmt}'; use one of {list(FORMATS)}")
 
 

@@ -76,7 +76,10 @@ def settle_cpu_precision(config: dict[str, Any], device: DeviceSettings, model: 
     and the model's width make it pay (the weights stay as loaded, in fp32), else fp32."""
     if device.cuda or (config.get("precision") or "auto") != "auto":
         return device
-    hidden = getattr(getattr(model, "config", None), "hidden_size", 0) or 0
+    model_config = getattr(model, "config", None)
+    # A vision-language model's width is its language model's (the text sub-config).
+    text_config = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
+    hidden = getattr(text_config, "hidden_size", 0) or 0
     if hidden >= BF16_MIN_HIDDEN and native_cpu_bf16():
         return replace(device, precision="bf16")
     return device
@@ -97,8 +100,11 @@ def load_tokenizer(config: dict[str, Any]) -> Any:
     return tokenizer
 
 
-def load_model(config: dict[str, Any], device: DeviceSettings) -> Any:
+def load_model(config: dict[str, Any], device: DeviceSettings, auto_class: Any = None) -> Any:
+    """The model through `auto_class` (AutoModelForCausalLM unless a family names another)."""
     from transformers import AutoModelForCausalLM
+
+    auto_class = auto_class or AutoModelForCausalLM
 
     kwargs: dict[str, Any] = {
         "token": config.get("hf_token") or None,
@@ -117,12 +123,12 @@ def load_model(config: dict[str, Any], device: DeviceSettings) -> Any:
         kwargs["device_map"] = {"": torch.cuda.current_device()}  # each rank its own GPU (rank_entry sets it)
     attention = attention_for(config, device)
     try:
-        model = AutoModelForCausalLM.from_pretrained(config["model_name"], **kwargs, **attention)
+        model = auto_class.from_pretrained(config["model_name"], **kwargs, **attention)
     except ValueError:
         if not attention:
             raise
         # A model class without pluggable attention (some remote code): its own default it is.
-        model = AutoModelForCausalLM.from_pretrained(config["model_name"], **kwargs)
+        model = auto_class.from_pretrained(config["model_name"], **kwargs)
     # The KV cache is useless while training and warns with gradient checkpointing.
     model.config.use_cache = False
     return model
@@ -158,8 +164,10 @@ def default_target_modules(model: Any) -> list[str] | str:
     return present or "all-linear"
 
 
-def wrap_for_training(model: Any, config: dict[str, Any], device: DeviceSettings) -> Any:
-    """LoRA-family adapters for lora/qlora; full fine-tuning and continued pretraining train every weight."""
+def wrap_for_training(model: Any, config: dict[str, Any], device: DeviceSettings, targets: list[str] | None = None) -> Any:
+    """LoRA-family adapters for lora/qlora; full fine-tuning and continued pretraining train every weight.
+    `targets` (the family's choice from the finetune_* switches) stands in for the default
+    targets; an explicit `target_modules` overrides both."""
     if config.get("training_type") not in ("lora", "qlora"):
         for parameter in model.parameters():
             parameter.requires_grad_(True)
@@ -176,7 +184,7 @@ def wrap_for_training(model: Any, config: dict[str, Any], device: DeviceSettings
     loftq = bool(config.get("use_loftq"))
     if loftq and not device.cuda:
         raise SetupError("use_loftq", "PEFT's LoftQ initialisation runs its quantisation on a CUDA GPU and none is visible; remove use_loftq on this machine")
-    targets = config.get("target_modules") or default_target_modules(model)
+    targets = config.get("target_modules") or targets or default_target_modules(model)
     lora = LoraConfig(
         task_type="CAUSAL_LM",
         r=int(config.get("lora_r") or 16),

@@ -1,7 +1,8 @@
 """The torch backend: transformers + PEFT + TRL's SFTTrainer, reporting through events.
 
-`run(config, ctx)` reads top to bottom as the run's stages: load the model and
-tokenizer, load and tokenize the data (shared with the mlx backend, so both train on the
+`run(config, ctx)` reads top to bottom as the run's stages: load the model and its
+tokenizer or processor (`model_family`: text or vision-language), load and tokenize the
+data (text rows shared with the mlx backend, so both train on the
 same tokens), build the adapter and the trainer, train, save. How the run ends:
   normal    the adapter (or full model) and tokenizer are saved in `output_dir`, next to
             the Trainer's final `checkpoint-<last step>`; `complete{output_dir}`.
@@ -34,14 +35,15 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     _quiet_libraries()
     import transformers
 
-    from tunelab.worker import model_setup, ranks
+    from tunelab.worker import model_family, model_setup, ranks
     from tunelab.worker.trainer_setup import seed_of
 
     device = model_setup.device_settings(config)
     ctx.emit(events.make(events.MODEL_LOAD_STARTED))
     with _stall_watch(config, ctx):
-        tokenizer = model_setup.load_tokenizer(config)
-        model = model_setup.load_model(config, device)
+        family = model_family.detect(config)
+        loaded = family.load(config, device)
+    model = loaded.model
     device = model_setup.settle_cpu_precision(config, device, model)
     if ranks.rank() == 0:
         write_run_facts(output_dir, precision=device.precision, cuda=device.cuda, world_size=ranks.world_size())
@@ -50,25 +52,25 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     ctx.stage("loading_dataset", "Loading the dataset")
     raw = data.load_raw(config, _datasets_cache(output_dir))
     ctx.stage("formatting", f"Tokenizing {len(raw.train)} {raw.format} rows")
-    prepared = data.prepare(config, tokenizer, raw=raw)
+    prepared = family.prepare(config, loaded, raw)
 
-    ctx.stage("configuring", _describe_method(config, device, model))
+    ctx.stage("configuring", _describe_method(config, device, model, family.name))
     # Adapter weights are drawn from the global generator: seed it, or two runs with the
     # same seed start from different adapters (the Trainer seeds only later).
     transformers.set_seed(seed_of(config))
-    model = model_setup.wrap_for_training(model, config, device)
+    model = family.wrap(model, config, device)
     if config.get("use_loftq"):
         from tunelab.worker.loftq_base import save_loftq_base
 
         save_loftq_base(model, output_dir)
-    trainer, stopper = _build_trainer(config, ctx, device, model, tokenizer, prepared, output_dir)
+    trainer, stopper = _build_trainer(config, ctx, device, model, loaded.processing, prepared, output_dir)
     if prepared.eval is not None and trainer.args.eval_strategy != "no":
         ctx.emit(events.make(events.EVAL_CONFIGURED, eval_rows=len(prepared.eval)))
 
     resume = config.get("resume_from")
     ctx.stage("training", f"Training from step {_step_of(resume)}" if resume else "Training")
     trainer.train(resume_from_checkpoint=resume or None)
-    _finish(ctx, trainer, stopper, tokenizer, output_dir)
+    _finish(ctx, trainer, stopper, loaded.processing, output_dir)
 
 
 def _datasets_cache(output_dir: Path) -> Path:
@@ -103,16 +105,17 @@ def _stall_watch(config: dict[str, Any], ctx: WorkerContext) -> Any:
     return DownloadStallWatch(ctx, hub_cache_folders(config["model_name"]))
 
 
-def _describe_method(config: dict[str, Any], device: Any, model: Any) -> str:
+def _describe_method(config: dict[str, Any], device: Any, model: Any, family: str = "text") -> str:
     method = config.get("training_type", "lora")
     extras = [name.removeprefix("use_") for name in ("use_dora", "use_rslora", "use_loftq") if config.get(name)]
     where = "CUDA" if device.cuda else "CPU"
     attention = getattr(model.config, "_attn_implementation", None) or "default"
-    return (f"Setting up {method}{' (' + ', '.join(extras) + ')' if extras else ''} on {where} in {device.precision}, "
+    kind = "" if family == "text" else f" of a {family}-language model"
+    return (f"Setting up {method}{' (' + ', '.join(extras) + ')' if extras else ''}{kind} on {where} in {device.precision}, "
             f"{'packed, ' if config.get('packing') else ''}{attention} attention")
 
 
-def _build_trainer(config, ctx, device, model, tokenizer, prepared, output_dir) -> tuple[Any, Any]:
+def _build_trainer(config, ctx, device, model, processing, prepared, output_dir) -> tuple[Any, Any]:
     from transformers import PrinterCallback
 
     from tunelab.worker.callbacks import ProgressReporter, StopOnRequest
@@ -120,13 +123,16 @@ def _build_trainer(config, ctx, device, model, tokenizer, prepared, output_dir) 
     from tunelab.worker.trainer_setup import build_sft_config
 
     args = build_sft_config(config, device, output_dir, has_eval=prepared.eval is not None)
+    if prepared.collator is not None:
+        args.remove_unused_columns = False  # the collator reads the text and image columns itself
     stopper = StopOnRequest(ctx)
     trainer = TokenCountingSFTTrainer(
         model=model,
         args=args,
         train_dataset=_collator_columns(prepared.train, config),
         eval_dataset=_collator_columns(prepared.eval, config) if args.eval_strategy != "no" else None,
-        processing_class=tokenizer,
+        processing_class=processing,
+        data_collator=prepared.collator,
         callbacks=[ProgressReporter(ctx), stopper],
     )
     # With tqdm off the Trainer prints every log dict to stdout; progress events replace it.
@@ -146,7 +152,7 @@ def _step_of(checkpoint: str) -> str:
     return Path(checkpoint).name.removeprefix("checkpoint-")
 
 
-def _finish(ctx: WorkerContext, trainer: Any, stopper: Any, tokenizer: Any, output_dir: Path) -> None:
+def _finish(ctx: WorkerContext, trainer: Any, stopper: Any, processing: Any, output_dir: Path) -> None:
     from tunelab.worker import ranks
 
     step = trainer.state.global_step
@@ -161,7 +167,7 @@ def _finish(ctx: WorkerContext, trainer: Any, stopper: Any, tokenizer: Any, outp
     ctx.stage("saving", "Saving the final model")
     trainer.save_model(str(output_dir))  # every rank takes part (FSDP gathers); the Trainer writes from one
     if trainer.args.should_save:
-        tokenizer.save_pretrained(str(output_dir))
+        processing.save_pretrained(str(output_dir))  # the tokenizer, or the whole processor
     ranks.barrier()
     final_save = output_dir / f"checkpoint-{step}"  # the Trainer saves at the last step
     ctx.complete(str(output_dir), f"completed {step} steps{_final_loss(trainer)}", final_save if final_save.is_dir() else None)

@@ -57,7 +57,7 @@ export const BASIC_FIELDS = [
   f("s3.access_key_id", "Access key id", "secret", "", { section: "data", source: "s3" }),
   f("s3.secret_access_key", "Secret access key", "secret", "", { section: "data", source: "s3" }),
   f("s3.session_token", "Session token", "secret", "", { section: "data", source: "s3" }),
-  f("format", "Format", "select", "auto", { section: "data", options: ["auto", "alpaca", "sharegpt", "chatml", "text"], help: "auto detects it from the columns; “check dataset” shows what it found." }),
+  f("format", "Format", "select", "auto", { section: "data", options: ["auto", "alpaca", "sharegpt", "chatml", "text", "caption"], help: "auto detects it from the columns (caption: an image column and a text column); “check dataset” shows what it found." }),
 
   f("learning_rate", "Learning rate", "float", 2e-4, { section: "train", help: "Between 0 and 1; LoRA usually 1e-4 to 3e-4." }),
   f("num_epochs", "Epochs", "float", 3, { section: "train", help: "Passes over the data (used when max steps is 0)." }),
@@ -76,7 +76,7 @@ export const ADVANCED_FIELDS = [
   f("eval_holdout", "Eval holdout share", "float", 0, { section: "Evaluation", help: "Share of training rows held out when there is no eval split (0–0.5)." }),
   f("eval_steps", "Eval every", "float", 0, { section: "Evaluation", help: "0 = no eval; N = every N steps; below 1 = that share of all steps." }),
 
-  f("column_mapping", "Column mapping", "map", {}, { section: "Data", placeholder: "instruction: question\noutput: answer", help: "One `target: your column` per line; targets: instruction, input, output, text, conversations, messages, system." }),
+  f("column_mapping", "Column mapping", "map", {}, { section: "Data", placeholder: "instruction: question\noutput: answer", help: "One `target: your column` per line; targets: instruction, input, output, text, conversations, messages, system, images, image." }),
   f("role_mapping", "Role mapping", "map", {}, { section: "Data", placeholder: "function_call: tool", help: "One `your role: chat role` per line." }),
   f("train_on_completions", "Train on completions only", "bool", false, { section: "Data", help: "Loss on the assistant's tokens only." }),
   f("streaming", "Stream the dataset", "bool", false, { section: "Data" }),
@@ -87,6 +87,12 @@ export const ADVANCED_FIELDS = [
   f("target_modules", "Target modules", "list", null, { section: "Adapter", adapterOnly: true, placeholder: "q_proj\nv_proj", help: "One per line; empty = all attention and MLP projections." }),
   f("gradient_checkpointing", "Gradient checkpointing", "tristate", null, { section: "Adapter", help: "Saves memory at some speed; auto = on with CUDA, off on CPU." }),
   f("load_in_4bit", "Load in 4-bit", "bool", false, { section: "Adapter", help: "Needs a CUDA GPU; QLoRA turns it on." }),
+
+  f("vision_image_size", "Longest image side", "int", 512, { section: "Vision", help: "Pixels; every image is shrunk to this before the processor sees it. Vision-language models only." }),
+  f("finetune_vision_layers", "Train vision layers", "bool", true, { section: "Vision", help: "Train the vision tower and its projector (adapter targets, or weights in full fine-tuning)." }),
+  f("finetune_language_layers", "Train language layers", "bool", true, { section: "Vision", help: "Train the language model's layers." }),
+  f("finetune_attention_modules", "Train attention", "bool", true, { section: "Vision", help: "Train attention projections (text models too)." }),
+  f("finetune_mlp_modules", "Train MLP", "bool", true, { section: "Vision", help: "Train MLP and other non-attention linear layers (text models too)." }),
 
   f("warmup_steps", "Warmup steps", "int", null, { section: "Optimiser", help: "Set this or the warmup ratio, not both." }),
   f("warmup_ratio", "Warmup ratio", "float", null, { section: "Optimiser" }),

@@ -1,7 +1,8 @@
 /**
  * "Check dataset": sends the form's data fields to `/api/datasets/preview` and shows the
  * detected format, the columns, the row count and the first rows as the model will read
- * them. Problems come back with the field at fault and are shown beside it.
+ * them — for image data also the image count and each shown image's thumbnail and size
+ * (or why it cannot be read). Problems come back with the field at fault and are shown beside it.
  */
 
 import { api } from "./api.js";
@@ -59,13 +60,34 @@ function render(preview) {
   };
   fact("Detected format", preview.format, "preview-format");
   fact("Rows", preview.row_count === null ? "unknown (streaming)" : preview.row_count.toLocaleString("en-US"), "preview-rows");
+  if (preview.image_count !== undefined) fact("Images", preview.image_count.toLocaleString("en-US"), "preview-images");
   fact("Columns", preview.columns.join(", "), "preview-columns");
   fact("Rendered with", preview.rendered_with === "chat_template" ? "the model's chat template" : "plain text");
   const rows = el("ol", "preview-rows");
   for (const row of preview.rows) {
     const item = el("li");
-    item.append(el("p", "muted", `Row ${row.index}`), el("pre", "preview-text", row.text));
+    item.append(el("p", "muted", `Row ${row.index}`));
+    if (row.images && row.images.length) item.append(imageStrip(row.images));
+    item.append(el("pre", "preview-text", row.text));
     rows.append(item);
   }
   return [facts, el("h4", "", `First ${preview.rows.length} rows as the model reads them`), rows];
+}
+
+function imageStrip(images) {
+  const strip = el("div", "preview-images");
+  for (const image of images) {
+    const figure = el("figure", "preview-image");
+    if (image.thumbnail) {
+      const img = el("img");
+      img.src = image.thumbnail;
+      img.alt = image.name;
+      figure.append(img, el("figcaption", "muted", `${image.width}×${image.height}`));
+    } else {
+      figure.append(el("figcaption", "preview-error", `${image.name}: ${image.error}`));
+    }
+    figure.title = image.name;
+    strip.append(figure);
+  }
+  return strip;
 }

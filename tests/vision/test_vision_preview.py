@@ -1,0 +1,33 @@
+"""The dataset check on image data: the detected format, the image count, and the shown
+rows rendered through the processor's chat template with each image's size and thumbnail;
+an image outside the folders tunelab may read is refused, never opened."""
+
+from __future__ import annotations
+
+import json
+
+from tunelab.server.preview_child import build_preview
+
+
+def test_image_data_previews_with_counts_sizes_and_thumbnails(vision_assets, home, tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNELAB_DATA_ROOTS", str(vision_assets.root))
+    config = {"local_datasets": [str(vision_assets.sharegpt)], "format": "auto"}
+    preview = build_preview(config, 2, str(vision_assets.model_dir), tmp_path / "cache")
+    assert preview["format"] == "sharegpt" and preview["image_count"] == 96 and preview["row_count"] == 96
+    assert preview["rendered_with"] == "chat_template"
+    first = preview["rows"][0]
+    assert first["text"].startswith("<|user|>\n<image>") and first["messages"][0]["content"].startswith("<image>")
+    image = first["images"][0]
+    assert (image["width"], image["height"]) == (64, 64) and image["thumbnail"].startswith("data:image/jpeg;base64,")
+
+
+def test_an_image_outside_the_data_roots_is_refused_not_opened(vision_assets, home, tmp_path, monkeypatch):
+    monkeypatch.setenv("TUNELAB_DATA_ROOTS", str(tmp_path / "data"))
+    (tmp_path / "data").mkdir()
+    data = tmp_path / "data" / "captions.jsonl"
+    outside = str(vision_assets.data_dir / "images" / "000.png")  # a real image, but not in a data root
+    data.write_text(json.dumps({"image": outside, "text": "A shape."}) + "\n")
+    preview = build_preview({"local_datasets": [str(data)]}, 1, None, tmp_path / "cache")
+    assert preview["format"] == "caption" and preview["image_count"] == 1 and preview["rendered_with"] == "plain"
+    image = preview["rows"][0]["images"][0]
+    assert "thumbnail" not in image and "outside the folders tunelab may read" in image["error"]

@@ -1,0 +1,45 @@
+"""The real worker in a spawn child on the tiny vision-language model: text-only data
+trains it as a language model, and a missing image ends the run before training with an
+error naming the row, the path and the field."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+from spawned_worker import demo_config, run_to_end
+
+from tunelab import events as ev
+
+pytestmark = pytest.mark.slow
+
+
+def _payload(assets, data, out, **overrides):
+    """The worker tests' short-run payload, on the vision model and `data`."""
+    return demo_config(SimpleNamespace(model_dir=assets.model_dir, alpaca=data), out, **overrides)
+
+
+def test_text_only_data_trains_a_vision_model_as_a_language_model(vision_assets, tmp_path):
+    data = tmp_path / "text.jsonl"
+    data.write_text("".join(json.dumps({"instruction": "Name a shape.", "output": f"A {shape}."}) + "\n"
+                            for shape in ("circle", "square", "triangle") * 4))
+    out = tmp_path / "out"
+    final, worker = run_to_end(_payload(vision_assets, data, out, max_steps=3))
+    assert final["type"] == ev.COMPLETE, final
+    assert "Tokenizing 12 alpaca rows" in [e["message"] for e in worker.events if e["type"] == ev.STATUS]
+    assert [p["step"] for p in worker.progress()] == [1, 2, 3]
+    # Saved with its processor, so the result reloads with AutoProcessor.
+    assert (out / "adapter_model.safetensors").is_file() and (out / "processor_config.json").is_file()
+
+
+def test_a_missing_image_ends_the_run_before_training(vision_assets, tmp_path):
+    data = tmp_path / "captions.jsonl"
+    image = str((vision_assets.data_dir / "images" / "001.png").resolve())
+    data.write_text("".join(json.dumps(row) + "\n" for row in [
+        {"image": image, "text": "A shape."}, {"image": "lost/7.png", "text": "A shape."}, {"image": image, "text": "A shape."}]))
+    final, worker = run_to_end(_payload(vision_assets, data, tmp_path / "out"))
+    assert final["type"] == ev.ERROR
+    assert final["error"].startswith("local_datasets: row 1 of the training data: image ")
+    assert str(tmp_path / "lost" / "7.png") in final["error"]
+    assert "training" not in [e.get("stage") for e in worker.events if e["type"] == ev.STATUS]

@@ -1,0 +1,107 @@
+"""The dataset preview of image-text data (run inside `preview_child`, never in the server).
+
+Rows are read as training reads them (`vision_formats.vision_messages`) and rendered with
+the model's processor chat template where a model is given, so the image placeholders
+show where the model will see each image. The preview adds what image data needs: the
+number of images in the whole dataset (counted from the Arrow column, without reading
+an image), and for the rows shown each image's size and a small JPEG thumbnail — or the
+reason it cannot be read. The preview serves HTTP, so a path outside the folders tunelab
+may read is refused (`paths.check_readable`), never opened.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+from tunelab import paths
+from tunelab.server.preview_child import COLUMN_CHARS, ROW_CHARS, TOTAL_CHARS, _short_messages, truncate
+
+THUMBNAIL_SIDE = 96
+MAX_THUMBNAILS = 24  # per preview: enough to see the data, small enough to stay well under the answer cap
+
+
+def image_count(data: Any, column: str) -> int:
+    """How many images the column holds over all rows, read from Arrow's list lengths."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = data.data.column(column)
+    if pa.types.is_list(values.type) or pa.types.is_large_list(values.type):
+        return int(pc.sum(pc.list_value_length(values)).as_py() or 0)
+    return len(values) - values.null_count
+
+
+def _thumbnail(ref: Any, folders: list, field: str) -> dict[str, Any]:
+    from PIL import Image
+
+    from tunelab.worker.vision_data import image_reference
+
+    shown = ref if isinstance(ref, str) else (ref or {}).get("path") or "(embedded image)"
+    try:
+        image = image_reference(ref, folders)
+        if not image["bytes"]:
+            paths.check_readable(image["path"], field)
+        with Image.open(io.BytesIO(image["bytes"]) if image["bytes"] else image["path"]) as opened:
+            width, height = opened.size
+            small = opened.convert("RGB")
+            small.thumbnail((THUMBNAIL_SIDE, THUMBNAIL_SIDE))
+        encoded = io.BytesIO()
+        small.save(encoded, format="JPEG", quality=80)
+    except paths.PathNotAllowed as exc:
+        return {"name": truncate(str(shown), COLUMN_CHARS), "error": str(exc)}
+    except Exception as exc:  # missing, not an image, truncated: shown, as training would refuse it
+        return {"name": truncate(str(shown), COLUMN_CHARS), "error": f"cannot be read ({type(exc).__name__}: {exc})"}
+    return {"name": truncate(str(shown), COLUMN_CHARS), "width": width, "height": height,
+            "thumbnail": "data:image/jpeg;base64," + base64.b64encode(encoded.getvalue()).decode()}
+
+
+def _load_processor(name: str, config: dict[str, Any]) -> tuple[Any | None, str]:
+    try:
+        from tunelab.worker.vision_model import load_processor
+
+        return load_processor({**config, "model_name": name}), ""
+    except Exception as exc:  # any loader failure only downgrades the preview
+        return None, f"the processor of {name} could not be loaded ({type(exc).__name__}); rows are shown without its chat template"
+
+
+def _as_text(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    return [{"role": m["role"], "content": "".join("<image>" if p["type"] == "image" else p["text"] for p in m["content"])}
+            for m in messages]
+
+
+def build_image_preview(config: dict[str, Any], rows: int, model_name: str | None, raw: Any, column: str) -> dict[str, Any]:
+    from tunelab.worker.tokenization import render
+    from tunelab.worker.vision_data import data_folders, undecoded
+    from tunelab.worker.vision_formats import vision_messages
+
+    data = undecoded(raw.train)
+    processor, note = _load_processor(model_name, config) if model_name else (None, "")
+    folders = data_folders(config, "training")
+    field = "local_datasets" if config.get("local_datasets") else "dataset"
+    shown, budget, thumbnails = [], TOTAL_CHARS, 0
+    for index in range(min(rows, len(data))):
+        if budget <= 0:
+            break
+        messages, refs = vision_messages(data[index], raw.format, config)
+        text = render(processor, messages) if processor is not None else "".join(
+            f"<|{m['role']}|>\n{m['content']}\n" for m in _as_text(messages))
+        text = truncate(text, min(ROW_CHARS, budget))
+        budget -= len(text)
+        images = []
+        for ref in refs:
+            if thumbnails >= MAX_THUMBNAILS:
+                break
+            images.append(_thumbnail(ref, folders, field))
+            thumbnails += 1
+        shown.append({"index": index, "text": text, "messages": _short_messages(_as_text(messages)), "images": images})
+    return {
+        "format": raw.format,
+        "columns": [truncate(str(name), COLUMN_CHARS) for name in raw.train.column_names],
+        "row_count": len(raw.train),
+        "image_count": image_count(data, column),
+        "rendered_with": "chat_template" if processor is not None else "plain",
+        "note": note or None,
+        "rows": shown,
+    }

@@ -1,0 +1,84 @@
+"""Model families: the few steps where a text model and a vision-language model differ.
+
+The torch backend runs one sequence of stages for every run; a family supplies what
+depends on the kind of model — how it and its processing class load, how the data
+becomes batches, which layers an adapter targets. `detect(config)` picks the family
+from the model's own config (`vision_model.is_vision_model`), never from its name.
+  text    tokenizer + AutoModelForCausalLM; data through `data.prepare` and TRL's collator.
+  vision  AutoProcessor + AutoModelForImageTextToText; image rows through
+          `vision_data.prepare` and its collator. A dataset without an image column trains
+          the model as a language model, exactly as the text family would.
+`wrap` is the same for both: the method's adapter on the family's targets, or full
+fine-tuning with what the switches turn off frozen.
+The processing class (tokenizer or processor) is what the trainer gets and what is saved
+next to the weights, so a finished run reloads with AutoTokenizer / AutoProcessor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tunelab.worker import data, lora_targets, model_setup
+
+
+@dataclass
+class Loaded:
+    model: Any
+    tokenizer: Any
+    processing: Any  # the tokenizer, or the processor that holds it
+
+
+class _Family:
+    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
+        raise NotImplementedError
+
+    def wrap(self, model: Any, config: dict[str, Any], device: Any) -> Any:
+        """The model ready to train: an adapter on the family's targets, or every weight the
+        switches leave on for full fine-tuning."""
+        model = model_setup.wrap_for_training(model, config, device, self.targets(model, config))
+        if config.get("training_type") not in ("lora", "qlora") and not lora_targets.switches_at_default(config):
+            lora_targets.freeze_switched_off(model, config)
+        return model
+
+
+class TextFamily(_Family):
+    name = "text"
+
+    def load(self, config: dict[str, Any], device: Any) -> Loaded:
+        tokenizer = model_setup.load_tokenizer(config)
+        return Loaded(model_setup.load_model(config, device), tokenizer, tokenizer)
+
+    def prepare(self, config: dict[str, Any], loaded: Loaded, raw: Any) -> data.PreparedData:
+        return data.prepare(config, loaded.tokenizer, raw)
+
+    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
+        # At their defaults the switches leave the text path's own default targets.
+        return None if lora_targets.switches_at_default(config) else lora_targets.select_targets(model, config)
+
+
+class VisionFamily(_Family):
+    name = "vision"
+
+    def load(self, config: dict[str, Any], device: Any) -> Loaded:
+        from tunelab.worker import vision_model
+
+        processor = vision_model.load_processor(config)
+        model = model_setup.load_model(config, device, vision_model.model_class())
+        return Loaded(model, processor.tokenizer, processor)
+
+    def prepare(self, config: dict[str, Any], loaded: Loaded, raw: Any) -> data.PreparedData:
+        from tunelab.worker import vision_data
+
+        if not vision_data.has_images(raw):
+            return data.prepare(config, loaded.tokenizer, raw)
+        return vision_data.prepare(config, loaded.processing, raw)
+
+    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
+        return lora_targets.select_targets(model, config)
+
+
+def detect(config: dict[str, Any]) -> TextFamily | VisionFamily:
+    from tunelab.worker import vision_model
+
+    return VisionFamily() if vision_model.is_vision_model(config) else TextFamily()

@@ -1,0 +1,182 @@
+"""Image + text data for a vision-language model: rows in, text tokens and image references out.
+
+`prepare(config, processor, raw)` turns each row (any shape `vision_formats` reads) into
+  text       the conversation rendered with the processor's chat template
+  images     the row's images as `{path, bytes}` references, in placeholder order
+  text_ids   the rendered text tokenized *before* the processor expands image placeholders
+  loss_mask  1 on the tokens that take loss: every text token, or with
+             `train_on_completions` only the assistant turns (found as in `tokenization`);
+             never an image placeholder or marker (`image_token_ids`)
+Pixels are never decoded here: every image is opened only far enough to check that it
+is an image (a missing or unreadable one is an error naming its row and path, before
+training), and decoded batch by batch in `vision_collator`. Relative image paths are
+resolved against the folder of the dataset file (the first of the run's data folders
+that holds them). In a run a server started (`paths.reads_confined`), an image path
+outside the data roots is refused like a data file there would be. Torch-free apart from the collator it hands on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tunelab import paths
+from tunelab.worker.data import MAX_UNLABELLED_SHARE, PreparedData, _check_batch_fits, _check_masking_applies
+from tunelab.worker.formats import DataFormatError, image_column
+from tunelab.worker.sources import RawData
+from tunelab.worker.tokenization import assistant_spans, render
+from tunelab.worker.vision_formats import vision_messages
+
+VISION_COLUMNS = ("text", "images", "text_ids", "loss_mask")
+# Processor attributes naming image placeholder and marker tokens (the names differ by family).
+IMAGE_TOKEN_ATTRIBUTES = ("image_token", "boi_token", "eoi_token", "image_start_token", "image_end_token",
+                          "fake_image_token", "global_image_token", "vision_start_token", "vision_end_token")
+
+
+def image_token_ids(processor: Any) -> set[int]:
+    """Ids of the tokens that stand for images, which never take loss. A processor that
+    expands its placeholder into copies of the same id (LLaVA does) would otherwise let
+    the alignment match the row's one placeholder to one of the copies."""
+    tokenizer = processor.tokenizer
+    found = set()
+    # Some families name them on the tokenizer only (Gemma 3's image_token is the tokenizer's).
+    for owner in (processor, tokenizer):
+        for name in IMAGE_TOKEN_ATTRIBUTES:
+            token = getattr(owner, name, None)
+            if isinstance(token, str) and token:
+                token_id = tokenizer.convert_tokens_to_ids(token)
+                if isinstance(token_id, int) and token_id != tokenizer.unk_token_id:
+                    found.add(token_id)
+    if isinstance(getattr(processor, "image_token_id", None), int):
+        found.add(processor.image_token_id)
+    return found
+
+
+def has_images(raw: RawData) -> bool:
+    return image_column(raw.train.column_names) is not None
+
+
+def undecoded(rows: Any) -> Any:
+    """Hub image features hold decoded pictures by default: read them as bytes instead, so
+    a row costs its compressed size until a batch needs it."""
+    import datasets
+
+    column = image_column(rows.column_names)
+    feature = rows.features.get(column)
+    if isinstance(feature, datasets.Image):
+        return rows.cast_column(column, datasets.Image(decode=False))
+    inner = getattr(feature, "feature", None)
+    if isinstance(inner, datasets.Image):
+        return rows.cast_column(column, datasets.List(datasets.Image(decode=False)))
+    return rows
+
+
+def data_folders(config: dict[str, Any], what: str) -> list[Path]:
+    files = (config.get("local_eval_datasets") or []) if what == "eval" else []
+    files = files + list(config.get("local_datasets") or [])
+    folders: list[Path] = []
+    for name in files:
+        folder = Path(name).expanduser().resolve().parent
+        if folder not in folders:
+            folders.append(folder)
+    return folders
+
+
+def _source_field(config: dict[str, Any], what: str) -> str:
+    if what == "eval" and config.get("local_eval_datasets"):
+        return "local_eval_datasets"
+    return "local_datasets" if config.get("local_datasets") else "s3" if config.get("s3") else "dataset"
+
+
+def image_reference(ref: Any, folders: list[Path]) -> dict[str, Any]:
+    """`{path, bytes}` for one image reference, relative paths resolved against `folders`."""
+    if isinstance(ref, dict):
+        data, path = ref.get("bytes"), ref.get("path")
+        if data:
+            return {"path": path, "bytes": bytes(data)}
+        ref = path
+    if not isinstance(ref, str) or not ref:
+        raise ValueError(f"{ref!r} is neither a file path nor image bytes")
+    path = Path(ref).expanduser()
+    if not path.is_absolute():
+        path = next((folder / path for folder in folders if (folder / path).exists()), (folders[0] / path) if folders else path)
+    return {"path": str(path), "bytes": None}
+
+
+def check_image(ref: dict[str, Any]) -> None:
+    """Open an image far enough to know it is one (header and structure, no pixels)."""
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(ref["bytes"]) if ref["bytes"] else ref["path"]) as image:
+        image.verify()
+
+
+def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str) -> Any:
+    tokenizer = processor.tokenizer
+    folders = data_folders(config, what)
+    field = _source_field(config, what)
+    completions = bool(config.get("train_on_completions"))
+    confined = paths.reads_confined()
+    image_ids = image_token_ids(processor)
+
+    def convert(row: dict[str, Any], index: int) -> dict[str, Any]:
+        messages, refs = vision_messages(row, fmt, config)
+        images = []
+        for ref in refs:
+            image = None
+            try:
+                image = image_reference(ref, folders)
+                if confined and not image["bytes"]:
+                    paths.check_readable(image["path"], field)
+                check_image(image)
+            except paths.PathNotAllowed as exc:
+                raise DataFormatError(field, f"row {index} of the {what} data: image {exc}") from exc
+            except Exception as exc:  # missing file, not an image, truncated header, bad reference
+                shown = (image or {}).get("path") or (ref if isinstance(ref, str) else "(embedded image)")
+                raise DataFormatError(field, f"row {index} of the {what} data: image {shown} cannot be read ({exc}); "
+                                             "fix or remove the row, or correct the path (relative paths are relative to the dataset file)") from exc
+            images.append(image)
+        if completions:
+            text, spans = assistant_spans(processor, messages)
+        else:
+            text, spans = render(processor, messages), None
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=completions)
+        ids = list(encoded["input_ids"])
+        if spans is None:
+            mask = [1] * len(ids)
+        else:
+            mask = [1 if any(start <= first < end for start, end in spans) else 0 for first, _ in encoded["offset_mapping"]]
+        mask = [0 if token in image_ids else keep for token, keep in zip(ids, mask)]
+        return {"text": text, "images": images, "text_ids": ids, "loss_mask": mask}
+
+    # Never from the cache: a resumed run must find a deleted image now, not halfway through.
+    converted = undecoded(rows).map(convert, with_indices=True, remove_columns=rows.column_names,
+                                    load_from_cache_file=False, desc=f"Checking {what} images")
+    counts = [sum(m) for m in converted["loss_mask"]]
+    unlabelled = sum(1 for n in counts if n == 0)
+    if counts and unlabelled > MAX_UNLABELLED_SHARE * len(counts):
+        raise DataFormatError("train_on_completions" if completions else "dataset",
+                              f"{unlabelled} of {len(counts)} {what} rows have no text to learn from; "
+                              + ("check that replies map to the 'assistant' role (role_mapping)" if completions else "check the data and column_mapping"))
+    if unlabelled:
+        converted = converted.filter(lambda row: sum(row["loss_mask"]) > 0)
+    return converted
+
+
+def prepare(config: dict[str, Any], processor: Any, raw: RawData) -> PreparedData:
+    """Image-text rows checked and tokenized, with the collator that decodes their images."""
+    from tunelab.worker.vision_collator import VisionCollator
+
+    if config.get("packing"):
+        raise DataFormatError("packing", "image-text rows cannot be packed (each row's image tokens must stay with it); set packing=false")
+    if config.get("training_type") == "continued_pretraining":
+        raise DataFormatError("training_type", "continued pretraining reads raw text; image-text data trains with training_type=lora, qlora or full")
+    _check_masking_applies(raw.format, config)
+    train = _rows(raw.train, raw.format, processor, config, "training")
+    _check_batch_fits(len(train), config)
+    eval_set = _rows(raw.eval, raw.format, processor, config, "eval") if raw.eval is not None else None
+    collator = VisionCollator(processor, int(config.get("max_seq_length") or 2048), int(config.get("vision_image_size") or 512))
+    collator.check_first(train)
+    return PreparedData(train=train, eval=eval_set, format=raw.format, collator=collator)
