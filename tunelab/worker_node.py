@@ -28,7 +28,10 @@ from typing import Callable
 from tunelab import layout, paths
 from tunelab.config import RunConfig
 from tunelab.pdeathsig import die_with_parent
-from tunelab.worker.rank_entry import HEAD_MISSES, HEAD_POLL_S
+from tunelab.worker.rank_entry import FINISHED_PREFIX, HEAD_MISSES, HEAD_POLL_S
+
+# After this node's ranks all finished, how long torchrun gets to end by itself.
+FINISHED_GRACE_S = 30.0
 
 
 def run_worker_node(cfg: RunConfig, say: Callable[[str], None]) -> int:
@@ -76,7 +79,7 @@ def run_worker_node(cfg: RunConfig, say: Callable[[str], None]) -> int:
                 say("SIGTERM: stopping the whole run at the next step and saving")
                 os.killpg(process.pid, signal.SIGTERM)
 
-        _end_when_head_is_gone(process, cfg, say)
+        _end_when_head_is_gone(process, cfg, say, Path(private), plan.processes_per_node)
         previous_term = signal.signal(signal.SIGTERM, on_terminate)
         previous = signal.signal(signal.SIGINT, on_interrupt)
         try:
@@ -91,10 +94,13 @@ def run_worker_node(cfg: RunConfig, say: Callable[[str], None]) -> int:
                 os.killpg(process.pid, signal.SIGKILL)
 
 
-def _end_when_head_is_gone(process: subprocess.Popen, cfg: RunConfig, say: Callable[[str], None]) -> None:
+def _end_when_head_is_gone(process: subprocess.Popen, cfg: RunConfig, say: Callable[[str], None],
+                           private: Path, local_ranks: int) -> None:
     """torchrun on this node, once its ranks failed with the head gone, can spend a long
     while trying to reach the head's rendezvous store. When the head's rendezvous port
-    stops answering after it had answered, the run is over here too: end torchrun."""
+    stops answering after it had answered, the run is over here too: end torchrun — at
+    once if this node's ranks had not finished (the head died), or after a grace if they
+    all had (the head simply closed the rendezvous at the run's normal end first)."""
     nodes = cfg.nodes
     assert nodes is not None
     host, port = (nodes.rdzv_endpoint.rsplit(":", 1) if nodes.rdzv_endpoint else (nodes.master_addr, nodes.master_port))
@@ -114,10 +120,19 @@ def _end_when_head_is_gone(process: subprocess.Popen, cfg: RunConfig, say: Calla
                 seen, misses = True, 0
                 continue
             misses += 1
-            if seen and misses >= HEAD_MISSES and process.poll() is None:
+            if not seen or misses < HEAD_MISSES:
+                continue
+            if len(list(private.glob(f"{FINISHED_PREFIX}*"))) >= local_ranks:
+                try:
+                    process.wait(FINISHED_GRACE_S)
+                    return
+                except subprocess.TimeoutExpired:
+                    pass
+            else:
                 say(f"the head's rendezvous at {host}:{port} is gone; ending this node's training processes")
+            if process.poll() is None:
                 os.killpg(process.pid, signal.SIGKILL)
-                return
+            return
 
     threading.Thread(target=loop, name="tunelab-head-watch", daemon=True).start()
 

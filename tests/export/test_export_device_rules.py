@@ -37,7 +37,7 @@ def _copied_run(home: Path, lora_run, name: str, *, model_name: str, precision: 
 
 
 def test_worker_records_its_precision(lora_run):
-    assert json.loads((lora_run.output_dir / RUN_FACTS).read_text()) == {"precision": "fp32", "cuda": False}
+    assert json.loads((lora_run.output_dir / RUN_FACTS).read_text()) == {"precision": "fp32", "cuda": False, "world_size": 1}
 
 
 def test_a_bf16_run_exports_bfloat16_by_default_and_the_export_sees_no_gpu(home, lora_run, demo_assets, tmp_path, monkeypatch):

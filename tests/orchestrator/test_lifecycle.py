@@ -156,9 +156,11 @@ def _free_fds(count: int) -> list[int]:
 def test_failed_spawn_finalizes_the_row_and_latches_nothing(orchestrator_for, store):
     orch, recorder = orchestrator_for(sw.trainer)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    # With no file descriptor left, the worker's queues and process cannot be created;
-    # the two lock files the run holds (its device and its owner lock) are opened first.
-    resource.setrlimit(resource.RLIMIT_NOFILE, (_free_fds(2)[-1] + 1, hard))
+    # With (almost) no file descriptor left, the worker's queues and process cannot be
+    # created; the two lock files the run holds (its device and its owner lock) are opened
+    # first. One spare: a thread left by an earlier test may hold a descriptor for a
+    # moment, and a queue's pipe needs two anyway.
+    resource.setrlimit(resource.RLIMIT_NOFILE, (_free_fds(3)[-1] + 1, hard))
     try:
         run_id = orch.start(scripted_config())
     finally:

@@ -32,6 +32,7 @@ from tunelab.worker.entry import (SIGTERM_REPEAT_WINDOW_S, prepare_process, run_
 
 BACKEND = "tunelab.worker.torch_backend"
 HEAD_POLL_S = 1.0
+FINISHED_PREFIX = "finished-rank-"
 HEAD_MISSES = 2
 ERRORS_ENV = "TUNELAB_RANK_ERRORS"
 
@@ -121,6 +122,13 @@ def main(argv: list[str]) -> None:
     # static rendezvous that is global rank 0). Other nodes' ranks only train.
     reporter = channel.ADDRESS_ENV in os.environ and os.environ.get("LOCAL_RANK", "0") == "0"
     ok = run_rank(config, reporter)
+    if ok and os.environ.get("GROUP_RANK", "0") != "0":
+        # Beside the config: tells another node's CLI that this rank ended its part of the
+        # run (so the head's rendezvous closing afterwards is the run's normal end).
+        try:
+            (Path(argv[0]).parent / f"{FINISHED_PREFIX}{os.environ.get('RANK', '0')}").touch()
+        except OSError:
+            pass
     sys.stdout.flush()
     sys.stderr.flush()
     # As in the one-process worker: skip the slow interpreter shutdown after training.
