@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tunelab import paths
 
@@ -182,12 +182,23 @@ def _build_model(model_dir: Path, data_dir: Path) -> None:
 
 def build_demo_assets(target: Path) -> DemoAssets:
     """Build the model and data into `target` atomically (temp folder, then rename)."""
+
+    def build(folder: Path) -> None:
+        _write_datasets(folder / "data")
+        _build_model(folder / "model", folder / "data")
+
+    return DemoAssets(build_atomically(target, DEMO_VERSION, build))
+
+
+def build_atomically(target: Path, version: str, build: Callable[[Path], None]) -> Path:
+    """Run `build(folder)` in a temporary folder beside `target`, mark it READY and rename it
+    into place, so a reader never sees a half-built folder; a concurrent builder that got
+    there first wins."""
     target = Path(target)
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
     try:
-        _write_datasets(tmp / "data")
-        _build_model(tmp / "model", tmp / "data")
-        (tmp / "READY").write_text(DEMO_VERSION)
+        build(tmp)
+        (tmp / "READY").write_text(version)
         try:
             os.rename(tmp, target)
         except OSError:
@@ -195,7 +206,7 @@ def build_demo_assets(target: Path) -> DemoAssets:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return DemoAssets(target)
+    return target
 
 
 def ensure_demo_assets(root: Path | None = None) -> DemoAssets:

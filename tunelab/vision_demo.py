@@ -11,14 +11,12 @@ Heavy imports (torch, transformers, PIL) happen only inside `build_vision_demo_a
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from tunelab import paths
+from tunelab.demo_assets import build_atomically
 
 VISION_DEMO_VERSION = "vision-demo-v1"
 IMAGE_TOKEN = "<image>"
@@ -158,20 +156,12 @@ def _build_model(model_dir: Path, corpus: list[str]) -> None:
 
 def build_vision_demo_assets(target: Path) -> VisionDemoAssets:
     """Build the model and data into `target` atomically (temp folder, then rename)."""
-    target = Path(target)
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
-    try:
-        corpus = _write_datasets(tmp / "data")
-        _build_model(tmp / "model", corpus)
-        (tmp / "READY").write_text(VISION_DEMO_VERSION)
-        try:
-            os.rename(tmp, target)
-        except OSError:
-            if not (target / "READY").exists():  # lost a race to a concurrent builder that failed
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return VisionDemoAssets(target)
+
+    def build(folder: Path) -> None:
+        corpus = _write_datasets(folder / "data")
+        _build_model(folder / "model", corpus)
+
+    return VisionDemoAssets(build_atomically(target, VISION_DEMO_VERSION, build))
 
 
 def ensure_vision_demo_assets(root: Path | None = None) -> VisionDemoAssets:
