@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from tunelab.config import RunConfig, parse_config
-from tunelab.demo_assets import DemoAssets, build_demo_assets, ensure_demo_assets
+from tunelab.demo_assets import DEMO_TRAINING, DemoAssets, build_demo_assets, ensure_demo_assets
 
 __all__ = ["DemoAssets", "build_demo_assets", "ensure_demo_assets", "demo_config", "print_demo_summary"]
 
@@ -19,16 +19,9 @@ def demo_config(assets: DemoAssets, *, backend: str = "torch", steps: int = 60, 
     return parse_config({
         "model_name": str(assets.model_dir),
         "local_datasets": [str(assets.alpaca)],
-        "training_type": "lora",
+        **DEMO_TRAINING,
         "backend": backend,
         "max_steps": steps,
-        "learning_rate": 3e-3,
-        "lora_r": 16,
-        "lora_alpha": 32,
-        "batch_size": 4,
-        "gradient_accumulation_steps": 1,
-        "max_seq_length": 128,
-        "warmup_steps": 5,
         "display_name": f"demo ({backend})",
         **overrides,
     })

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tunelab import paths
-from tunelab.demo_assets import build_atomically
+from tunelab.demo_assets import DEMO_TRAINING, build_atomically
 
 VISION_DEMO_VERSION = "vision-demo-v1"
 IMAGE_TOKEN = "<image>"
@@ -181,16 +181,9 @@ def vision_demo_config(assets: VisionDemoAssets, *, steps: int = 60, data: Path 
     return parse_config({
         "model_name": str(assets.model_dir),
         "local_datasets": [str(data or assets.messages)],
-        "training_type": "lora",
+        **DEMO_TRAINING,
         "backend": "torch",
         "max_steps": steps,
-        "learning_rate": 3e-3,
-        "lora_r": 16,
-        "lora_alpha": 32,
-        "batch_size": 4,
-        "gradient_accumulation_steps": 1,
-        "max_seq_length": 128,
-        "warmup_steps": 5,
         "train_on_completions": True,
         "display_name": "demo (vision)",
         **overrides,
