@@ -200,6 +200,11 @@ class RunConfig(BaseModel):
     num_epochs: float = Field(3, ge=0, le=MAX_EPOCHS)
     max_steps: int = Field(0, ge=0, le=MAX_STEPS, description="0 = train for num_epochs.")
     learning_rate: float = 2e-4
+    embedding_learning_rate: float | None = Field(
+        None, gt=0, le=1.0,
+        description="Own learning rate for the input embeddings and output head (embed_tokens / lm_head), usually 2-10x below "
+                    "learning_rate, for continued pretraining on a new domain or language. With lora/qlora those two modules "
+                    "are then trained whole and saved with the adapter. Empty: they train at learning_rate (or not at all with lora).")
     batch_size: int = Field(2, ge=1, le=MAX_BATCH_SIZE, description="Rows per device per step; at most the number of training rows.")
     gradient_accumulation_steps: int = Field(4, ge=1, le=MAX_ACCUMULATION_STEPS)
     warmup_steps: int | None = Field(None, ge=0, le=MAX_STEPS)
@@ -392,6 +397,8 @@ def _finetune_switch_errors(cfg: RunConfig) -> list[tuple[str, str]]:
         errs.append(("finetune_language_layers", "finetune_vision_layers and finetune_language_layers are both false, which trains nothing; turn one on"))
     if not (cfg.finetune_attention_modules or cfg.finetune_mlp_modules):
         errs.append(("finetune_mlp_modules", "finetune_attention_modules and finetune_mlp_modules are both false, which trains nothing; turn one on"))
+    if cfg.embedding_learning_rate is not None and not cfg.finetune_language_layers:
+        errs.append(("embedding_learning_rate", "finetune_language_layers=false freezes the embeddings and output head, so their own learning rate would never apply; remove embedding_learning_rate or turn finetune_language_layers on"))
     off = [name for name in FINETUNE_SWITCHES if not getattr(cfg, name)]
     if cfg.target_modules and off:
         errs.append((off[0], f"target_modules names the adapted modules itself, so {', '.join(off)} would be ignored; remove target_modules or leave the finetune_* switches on"))
@@ -412,6 +419,8 @@ def _mlx_limits(cfg: RunConfig) -> list[tuple[str, str]]:
             errs.append((name, f"the mlx backend trains in one process; remove {name} or use backend=torch"))
     if cfg.packing:
         errs.append(("packing", "packing is not available with backend=mlx; set packing=false"))
+    if cfg.embedding_learning_rate is not None:
+        errs.append(("embedding_learning_rate", "the mlx backend trains with one learning rate; remove embedding_learning_rate or use backend=torch"))
     if cfg.report_to != "none":
         errs.append(("report_to", "the mlx backend reports only to tunelab; set report_to=none"))
     if cfg.lr_scheduler_type not in MLX_LR_SCHEDULERS:

@@ -185,6 +185,12 @@ def wrap_for_training(model: Any, config: dict[str, Any], device: DeviceSettings
     if loftq and not device.cuda:
         raise SetupError("use_loftq", "PEFT's LoftQ initialisation runs its quantisation on a CUDA GPU and none is visible; remove use_loftq on this machine")
     targets = config.get("target_modules") or targets or default_target_modules(model)
+    whole = {}
+    if config.get("embedding_learning_rate") is not None:
+        from tunelab.worker.embedding_rate import modules_to_save, ties_embeddings
+
+        # The embeddings and head train whole beside the adapter, at their own rate.
+        whole = {"modules_to_save": modules_to_save(model), "ensure_weight_tying": ties_embeddings(model)}
     lora = LoraConfig(
         task_type="CAUSAL_LM",
         r=int(config.get("lora_r") or 16),
@@ -194,6 +200,7 @@ def wrap_for_training(model: Any, config: dict[str, Any], device: DeviceSettings
         bias="none",
         use_rslora=bool(config.get("use_rslora")),
         use_dora=bool(config.get("use_dora")),
+        **whole,
         # LoftQ on an unquantized model quantizes inside PEFT; a 4-bit model gets it below.
         **({"init_lora_weights": "loftq", "loftq_config": LoftQConfig(loftq_bits=4)} if loftq and not quantized else {}),
     )

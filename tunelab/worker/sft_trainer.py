@@ -27,9 +27,25 @@ def real_tokens(inputs: dict[str, Any]) -> Any:
 
 
 class TokenCountingSFTTrainer(SFTTrainer):
-    """Build with `include_num_input_tokens_seen="no"`: this class does the counting."""
+    """Build with `include_num_input_tokens_seen="no"`: this class does the counting.
+    Set `embedding_learning_rate` to train the embeddings and head at their own rate."""
 
     _pending_tokens: Any = 0
+    embedding_learning_rate: float | None = None
+
+    def create_optimizer(self, model: Any = None) -> Any:
+        optimizer = super().create_optimizer(model)
+        if self.embedding_learning_rate is None:
+            return optimizer
+        from tunelab.worker.embedding_rate import embedding_parameter_ids, split_groups
+
+        target = self.model if model is None else model
+        groups = split_groups(optimizer.param_groups, embedding_parameter_ids(target), self.embedding_learning_rate)
+        # Rebuilt before the first step, so no optimizer state is lost; the same class and
+        # settings the Trainer chose, with the groups split.
+        optimizer_cls, optimizer_kwargs = self.get_optimizer_cls_and_kwargs(self.args, target)
+        self.optimizer = optimizer_cls(groups, **optimizer_kwargs)
+        return self.optimizer
 
     def training_step(self, model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         self._pending_tokens = self._pending_tokens + real_tokens(inputs)

@@ -135,6 +135,7 @@ def _build_trainer(config, ctx, device, model, processing, prepared, output_dir)
         data_collator=prepared.collator,
         callbacks=[ProgressReporter(ctx), stopper],
     )
+    trainer.embedding_learning_rate = config.get("embedding_learning_rate")
     # With tqdm off the Trainer prints every log dict to stdout; progress events replace it.
     trainer.remove_callback(PrinterCallback)
     return trainer, stopper

@@ -97,6 +97,7 @@ export const ADVANCED_FIELDS = [
   f("warmup_steps", "Warmup steps", "int", null, { section: "Optimiser", help: "Set this or the warmup ratio, not both." }),
   f("warmup_ratio", "Warmup ratio", "float", null, { section: "Optimiser" }),
   f("weight_decay", "Weight decay", "float", 0.001, { section: "Optimiser" }),
+  f("embedding_learning_rate", "Embedding learning rate", "float", null, { section: "Optimiser", help: "Own rate for embed_tokens / lm_head (2-10x below the learning rate) when teaching a new domain or language; with LoRA they then train whole." }),
   f("max_grad_norm", "Gradient clip", "float", 1, { section: "Optimiser", help: "0 disables clipping." }),
   f("lr_scheduler_type", "LR schedule", "text", "linear", { section: "Optimiser", help: "linear, cosine, constant, …" }),
   f("optim", "Optimiser", "text", "adamw_torch_fused", { section: "Optimiser" }),
