@@ -43,3 +43,19 @@ def test_a_missing_image_ends_the_run_before_training(vision_assets, tmp_path):
     assert final["error"].startswith("local_datasets: row 1 of the training data: image ")
     assert str(tmp_path / "lost" / "7.png") in final["error"]
     assert "training" not in [e.get("stage") for e in worker.events if e["type"] == ev.STATUS]
+
+
+def test_skip_bad_images_trains_on_the_good_rows_and_reports_the_bad_ones(vision_assets, tmp_path):
+    data = tmp_path / "captions.jsonl"
+    (tmp_path / "notes.png").write_text("not a picture")
+    image = str((vision_assets.data_dir / "images" / "001.png").resolve())
+    rows = [{"image": image, "text": "A shape."}] * 6
+    rows[1], rows[4] = {"image": "lost/7.png", "text": "A shape."}, {"image": "notes.png", "text": "A shape."}
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    final, worker = run_to_end(_payload(vision_assets, data, tmp_path / "out", max_steps=2, skip_bad_images=True))
+    assert final["type"] == ev.COMPLETE, final
+    statuses = [e.get("message") for e in worker.events if e["type"] == ev.STATUS]
+    note = next(m for m in statuses if m.startswith("Skipped 2 of 6 training rows"))
+    assert f"row 1 ({tmp_path / 'lost' / '7.png'})" in note and f"row 4 ({tmp_path / 'notes.png'})" in note
+    assert statuses.index(note) < statuses.index("Training")  # reported before training starts
+    assert [p["step"] for p in worker.progress()] == [1, 2]
