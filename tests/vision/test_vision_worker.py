@@ -1,10 +1,13 @@
-"""The real worker in a spawn child on the tiny vision-language model: text-only data
-trains it as a language model, and a missing image ends the run before training with an
-error naming the row, the path and the field."""
+"""The real worker in a spawn child on the tiny vision-language model: each image data
+shape is detected and trains, text-only data trains it as a language model, a missing
+image ends the run before training with an error naming the row, the path and the field
+(or, with skip_bad_images, is skipped and reported), and full fine-tuning with the vision
+switch off saves a model whose vision tower is the base's."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +21,37 @@ pytestmark = pytest.mark.slow
 def _payload(assets, data, out, **overrides):
     """The worker tests' short-run payload, on the vision model and `data`."""
     return demo_config(SimpleNamespace(model_dir=assets.model_dir, alpaca=data), out, **overrides)
+
+
+def _embedded_parquet(assets, folder: Path) -> Path:
+    """The hub's shape: an image feature holding each file's bytes, under a bare file name
+    that exists nowhere on disk."""
+    import datasets
+
+    files = sorted((assets.data_dir / "images").glob("*.png"))[:8]
+    table = datasets.Dataset.from_dict({"image": [{"bytes": f.read_bytes(), "path": f.name} for f in files],
+                                        "text": [f"Shape {i}." for i in range(len(files))]})
+    table.cast_column("image", datasets.Image()).to_parquet(folder / "embedded.parquet")
+    return folder / "embedded.parquet"
+
+
+# (the data, its column_mapping, the format auto-detection must name, its rows)
+SHAPES = {
+    "chat messages with image parts": (lambda a, _: a.messages, {}, "chatml", 96),
+    "LLaVA conversations with <image>": (lambda a, _: a.sharegpt, {}, "sharegpt", 96),
+    "parquet with embedded image bytes": (_embedded_parquet, {}, "caption", 8),
+    "caption table with column_mapping": (lambda a, _: a.captions_csv, {"image": "file_name", "text": "caption"}, "caption", 96),
+}
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_each_image_data_shape_is_detected_and_trains(vision_assets, tmp_path, shape):
+    data_of, mapping, expected, rows = SHAPES[shape]
+    payload = _payload(vision_assets, data_of(vision_assets, tmp_path), tmp_path / "out", max_steps=2, column_mapping=mapping)
+    final, worker = run_to_end(payload)
+    assert final["type"] == ev.COMPLETE, final
+    assert f"Tokenizing {rows} {expected} rows" in [e["message"] for e in worker.events if e["type"] == ev.STATUS]
+    assert [p["step"] for p in worker.progress()] == [1, 2]
 
 
 def test_text_only_data_trains_a_vision_model_as_a_language_model(vision_assets, tmp_path):
