@@ -93,3 +93,27 @@ def test_skip_bad_images_trains_on_the_good_rows_and_reports_the_bad_ones(vision
     assert f"row 1 ({tmp_path / 'lost' / '7.png'})" in note and f"row 4 ({tmp_path / 'notes.png'})" in note
     assert statuses.index(note) < statuses.index("Training")  # reported before training starts
     assert [p["step"] for p in worker.progress()] == [1, 2]
+
+
+def test_full_fine_tuning_with_the_vision_switch_off_keeps_the_base_vision_tower(vision_assets, tmp_path):
+    """training_type=full, finetune_vision_layers=false: the saved folder loads with
+    AutoProcessor + AutoModelForImageTextToText, its vision tower and projector are the
+    base's to the bit, and the language model's weights moved."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    out = tmp_path / "out"
+    final, worker = run_to_end(_payload(vision_assets, vision_assets.messages, out, training_type="full", max_steps=3,
+                                        finetune_vision_layers=False))
+    assert final["type"] == ev.COMPLETE, final
+    assert [p["step"] for p in worker.progress()] == [1, 2, 3]
+    assert AutoProcessor.from_pretrained(out).image_token == AutoProcessor.from_pretrained(vision_assets.model_dir).image_token
+    trained = AutoModelForImageTextToText.from_pretrained(out, dtype=torch.float32).state_dict()
+    base = AutoModelForImageTextToText.from_pretrained(vision_assets.model_dir, dtype=torch.float32).state_dict()
+    assert trained.keys() == base.keys()
+    vision = [n for n in base if n.startswith(("model.vision_tower.", "model.multi_modal_projector."))]
+    language = [n for n in base if n.startswith("model.language_model.") or n.startswith("lm_head.")]
+    assert vision and language and len(vision) + len(language) == len(base)
+    assert all(torch.equal(trained[n], base[n]) for n in vision)
+    changed = [n for n in language if not torch.equal(trained[n], base[n])]
+    assert any(".layers." in n for n in changed) and "lm_head.weight" in changed
