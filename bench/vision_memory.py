@@ -86,7 +86,7 @@ def measure(quick: bool) -> list[Result]:
     decoded_gib = SIZES[1] * SIDE * SIDE * 3 / 2**30
     command = f"python bench/vision_memory.py{' --quick' if quick else ''}"
     return [Result(
-        key="vision_memory", title="Vision data memory",
+        key="vision_memory", title="12. Vision data memory",
         measures=f"worker peak RSS with {SIZES[1]:,} images ÷ with {SIZES[0]} images",
         ratio=spread([b / s for b, s in zip(big, small)]), target=TARGET, higher_is_better=False, command=command,
         details=[f"peak RSS {spread(small).text(3)} GiB ({SIZES[0]} images) vs {spread(big).text(3)} GiB ({SIZES[1]:,} images); "

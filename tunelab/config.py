@@ -195,6 +195,7 @@ class RunConfig(BaseModel):
     finetune_language_layers: bool = Field(True, description="Train the language model's layers (with its embeddings and output head in full fine-tuning).")
     finetune_attention_modules: bool = Field(True, description="Train attention projections (q/k/v/o and the like).")
     finetune_mlp_modules: bool = Field(True, description="Train MLP / feed-forward projections (and other linear layers outside attention, e.g. a vision projector).")
+    skip_bad_images: bool = Field(False, description="Skip rows whose image is missing, unreadable or not an image (counted and reported before training) instead of ending the run; a path outside the data roots is still refused.")
 
     # --- optimisation
     num_epochs: float = Field(3, ge=0, le=MAX_EPOCHS)

@@ -68,6 +68,26 @@ def test_column_mapping_fixes_unrecognised_columns(live_server):
     assert preview["rows"][0]["messages"][-1] == {"role": "assistant", "content": "a0"}
 
 
+def test_image_data_comes_back_with_its_image_facts_and_thumbnails(live_server):
+    """What the child adds for image data (image count, bad-image rows, each shown row's
+    images) reaches the client through the route's response model."""
+    from PIL import Image
+
+    folder = live_server.home / "datasets" / "pictures"
+    folder.mkdir(parents=True, exist_ok=True)
+    Image.new("RGB", (40, 20), (200, 10, 10)).save(folder / "red.png")
+    rows = [{"image": "red.png", "text": "A red box."}, {"image": "gone.png", "text": "Nothing."}]
+    (folder / "captions.jsonl").write_text("\n".join(json.dumps(row) for row in rows))
+    body = {"local_datasets": [str(folder / "captions.jsonl")], "rows": 2}
+    response = live_server.client().post("/api/datasets/preview", json=body)
+    assert response.status_code == 200, response.text
+    preview = response.json()
+    assert (preview["format"], preview["image_count"], preview["bad_image_rows"], preview["image_rows_checked"]) == ("caption", 2, 1, 2)
+    shown, missing = preview["rows"][0]["images"][0], preview["rows"][1]["images"][0]
+    assert (shown["width"], shown["height"]) == (40, 20) and shown["thumbnail"].startswith("data:image/jpeg;base64,")
+    assert missing["name"] == "gone.png" and missing["error"].startswith("cannot be read") and missing["thumbnail"] is None
+
+
 def test_files_outside_the_readable_folders_are_refused(live_server, tmp_path):
     outside = tmp_path / "outside.jsonl"
     outside.write_text(json.dumps({"text": "secret"}))

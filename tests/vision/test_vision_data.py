@@ -166,3 +166,64 @@ def test_instruction_rows_with_an_image_column_put_the_image_in_the_user_turn(vi
     prepared = _prepared(_write_jsonl(tmp_path / "alpaca.jsonl", [row, row]), processor, tmp_path)
     assert prepared.format == "alpaca"
     assert prepared.train[0]["text"] == "<|user|>\n<image>Name the shape.<|end|>\n<|assistant|>\nA red circle.<|end|>\n"
+
+
+def _bad_and_good(vision_assets, tmp_path: Path, name: str, bad_rows: dict[int, str], count: int) -> Path:
+    """`count` caption rows, the ones in `bad_rows` pointing at the given (bad) image path."""
+    good = str((vision_assets.data_dir / "images" / "000.png").resolve())
+    return _write_jsonl(tmp_path / name, [{"image": bad_rows.get(i, good), "text": "A red circle."} for i in range(count)])
+
+
+def test_skip_bad_images_drops_counts_and_names_the_bad_rows_per_split(vision_assets, processor, tmp_path):
+    """Missing, not-an-image and truncated files are skipped (a first row that is bad
+    included); training and eval data are reported separately."""
+    (tmp_path / "notes.png").write_text("not a picture")
+    (tmp_path / "cut.png").write_bytes((vision_assets.data_dir / "images" / "001.png").read_bytes()[:20])
+    train = _bad_and_good(vision_assets, tmp_path, "train.jsonl", {0: "gone.png", 3: "notes.png", 5: "cut.png"}, 8)
+    held = _bad_and_good(vision_assets, tmp_path, "eval.jsonl", {1: "lost/1.png"}, 3)
+    config = _config(train, skip_bad_images=True, local_eval_datasets=[str(held)], eval_steps=1)
+    prepared = prepare(config, processor, load_raw(config, tmp_path / "cache"))
+    assert len(prepared.train) == 5 and len(prepared.eval) == 2
+    assert all(len(row["images"]) == 1 and row["text_ids"] for row in prepared.train)
+    training, held_out = prepared.notes
+    assert training.startswith("Skipped 3 of 8 training rows whose image is missing, unreadable or not an image (skip_bad_images): ")
+    for index, name in ((0, "gone.png"), (3, "notes.png"), (5, "cut.png")):
+        assert f"row {index} ({tmp_path / name})" in training
+    assert held_out.startswith("Skipped 1 of 3 eval rows") and f"row 1 ({tmp_path / 'lost' / '1.png'})" in held_out
+    batch = prepared.collator([prepared.train[0], prepared.train[1]])
+    assert batch["pixel_values"].shape[0] == 2
+
+
+def test_skipped_rows_beyond_the_first_few_are_counted_not_listed(vision_assets, processor, tmp_path):
+    data = _bad_and_good(vision_assets, tmp_path, "many.jsonl", {i: f"gone/{i}.png" for i in range(7)}, 9)
+    (note,) = _prepared(data, processor, tmp_path, skip_bad_images=True).notes
+    assert note.startswith("Skipped 7 of 9 training rows") and note.endswith(f"row 4 ({tmp_path / 'gone' / '4.png'}) and 2 more")
+
+
+def test_without_skip_bad_images_the_error_says_it_exists(vision_assets, processor, tmp_path):
+    data = _bad_and_good(vision_assets, tmp_path, "one.jsonl", {1: "gone.png"}, 3)
+    with pytest.raises(DataFormatError, match="set skip_bad_images=true to skip such rows"):
+        _prepared(data, processor, tmp_path)
+
+
+def test_skip_bad_images_with_every_row_bad_is_still_an_error(vision_assets, processor, tmp_path):
+    data = _bad_and_good(vision_assets, tmp_path, "none.jsonl", {0: "a.png", 1: "b.png"}, 2)
+    with pytest.raises(DataFormatError) as refused:
+        _prepared(data, processor, tmp_path, skip_bad_images=True)
+    assert refused.value.field == "local_datasets"
+    assert refused.value.message.startswith("every one of the 2 training rows has an image that cannot be read (skip_bad_images")
+    assert str(tmp_path / "a.png") in refused.value.message
+
+
+def test_skip_bad_images_never_skips_a_path_outside_the_data_roots(vision_assets, processor, home, tmp_path, monkeypatch):
+    """Outside the data roots is a refusal, not bad data: the run still ends."""
+    (tmp_path / "data").mkdir()
+    outside = str((vision_assets.data_dir / "images" / "002.png").resolve())
+    (tmp_path / "data" / "in.png").write_bytes((vision_assets.data_dir / "images" / "000.png").read_bytes())
+    data = _write_jsonl(tmp_path / "data" / "mixed.jsonl", [
+        {"image": "in.png", "text": "A shape."}, {"image": "gone.png", "text": "A shape."}, {"image": outside, "text": "A shape."}])
+    monkeypatch.setenv("TUNELAB_DATA_ROOTS", str(tmp_path / "data"))
+    monkeypatch.setenv("TUNELAB_CONFINE_READS", "1")
+    with pytest.raises(DataFormatError) as refused:
+        _prepared(data, processor, tmp_path / "served", skip_bad_images=True)
+    assert refused.value.message.startswith("row 2 of the training data: image ") and "outside the folders tunelab may read" in refused.value.message

@@ -31,3 +31,20 @@ def test_an_image_outside_the_data_roots_is_refused_not_opened(vision_assets, ho
     assert preview["format"] == "caption" and preview["image_count"] == 1 and preview["rendered_with"] == "plain"
     image = preview["rows"][0]["images"][0]
     assert "thumbnail" not in image and "outside the folders tunelab may read" in image["error"]
+
+
+def test_the_preview_counts_the_rows_training_would_not_take(vision_assets, home, tmp_path, monkeypatch):
+    """Missing, not an image, and outside the readable folders: three bad rows of five."""
+    monkeypatch.setenv("TUNELAB_DATA_ROOTS", str(tmp_path / "data"))
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "good.png").write_bytes((vision_assets.data_dir / "images" / "000.png").read_bytes())
+    (tmp_path / "data" / "notes.png").write_text("not a picture")
+    outside = str(vision_assets.data_dir / "images" / "001.png")
+    data = tmp_path / "data" / "captions.jsonl"
+    data.write_text("".join(json.dumps({"image": name, "text": "A shape."}) + "\n"
+                            for name in ("good.png", "gone.png", "notes.png", outside, "good.png")))
+    preview = build_preview({"local_datasets": [str(data)]}, 1, None, tmp_path / "cache")
+    assert (preview["bad_image_rows"], preview["image_rows_checked"], preview["row_count"]) == (3, 5, 5)
+    monkeypatch.setenv("TUNELAB_DATA_ROOTS", str(vision_assets.root))
+    clean = build_preview({"local_datasets": [str(vision_assets.captions)]}, 1, None, tmp_path / "cache2")
+    assert (clean["bad_image_rows"], clean["image_rows_checked"]) == (0, 96)

@@ -210,20 +210,32 @@ class DatasetPreviewRequest(BaseModel):
     rows: int = Field(3, ge=1, le=20, description="How many rows to render.")
 
 
+class PreviewImage(BaseModel):
+    name: str = Field(description="The image's path as the data gives it (or '(embedded image)').")
+    width: int | None = None
+    height: int | None = None
+    thumbnail: str | None = Field(None, description="A small JPEG as a data: URL.")
+    error: str | None = Field(None, description="Why the image cannot be read (then no size or thumbnail).")
+
+
 class PreviewRow(BaseModel):
     index: int
     text: str = Field(description="The row as the model will read it.")
     messages: list[dict[str, str]] | None = Field(None, description="The row's chat turns (chat formats only).")
+    images: list[PreviewImage] | None = Field(None, description="The row's images (image-text data only).")
 
 
 class DatasetPreview(BaseModel):
-    format: str = Field(description="alpaca, sharegpt, chatml or text.")
+    format: str = Field(description="alpaca, sharegpt, chatml, text or caption.")
     columns: list[str]
     row_count: int | None = Field(description="Rows in the training split (null when unknown, e.g. streaming).")
     rendered_with: Literal["chat_template", "plain", "raw_text"] = Field(
         description="chat_template: through model_name's chat template; plain: chat turns without a model; raw_text: text trained as is.")
     note: str | None = Field(None, description="Why the rows are not shown through the model's template, when they are not.")
     rows: list[PreviewRow]
+    image_count: int | None = Field(None, description="Images in the whole training split (image-text data only).")
+    bad_image_rows: int | None = Field(None, description="Rows with an image training would not take: missing, unreadable, not an image or outside the readable folders (image-text data only; skip_bad_images skips them in a run, except those outside the readable folders).")
+    image_rows_checked: int | None = Field(None, description="How many rows (from the first) bad_image_rows covers.")
 
 
 # --- health ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ here because this module is the interface the backends use. Torch-free.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tunelab.worker.formats import DataFormatError, detect_format, image_column, to_messages, to_plain_text
@@ -38,6 +38,7 @@ class PreparedData:
     eval: Any | None
     format: str
     collator: Any = None  # the batch builder the rows need, where TRL's own does not fit (image rows)
+    notes: list[str] = field(default_factory=list)  # said to the user before training (e.g. rows skipped)
 
 
 def prepare(config: dict[str, Any], tokenizer: Any, raw: RawData) -> PreparedData:

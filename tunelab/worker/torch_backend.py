@@ -53,6 +53,8 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     raw = data.load_raw(config, _datasets_cache(output_dir))
     ctx.stage("formatting", f"Tokenizing {len(raw.train)} {raw.format} rows")
     prepared = family.prepare(config, loaded, raw)
+    for note in prepared.notes:
+        ctx.emit(events.status(note))
 
     ctx.stage("configuring", _describe_method(config, device, model, family.name))
     # Adapter weights are drawn from the global generator: seed it, or two runs with the

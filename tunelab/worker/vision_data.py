@@ -9,7 +9,9 @@
              never an image placeholder or marker (`image_token_ids`)
 Pixels are never decoded here: every image is opened only far enough to check that it
 is an image (a missing or unreadable one is an error naming its row and path, before
-training), and decoded batch by batch in `vision_collator`. Relative image paths are
+training; with `skip_bad_images` the row is dropped instead, and the count and the first
+few rows and paths come back as a note the worker reports), and decoded batch by batch in
+`vision_collator`. Relative image paths are
 resolved against the folder of the dataset file (the first of the run's data folders
 that holds them). In a run a server started (`paths.reads_confined`), an image path
 outside the data roots is refused like a data file there would be. Torch-free apart from the collator it hands on.
@@ -28,6 +30,8 @@ from tunelab.worker.tokenization import assistant_spans, render
 from tunelab.worker.vision_formats import vision_messages
 
 VISION_COLUMNS = ("text", "images", "text_ids", "loss_mask")
+# With skip_bad_images: how many skipped (row, path) pairs a note names before "…".
+SHOWN_SKIPPED = 5
 # Processor attributes naming image placeholder and marker tokens (the names differ by family).
 IMAGE_TOKEN_ATTRIBUTES = ("image_token", "boi_token", "eoi_token", "image_start_token", "image_end_token",
                           "fake_image_token", "global_image_token", "vision_start_token", "vision_end_token")
@@ -113,11 +117,33 @@ def check_image(ref: dict[str, Any]) -> None:
         image.verify()
 
 
-def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str) -> Any:
+def _row_features() -> Any:
+    """The converted rows' columns, stated rather than inferred: a first batch of skipped
+    rows (empty lists) must not fix the column types for the good rows after it."""
+    import datasets
+
+    return datasets.Features({
+        "text": datasets.Value("string"),
+        "images": datasets.List({"path": datasets.Value("string"), "bytes": datasets.Value("binary")}),
+        "text_ids": datasets.List(datasets.Value("int64")),
+        "loss_mask": datasets.List(datasets.Value("int64")),
+        "bad_image": datasets.Value("string"),
+    })
+
+
+def _skipped_note(bad: list[tuple[int, str]], total: int, what: str) -> str:
+    shown = ", ".join(f"row {index} ({path})" for index, path in bad[:SHOWN_SKIPPED])
+    more = f" and {len(bad) - SHOWN_SKIPPED} more" if len(bad) > SHOWN_SKIPPED else ""
+    return (f"Skipped {len(bad)} of {total} {what} rows whose image is missing, unreadable or not an image "
+            f"(skip_bad_images): {shown}{more}")
+
+
+def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str, notes: list[str]) -> Any:
     tokenizer = processor.tokenizer
     folders = data_folders(config, what)
     field = _source_field(config, what)
     completions = bool(config.get("train_on_completions"))
+    skip_bad = bool(config.get("skip_bad_images"))
     confined = paths.reads_confined()
     image_ids = image_token_ids(processor)
 
@@ -132,11 +158,15 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
                     paths.check_readable(image["path"], field)
                 check_image(image)
             except paths.PathNotAllowed as exc:
+                # A refusal, not bad data: skip_bad_images never turns it into a skip.
                 raise DataFormatError(field, f"row {index} of the {what} data: image {exc}") from exc
             except Exception as exc:  # missing file, not an image, truncated header, bad reference
                 shown = (image or {}).get("path") or (ref if isinstance(ref, str) else "(embedded image)")
+                if skip_bad:
+                    return {"text": "", "images": [], "text_ids": [], "loss_mask": [], "bad_image": str(shown)}
                 raise DataFormatError(field, f"row {index} of the {what} data: image {shown} cannot be read ({exc}); "
-                                             "fix or remove the row, or correct the path (relative paths are relative to the dataset file)") from exc
+                                             "fix or remove the row, or correct the path (relative paths are relative to the dataset file), "
+                                             "or set skip_bad_images=true to skip such rows") from exc
             images.append(image)
         if completions:
             text, spans = assistant_spans(processor, messages)
@@ -149,11 +179,20 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
         else:
             mask = [1 if any(start <= first < end for start, end in spans) else 0 for first, _ in encoded["offset_mapping"]]
         mask = [0 if token in image_ids else keep for token, keep in zip(ids, mask)]
-        return {"text": text, "images": images, "text_ids": ids, "loss_mask": mask}
+        return {"text": text, "images": images, "text_ids": ids, "loss_mask": mask, "bad_image": None}
 
     # Never from the cache: a resumed run must find a deleted image now, not halfway through.
-    converted = undecoded(rows).map(convert, with_indices=True, remove_columns=rows.column_names,
+    converted = undecoded(rows).map(convert, with_indices=True, remove_columns=rows.column_names, features=_row_features(),
                                     load_from_cache_file=False, desc=f"Checking {what} images")
+    bad = [(index, path) for index, path in enumerate(converted["bad_image"]) if path is not None]
+    if bad:
+        if len(bad) == len(converted):
+            raise DataFormatError(field, f"every one of the {len(bad)} {what} rows has an image that cannot be read "
+                                         f"(skip_bad_images skipped them all), e.g. row {bad[0][0]}: {bad[0][1]}; "
+                                         "check the image paths (relative paths are relative to the dataset file)")
+        notes.append(_skipped_note(bad, len(converted), what))
+        converted = converted.filter(lambda path: path is None, input_columns="bad_image")
+    converted = converted.remove_columns("bad_image")
     counts = [sum(m) for m in converted["loss_mask"]]
     unlabelled = sum(1 for n in counts if n == 0)
     if counts and unlabelled > MAX_UNLABELLED_SHARE * len(counts):
@@ -174,9 +213,10 @@ def prepare(config: dict[str, Any], processor: Any, raw: RawData) -> PreparedDat
     if config.get("training_type") == "continued_pretraining":
         raise DataFormatError("training_type", "continued pretraining reads raw text; image-text data trains with training_type=lora, qlora or full")
     _check_masking_applies(raw.format, config)
-    train = _rows(raw.train, raw.format, processor, config, "training")
+    notes: list[str] = []
+    train = _rows(raw.train, raw.format, processor, config, "training", notes)
     _check_batch_fits(len(train), config)
-    eval_set = _rows(raw.eval, raw.format, processor, config, "eval") if raw.eval is not None else None
+    eval_set = _rows(raw.eval, raw.format, processor, config, "eval", notes) if raw.eval is not None else None
     collator = VisionCollator(processor, int(config.get("max_seq_length") or 2048), int(config.get("vision_image_size") or 512))
     collator.check_first(train)
-    return PreparedData(train=train, eval=eval_set, format=raw.format, collator=collator)
+    return PreparedData(train=train, eval=eval_set, format=raw.format, collator=collator, notes=notes)

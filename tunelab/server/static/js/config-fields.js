@@ -93,6 +93,7 @@ export const ADVANCED_FIELDS = [
   f("finetune_language_layers", "Train language layers", "bool", true, { section: "Vision", help: "Train the language model's layers." }),
   f("finetune_attention_modules", "Train attention", "bool", true, { section: "Vision", help: "Train attention projections (text models too)." }),
   f("finetune_mlp_modules", "Train MLP", "bool", true, { section: "Vision", help: "Train MLP and other non-attention linear layers (text models too)." }),
+  f("skip_bad_images", "Skip bad images", "bool", false, { section: "Vision", help: "Skip (and report) rows whose image is missing or unreadable instead of ending the run." }),
 
   f("warmup_steps", "Warmup steps", "int", null, { section: "Optimiser", help: "Set this or the warmup ratio, not both." }),
   f("warmup_ratio", "Warmup ratio", "float", null, { section: "Optimiser" }),

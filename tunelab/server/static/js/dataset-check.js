@@ -60,7 +60,11 @@ function render(preview) {
   };
   fact("Detected format", preview.format, "preview-format");
   fact("Rows", preview.row_count === null ? "unknown (streaming)" : preview.row_count.toLocaleString("en-US"), "preview-rows");
-  if (preview.image_count !== undefined) fact("Images", preview.image_count.toLocaleString("en-US"), "preview-images");
+  if (preview.image_count != null) fact("Images", preview.image_count.toLocaleString("en-US"), "preview-images");
+  if (preview.bad_image_rows) {
+    const of = preview.image_rows_checked < preview.row_count ? ` (of the first ${preview.image_rows_checked.toLocaleString("en-US")})` : "";
+    fact("Rows with a bad image", `${preview.bad_image_rows.toLocaleString("en-US")}${of}: training stops on them unless skip_bad_images is on`, "preview-bad-images");
+  }
   fact("Columns", preview.columns.join(", "), "preview-columns");
   fact("Rendered with", preview.rendered_with === "chat_template" ? "the model's chat template" : "plain text");
   const rows = el("ol", "preview-rows");
