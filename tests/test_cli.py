@@ -66,9 +66,10 @@ def test_train_completes_then_runs_and_show_list_it(tmp_path, home, demo_assets,
     assert result.returncode == 0, result.stdout + result.stderr
     runs = json.loads(run_cli(["runs", "--json"], home).stdout)
     assert [r["status"] for r in runs] == ["completed"]
-    assert runs[0]["final_step"] == 8 and runs[0]["display_name"] == "cli run"
+    assert runs[0]["final_step"] == 8 and runs[0]["display_name"] == "cli run" and runs[0]["modality"] == "text"
     shown = run_cli(["show", str(runs[0]["id"])], home)
     assert shown.returncode == 0 and "completed" in shown.stdout and runs[0]["output_dir"] in shown.stdout.replace("\n", "")
+    assert "modality: text" in shown.stdout
     detail = json.loads(run_cli(["show", str(runs[0]["id"]), "--json"], home).stdout)
     assert [m["step"] for m in detail["metrics"]] == list(range(1, 9))
     assert run_cli(["show", "999"], home).returncode == 1
@@ -129,6 +130,8 @@ def _recorded_run(home: Path, **fields) -> int:
     run_id = store.create_run({"model_name": fields["model_name"]}, fields["model_name"], fields.get("dataset", "train.jsonl"))
     store.finalize_run(run_id, status=fields.get("status", "completed"), total_steps=400, final_step=400, final_loss=1.2345,
                        output_dir=fields.get("output_dir"), error_message=fields.get("error_message"), loss_sparkline=[3, 2, 1])
+    if fields.get("modality"):
+        store.set_modality(run_id, fields["modality"])
     if fields.get("display_name"):
         # Straight SQL: today's store refuses control characters in names, older rows may hold them.
         with sqlite3.connect(home / "tunelab.db") as conn:
@@ -139,7 +142,8 @@ def _recorded_run(home: Path, **fields) -> int:
 def test_runs_fits_80_columns_and_wide_shows_the_rest(home):
     long_model = "/home/someone/models/" + "very-long-model-folder-name-" * 3 + "final"
     _recorded_run(home, model_name=long_model, dataset="/data/" + "x" * 60 + ".jsonl")
-    _recorded_run(home, model_name="org/model", display_name="a run with a rather long display name indeed")
+    _recorded_run(home, model_name="org/model", display_name="a run with a rather long display name indeed",
+                  modality="vision")
     narrow = run_cli_at(["runs"], home, 80)
     assert narrow.returncode == 0, narrow.stderr
     lines = narrow.stdout.splitlines()
@@ -148,6 +152,7 @@ def test_runs_fits_80_columns_and_wide_shows_the_rest(home):
     assert len(row_lines) == 2  # one line per run, nothing wrapped
     for line in row_lines:
         assert "400/400" in line and "1.2345" in line and re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", line)
+    assert "vision" in row_lines[0] and "vision" not in row_lines[1]  # newest first; the other's is unknown
     assert "very-long-model" in narrow.stdout  # the model folder's own name stands in for a missing name
     wide = run_cli_at(["runs", "--wide"], home, 320)
     assert "org/model" in wide.stdout and "x" * 60 in wide.stdout and "▁" in wide.stdout

@@ -119,6 +119,47 @@ def test_refuses_a_database_from_a_newer_version_or_not_a_database(tmp_path: Pat
         Store("postgresql://db.example/tunelab")
 
 
+def _database_at_version(db: Path, version: int) -> sqlite3.Connection:
+    """A database as an older tunelab left it: only the first `version` migrations applied."""
+    raw = sqlite3.connect(db, isolation_level=None)
+    for statements in MIGRATIONS[:version]:
+        for statement in statements:
+            raw.execute(statement)
+    raw.execute(f"PRAGMA user_version = {version}")
+    return raw
+
+
+def test_runs_from_before_modalities_read_as_text_and_new_ones_wait_for_their_worker(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    raw = _database_at_version(db, 2)
+    raw.execute("INSERT INTO runs (status, model_name, config_json, started_at) VALUES ('completed', 'old', '{}', 1.0)")
+    raw.close()
+    with Store(db) as store:
+        assert store.schema_version() == len(MIGRATIONS)
+        assert [r["modality"] for r in store.list_runs()] == ["text"]
+        fresh = new_run(store)
+        assert store.get_run(fresh)["modality"] is None  # unknown until the worker has prepared the data
+        store.set_modality(fresh, "vision")
+        assert store.get_run(fresh)["modality"] == "vision"
+        resumed = new_run(store, resumed_from_run_id=fresh, modality="vision")
+        assert store.get_run(resumed)["modality"] == "vision"
+        with pytest.raises(InvalidValue, match="modality: must be one of text, vision"):
+            store.set_modality(fresh, "smell")
+        with pytest.raises(InvalidValue, match="modality"):
+            new_run(store, modality="Vision")
+        with pytest.raises(RunNotFound):
+            store.set_modality(fresh + 10, "text")
+
+
+def test_modality_events_name_a_known_modality() -> None:
+    assert events.parse(events.modality("vision"))["modality"] == "vision"
+    with pytest.raises(ValueError, match="add it to events.MODALITIES"):
+        events.modality("smell")
+    for bad in ("smell", None, 3):
+        with pytest.raises(events.MalformedEvent, match="modality event"):
+            events.parse({"type": "modality", "modality": bad})
+
+
 def test_default_location_is_the_tunelab_home(home: Path) -> None:
     with Store() as store:
         new_run(store)

@@ -193,8 +193,8 @@ def _runs_table(rows: list[dict], wide: bool) -> Table:
     """The narrow table fits the terminal (80 columns is enough): every cell but the
     name is kept whole and the name gives way with '…'. `--wide` adds model, dataset
     and the sparkline and lets long cells wrap."""
-    headers = ["id", "status", *(["name", "model", "dataset"] if wide else ["name"]), "steps", "final loss",
-               *(["loss"] if wide else []), "started"]
+    headers = ["id", "status", "modality", *(["name", "model", "dataset"] if wide else ["name"]), "steps",
+               "final loss", *(["loss"] if wide else []), "started"]
     table_rows = []
     for r in rows:
         loss = f"{r['final_loss']:.4f}" if r.get("final_loss") is not None else ""
@@ -204,8 +204,9 @@ def _runs_table(rows: list[dict], wide: bool) -> Table:
             middle = [*names, steps, loss, sparkline(r.get("loss_sparkline"))]
         else:
             middle = [r.get("display_name") or Path(r["model_name"]).name or r["model_name"], steps, loss]
-        table_rows.append([str(r["id"]), r["status"], *map(printable, middle), _when(r.get("started_at"))])
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        table_rows.append([str(r["id"]), r["status"], r.get("modality") or "", *map(printable, middle),
+                           _when(r.get("started_at"))])
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for i, header in enumerate(headers):
         if wide or header != "name":
             table.add_column(header, no_wrap=not wide or header in ("steps", "final loss", "started"),
@@ -213,7 +214,7 @@ def _runs_table(rows: list[dict], wide: bool) -> Table:
             continue
         # Rich would shrink every column alike; give the name only what the others leave.
         others = sum(max([len(h)] + [len(row[j]) for row in table_rows]) for j, h in enumerate(headers) if j != i)
-        room = console.width - others - 3 * (len(headers) - 1)
+        room = console.width - others - 2 * (len(headers) - 1)  # collapsed padding: two spaces between columns
         table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=max(8, room))
     for row in table_rows:
         table.add_row(*map(Text, row))
@@ -236,7 +237,7 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
     console.print(Text.assemble(("run " + str(row["id"]), "bold"), " ", printable(row.get("display_name")),
                                 "  status: ", (printable(row["status"]), "bold")))
     console.print(f"  started: {_when(row.get('started_at'))}  ended: {_when(row.get('ended_at'))}")
-    for key in ("model_name", "dataset_name", "duration_seconds", "final_step", "total_steps", "final_loss",
+    for key in ("model_name", "dataset_name", "modality", "duration_seconds", "final_step", "total_steps", "final_loss",
                 "output_dir", "error_message"):
         if row.get(key) not in (None, ""):
             console.print(Text(f"  {key}: {printable(row[key], keep_lines=key == 'error_message')}"))

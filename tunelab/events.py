@@ -19,12 +19,19 @@ STALL = "stall"
 PROGRESS = "progress"
 EVAL_CONFIGURED = "eval_configured"
 OUTPUT_DIR = "output_dir"
+MODALITY = "modality"
 COMPLETE = "complete"
 ERROR = "error"
 
 EVENT_TYPES = frozenset(
-    {STATUS, MODEL_LOAD_STARTED, MODEL_LOAD_COMPLETED, STALL, PROGRESS, EVAL_CONFIGURED, OUTPUT_DIR, COMPLETE, ERROR}
+    {STATUS, MODEL_LOAD_STARTED, MODEL_LOAD_COMPLETED, STALL, PROGRESS, EVAL_CONFIGURED, OUTPUT_DIR, MODALITY,
+     COMPLETE, ERROR}
 )
+# What a run trains on, as its worker decides once the data is prepared (a vision model
+# given text-only rows trains as "text"). The one list of known values: a new family
+# adds its word here, and the store, API, page and CLI take it from there.
+MODALITIES = ("text", "vision")
+DEFAULT_MODALITY = "text"  # what runs recorded before modalities existed were
 # Numeric progress fields; any of them may be None (unknown or non-finite).
 PROGRESS_NUMBERS = (
     "total_steps", "epoch", "loss", "learning_rate", "grad_norm", "eval_loss",
@@ -55,6 +62,13 @@ def progress(step: int, **numbers: Any) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown progress fields {sorted(unknown)}")
     return make(PROGRESS, step=int(step), **{k: numbers.get(k) for k in PROGRESS_NUMBERS})
+
+
+def modality(name: str) -> dict[str, Any]:
+    """The run's modality (one of MODALITIES), sent once the worker knows what it trains on."""
+    if name not in MODALITIES:
+        raise ValueError(f"unknown modality {name!r}; add it to events.MODALITIES {MODALITIES}")
+    return make(MODALITY, modality=name)
 
 
 def complete(output_dir: str | None, status_message: str, checkpoint: Any = None, stopped: bool = False) -> dict[str, Any]:
@@ -112,6 +126,9 @@ def parse(raw: Any) -> dict[str, Any]:
             if event[key] is not None:
                 # A count no store can hold is as unknown as a NaN (and must not poison a write).
                 event[key] = int(event[key]) if abs(event[key]) <= MAX_COUNT else None
+    elif kind == MODALITY:
+        if raw.get("modality") not in MODALITIES:
+            raise MalformedEvent(f"modality event names {raw.get('modality')!r}, not one of {MODALITIES}")
     elif kind in (STATUS, STALL):
         if not isinstance(raw.get("message"), str):
             raise MalformedEvent(f"{kind} event without a text message")

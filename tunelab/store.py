@@ -9,7 +9,8 @@ server's request threads, so one connection is guarded by a lock, and every call
 retried while another process holds the database ("database is locked"/"busy").
 
 Timestamps are Unix seconds (floats). Run rows come back as dicts whose `config` is the
-stored (sanitized) config, `loss_sparkline` a list of floats and flags real booleans.
+stored (sanitized) config, `loss_sparkline` a list of floats and flags real booleans;
+`modality` is None until the run's worker has said what it trains on.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from tunelab import paths
-from tunelab.events import finite_or_none
+from tunelab.events import DEFAULT_MODALITY, MODALITIES, finite_or_none
 from tunelab.text import char_name, first_unsafe_char
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,10 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE runs ADD COLUMN owner_lock TEXT",
         "ALTER TABLE runs ADD COLUMN owner_pid INTEGER",
         "ALTER TABLE runs ADD COLUMN owner_started_at REAL",
+    ),
+    (  # 3: what a run trains on (events.MODALITIES); NULL until its worker says, older runs were text
+        "ALTER TABLE runs ADD COLUMN modality TEXT",
+        f"UPDATE runs SET modality = '{DEFAULT_MODALITY}'",
     ),
 )
 
@@ -177,6 +182,12 @@ def clean_display_name(name: Any) -> str:
         raise InvalidValue("display_name", f"must not contain control or bidi-override characters such as line breaks "
                                            f"({char_name(found[1])} at position {found[0]})")
     return text
+
+
+def _check_modality(modality: Any) -> str:
+    if modality not in MODALITIES:
+        raise InvalidValue("modality", f"must be one of {', '.join(MODALITIES)}, got {modality!r}")
+    return modality
 
 
 def _sqlite_path(location: str | Path | None) -> Path:
@@ -336,9 +347,12 @@ class Store:
         *,
         start_request_id: str | None = None,
         owner: Mapping[str, Any] | None = None,
+        modality: str | None = None,
     ) -> int:
         """A new `running` row; returns its id (ids are never reused). `owner` names the
-        process that trains it: {"lock", "pid", "started_at"} (see close_orphans)."""
+        process that trains it: {"lock", "pid", "started_at"} (see close_orphans).
+        `modality` is known up front only for a resumed run (its parent's); otherwise
+        the worker reports it (set_modality)."""
         if not isinstance(config_public, Mapping):
             raise InvalidValue("config", "must be a mapping (RunConfig.public())")
         check_no_secrets(config_public)
@@ -349,15 +363,17 @@ class Store:
             raise InvalidValue("config", f"is not standard JSON (NaN and Infinity are refused): {exc}") from None
         name = clean_display_name(display_name) if display_name is not None else None
         owner = owner or {}
+        if modality is not None:
+            _check_modality(modality)
 
         def work(conn: sqlite3.Connection) -> int:
             try:
                 cursor = conn.execute(
                     "INSERT INTO runs (status, model_name, dataset_name, display_name, config_json, started_at,"
-                    " resumed_from_run_id, start_request_id, owner_lock, owner_pid, owner_started_at)"
-                    " VALUES ('running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " resumed_from_run_id, start_request_id, owner_lock, owner_pid, owner_started_at, modality)"
+                    " VALUES ('running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (model_name, dataset_name or "", name, config_json, time.time(), resumed_from_run_id, start_request_id,
-                     owner.get("lock"), owner.get("pid"), owner.get("started_at")),
+                     owner.get("lock"), owner.get("pid"), owner.get("started_at"), modality),
                 )
             except sqlite3.IntegrityError:
                 existing = conn.execute("SELECT id FROM runs WHERE start_request_id = ?", (start_request_id,)).fetchone()
@@ -373,6 +389,9 @@ class Store:
 
     def set_total_steps(self, run_id: int, total_steps: int | None) -> None:
         self._update_run(run_id, "UPDATE runs SET total_steps = ? WHERE id = ?", (total_steps,))
+
+    def set_modality(self, run_id: int, modality: str) -> None:
+        self._update_run(run_id, "UPDATE runs SET modality = ? WHERE id = ?", (_check_modality(modality),))
 
     def mark_cancel_requested(self, run_id: int) -> None:
         self._update_run(run_id, "UPDATE runs SET cancel_requested = 1 WHERE id = ?", ())

@@ -45,6 +45,7 @@ def test_train_stop_resume_compare_and_manage_history(server, open_page, fill_de
     seen = chart_points(page)
     wait_points(page, seen + 5)  # the chart grows while we watch, fed by the stream
     expect(page.locator("#run-steps")).to_contain_text("of 2,000")
+    expect(page.locator("#run-modality")).to_have_text("text")  # what the worker said it trains on
     shoot(page, "flow-1-training")
 
     # Stop and save: the dialog says what each choice means before anything happens.
@@ -85,6 +86,7 @@ def test_train_stop_resume_compare_and_manage_history(server, open_page, fill_de
     for row in (row1, row2):
         expect(row.locator(".badge")).to_have_text("stopped")
         expect(row.locator("svg.sparkline")).to_have_count(1)
+        expect(row.locator(".run-facts div", has_text="Modality").locator("dd")).to_have_text("text")
 
     # Compare them: one chart with every step either run has, one series per run.
     page.get_by_label("Select first try to compare").first.check()

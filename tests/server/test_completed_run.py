@@ -50,7 +50,7 @@ def test_history_lists_the_run_completed_with_a_sparkline(live_server, completed
     listed = live_server.client().get("/api/runs").json()
     run = next(r for r in listed["runs"] if r["id"] == job)
     losses = [e.data["loss"] for e in events if e.event == "progress"]
-    assert run["status"] == "completed"
+    assert run["status"] == "completed" and run["modality"] == "text"
     assert run["final_step"] == STEPS and run["total_steps"] == STEPS
     assert run["loss_sparkline"] == pytest.approx(losses)  # fewer than 50 points: all of them
     assert run["can_resume"] is False
@@ -86,7 +86,7 @@ def test_status_and_metrics_keep_the_finished_run(live_server, completed):
     client = live_server.client()
     status = client.get("/api/train/status").json()
     assert status["phase"] == "completed" and status["is_training_running"] is False
-    assert status["job_id"] == job and status["step"] == STEPS
+    assert status["job_id"] == job and status["step"] == STEPS and status["modality"] == "text"
     assert status["histories"]["steps"] == list(range(1, STEPS + 1))
     assert client.get("/api/train/metrics").json()["histories"] == status["histories"]
 

@@ -45,10 +45,12 @@ def test_vision_lora_learns_stops_saves_and_resumes(vision_assets, home):
             stopped_at = first_row["final_step"]
             assert 20 <= stopped_at < STEPS
             assert validate_checkpoint(Path(first_row["output_dir"]) / f"checkpoint-{stopped_at}").step == stopped_at
+            assert first_row["modality"] == "vision"  # the worker said so once it had the image rows
 
             second = orchestrator.resume(first)
             row = finished(orchestrator, second)
             assert row["status"] == "completed", row["error_message"]
+            assert row["modality"] == "vision" and orchestrator.snapshot()["modality"] == "vision"
             resumed = store.get_metrics(second)
             assert [m["step"] for m in resumed] == list(range(stopped_at + 1, STEPS + 1))
             metrics = store.get_metrics(first) + resumed

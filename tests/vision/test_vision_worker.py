@@ -62,6 +62,7 @@ def test_text_only_data_trains_a_vision_model_as_a_language_model(vision_assets,
     final, worker = run_to_end(_payload(vision_assets, data, out, max_steps=3))
     assert final["type"] == ev.COMPLETE, final
     assert "Tokenizing 12 alpaca rows" in [e["message"] for e in worker.events if e["type"] == ev.STATUS]
+    assert [e["modality"] for e in worker.events if e["type"] == ev.MODALITY] == ["text"]
     assert [p["step"] for p in worker.progress()] == [1, 2, 3]
     # Saved with its processor, so the result reloads with AutoProcessor.
     assert (out / "adapter_model.safetensors").is_file() and (out / "processor_config.json").is_file()

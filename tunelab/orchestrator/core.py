@@ -145,7 +145,7 @@ class Orchestrator:
         # `running` without its owner holding the lock that says so.
         claim = ownership.RunClaim(paths.locks_dir(self.store.path), ownership.devices_of(env))
         try:
-            run_id = self._create_row(cfg, public, resumed_from, start_request_id, claim)
+            run_id, modality = self._create_row(cfg, public, resumed_from, start_request_id, claim)
         except DuplicateStartRequest as exc:  # another process took this request id first
             claim.release()
             return exc.run_id
@@ -154,7 +154,8 @@ class Orchestrator:
             raise
         claim.record_run(run_id)
         run = ActiveRun(run_id=run_id, cfg=cfg, payload=payload, env=env, target=self._target, mp_context=self._mp,
-                        store=self.store, output_dir=output_dir, notify=self._notify, warm=self._warm, claim=claim)
+                        store=self.store, output_dir=output_dir, notify=self._notify, warm=self._warm, claim=claim,
+                        modality=modality)
         with self._lock:
             self._run = run
         if resume_run_id is not None:
@@ -187,11 +188,14 @@ class Orchestrator:
             log.exception("the before_spawn hook failed; starting the run anyway")
 
     def _create_row(self, cfg: RunConfig, public: dict[str, Any], resumed_from: int | None,
-                    start_request_id: str | None, claim: ownership.RunClaim) -> int:
+                    start_request_id: str | None, claim: ownership.RunClaim) -> tuple[int, str | None]:
+        """The run's row, and its modality when already known: a resumed run trains on what
+        its parent trained on, and says so before its worker does."""
         owner = {"lock": claim.owner_lock, "pid": claim.pid, "started_at": claim.started_at}
         try:
+            modality = (self.store.get_run(resumed_from) or {}).get("modality") if resumed_from is not None else None
             run_id = self.store.create_run(public, cfg.model_name, cfg.dataset_label, cfg.display_name, resumed_from,
-                                           start_request_id=start_request_id, owner=owner)
+                                           start_request_id=start_request_id, owner=owner, modality=modality)
         except DuplicateStartRequest:
             raise
         except InvalidValue as exc:
@@ -202,7 +206,7 @@ class Orchestrator:
             self.store.set_output_dir(run_id, public["output_dir"])
         except Exception as exc:
             log.warning("run %s: could not record its output folder yet: %s", run_id, exc)
-        return run_id
+        return run_id, modality
 
     def resume(self, run_id: int, secrets: dict[str, Any] | None = None) -> int:
         """Start a new run that continues `run_id` from its latest valid checkpoint.

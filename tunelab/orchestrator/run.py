@@ -49,7 +49,7 @@ class ActiveRun:
     def __init__(self, *, run_id: int, cfg: RunConfig, payload: dict[str, Any], env: dict[str, str],
                  target: str, mp_context: BaseContext, store: Store, output_dir: Path,
                  notify: Callable[[dict[str, Any]], None], warm: WarmWorkers | None = None,
-                 claim: RunClaim | None = None):
+                 claim: RunClaim | None = None, modality: str | None = None):
         self.run_id = run_id
         self.cfg = cfg
         self.started_at = time.time()
@@ -67,6 +67,7 @@ class ActiveRun:
         self.state.phase = "loading_model"
         self.state.message = "starting the worker"
         self.state.output_dir = str(output_dir)
+        self.state.modality = modality  # a resumed run's is its parent's from the start
         self.worker: WorkerHandle | None = None
         self.last_event: dict[str, Any] | None = None
         self.cancel_requested = False
@@ -157,6 +158,10 @@ class ActiveRun:
             state.message = event["message"]
             if state.phase == "loading_model" and not self.model_loaded:
                 self._on_model_download_stall()
+        elif kind == ev.MODALITY:
+            if event["modality"] != state.modality:
+                state.modality = event["modality"]
+                self._store_quietly("record the modality", self._store.set_modality, self.run_id, state.modality)
         elif kind == ev.EVAL_CONFIGURED:
             state.message = "evaluation configured"
         elif kind == ev.OUTPUT_DIR:

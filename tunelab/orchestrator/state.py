@@ -38,6 +38,7 @@ class ProgressState:
         self.message = ""
         self.error: str | None = None
         self.output_dir: str | None = None
+        self.modality: str | None = None  # events.MODALITIES; None until the worker says
         self.status: str | None = None  # the stored run status once finalized
         self.resume_blocked = False
         self.malformed_events = 0
@@ -90,6 +91,7 @@ class ProgressState:
             "message": self.message,
             "error": self.error,
             "output_dir": self.output_dir,
+            "modality": self.modality,
             "status": self.status,
             "resume_blocked": self.resume_blocked,
             "malformed_events": self.malformed_events,

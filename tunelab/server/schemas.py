@@ -12,6 +12,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from tunelab.config import DataFormat, DisplayName, Name, RunConfig, S3Source, TrainingType
+from tunelab.events import MODALITIES
+
+MODALITY_HELP = (f"What the run trains on: {', '.join(MODALITIES)}; null until its worker has prepared the data "
+                 "(a vision model given text-only data trains as text).")
 
 
 # --- errors ---------------------------------------------------------------------------
@@ -119,6 +123,7 @@ class TrainStatus(BaseModel):
     peak_memory_gb: float | None = Field(None, description="Peak memory of the run: CUDA memory allocated, or the worker's resident memory on CPU; the largest over ranks in a distributed run.")
     peak_memory_reserved_gb: float | None = Field(None, description="Peak CUDA memory the allocator reserved (None on CPU).")
     world_size: int | None = Field(None, description="Training processes the run spans, all nodes together (1 for a one-process run).")
+    modality: str | None = Field(None, description=MODALITY_HELP)
     message: str | None = None
     error: str | None = None
     output_dir: str | None = None
@@ -137,6 +142,7 @@ class RunSummary(BaseModel):
     display_name: str | None
     model_name: str
     dataset_name: str
+    modality: str | None = Field(None, description=MODALITY_HELP)
     started_at: float = Field(description="Unix seconds.")
     ended_at: float | None
     total_steps: int | None

@@ -61,6 +61,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     raw = data.load_raw(config, paths.run_datasets_cache(output_dir))
     ctx.stage("formatting", f"Tokenizing {len(raw.train)} {raw.format} rows")
     prepared = data.prepare(config, hf_tokenizer, raw=raw)
+    ctx.emit(events.modality("text"))  # this backend trains language models only
     train_rows = _rows(prepared.train)
     eval_rows = _rows(prepared.eval) if prepared.eval is not None else None
 

@@ -8,6 +8,7 @@ from the model's own config (`vision_model.is_vision_model`), never from its nam
   vision  AutoProcessor + AutoModelForImageTextToText; image rows through
           `vision_data.prepare` and its collator. A dataset without an image column trains
           the model as a language model, exactly as the text family would.
+`modality(raw)` names what the run trains on (events.MODALITIES), for the run's record.
 `wrap` is the same for both: the method's adapter on the family's targets, or full
 fine-tuning with what the switches turn off frozen.
 The processing class (tokenizer or processor) is what the trainer gets and what is saved
@@ -52,6 +53,9 @@ class TextFamily(_Family):
     def prepare(self, config: dict[str, Any], loaded: Loaded, raw: Any) -> data.PreparedData:
         return data.prepare(config, loaded.tokenizer, raw)
 
+    def modality(self, raw: Any) -> str:
+        return "text"
+
     def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
         # At their defaults the switches leave the text path's own default targets.
         return None if lora_targets.switches_at_default(config) else lora_targets.select_targets(model, config)
@@ -73,6 +77,12 @@ class VisionFamily(_Family):
         if not vision_data.has_images(raw):
             return data.prepare(config, loaded.tokenizer, raw)
         return vision_data.prepare(config, loaded.processing, raw)
+
+    def modality(self, raw: Any) -> str:
+        """What the run trains on: image rows make it "vision"; without them it is a language model."""
+        from tunelab.worker import vision_data
+
+        return "vision" if vision_data.has_images(raw) else "text"
 
     def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
         return lora_targets.select_targets(model, config)

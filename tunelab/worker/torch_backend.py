@@ -53,6 +53,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     raw = data.load_raw(config, _datasets_cache(output_dir))
     ctx.stage("formatting", f"Tokenizing {len(raw.train)} {raw.format} rows")
     prepared = family.prepare(config, loaded, raw)
+    ctx.emit(events.modality(family.modality(raw)))
     for note in prepared.notes:
         ctx.emit(events.status(note))
 

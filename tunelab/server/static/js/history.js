@@ -119,6 +119,8 @@ export class HistoryPanel {
     fact("Duration", fmtDuration(run.duration_seconds));
     fact("Steps", run.total_steps ? `${fmtInt(run.final_step)} / ${fmtInt(run.total_steps)}` : fmtInt(run.final_step));
     fact("Final loss", fmtNumber(run.final_loss));
+    // Null until the run's worker has prepared its data; rows older than modalities read "text".
+    fact("Modality", run.modality || "–");
 
     const spark = el("div", "run-spark");
     spark.append(sparkline(run.loss_sparkline, { label: `${name} loss` }));

@@ -197,6 +197,9 @@ export class RunPanel {
     if (!this.running) this.#endStopNotice();
     this.#showPhase(status.phase);
     this.#showNumbers(status);
+    const modality = $("run-modality");
+    modality.textContent = status.modality || "";
+    modality.hidden = !status.modality;
     // A failed run's message repeats its error; say it once, in the error box.
     $("run-message").textContent = status.message && status.message !== status.error ? status.message : "";
     const error = $("run-error");
