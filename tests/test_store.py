@@ -137,6 +137,7 @@ def test_runs_from_before_modalities_read_as_text_and_new_ones_wait_for_their_wo
     with Store(db) as store:
         assert store.schema_version() == len(MIGRATIONS)
         assert [r["modality"] for r in store.list_runs()] == ["text"]
+        assert store.get_metric_extras(1) == {}
         fresh = new_run(store)
         assert store.get_run(fresh)["modality"] is None  # unknown until the worker has prepared the data
         store.set_modality(fresh, "vision")
@@ -212,7 +213,43 @@ def test_metric_upserts_keep_known_values(store: Store) -> None:
     assert (rows[1]["loss"], rows[1]["learning_rate"], rows[1]["eval_loss"], rows[1]["grad_norm"]) == (1.5, 1e-4, 1.7, None)
     arrays = store.metric_arrays(run_id)
     assert arrays["steps"] == [1, 2] and arrays["loss"] == [2.0, 1.5] and arrays["eval_loss"] == [None, 1.7]
-    assert set(arrays) == {"steps", "loss", "learning_rate", "grad_norm", "eval_loss", "epoch", "num_tokens", "elapsed_seconds"}
+    assert set(arrays) == {"steps", "loss", "learning_rate", "grad_norm", "eval_loss", "epoch", "num_tokens", "elapsed_seconds",
+                           "extra"}
+
+
+def test_extra_metrics_are_stored_per_step_by_name(store: Store) -> None:
+    run_id = new_run(store)
+    store.add_metrics(run_id, [
+        events.progress(1, loss=2.0, extra={"mean_token_accuracy": 0.25, "entropy": 3.5}),
+        events.progress(2, loss=1.8, extra={"mean_token_accuracy": 0.3}),
+        events.progress(2, eval_loss=1.9, extra={"eval_mean_token_accuracy": 0.4}),  # HF logs eval separately
+    ])
+    # A repeated report for a step replaces the value; one that lacks a name keeps it.
+    store.add_metrics(run_id, [{"step": 2, "extra": {"mean_token_accuracy": 0.35}}, {"step": 1}])
+    assert store.get_metric_extras(run_id) == {
+        "entropy": {"steps": [1], "values": [3.5]},
+        "eval_mean_token_accuracy": {"steps": [2], "values": [0.4]},
+        "mean_token_accuracy": {"steps": [1, 2], "values": [0.25, 0.35]},
+    }
+    assert store.metric_arrays(run_id)["extra"] == store.get_metric_extras(run_id)
+    # The store checks names and values itself too, whoever calls it.
+    store.add_metrics(run_id, [{"step": 3, "extra": {"bad name": 1.0, "x" * 65: 1.0, "nan": math.nan, "ok": 1}}])
+    assert set(store.get_metric_extras(run_id)) == {"entropy", "eval_mean_token_accuracy", "mean_token_accuracy", "ok"}
+    store.finalize_run(run_id, status="completed")
+    store.delete_run(run_id)
+    assert store.get_metric_extras(run_id) == {}
+
+
+def test_extra_metrics_are_bounded_and_checked_at_the_event_boundary() -> None:
+    many = {f"m{i}": float(i) for i in range(events.EXTRA_MAX_COUNT + 10)}
+    assert list(events.clean_extra(many)) == [f"m{i}" for i in range(events.EXTRA_MAX_COUNT)]
+    raw = {"type": "progress", "step": 4, "loss": 1.0, "extra": {
+        "rewards/margins": 0.5, "ndcg@10": 0.7, "eval_mrr@10": "0.6", "loss": 9.0, "inf": math.inf, "flag": True,
+        "-lead": 1.0, "a b": 1.0, "é": 1.0, "x" * 65: 1.0, 7: 1.0, "nested": {"a": 1}}}
+    parsed = events.parse(raw)
+    assert parsed["extra"] == {"rewards/margins": 0.5, "ndcg@10": 0.7, "eval_mrr@10": 0.6} and parsed["loss"] == 1.0
+    for junk in ("not a mapping", [1, 2], None):
+        assert events.parse({**raw, "extra": junk})["extra"] == {}
 
 
 def test_metric_rows_are_checked(store: Store) -> None:

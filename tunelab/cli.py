@@ -223,7 +223,7 @@ def _runs_table(rows: list[dict], wide: bool) -> Table:
 
 @app.command()
 def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
-    """One run: status, config, final loss, loss sparkline and output folder."""
+    """One run: status, config, final loss, loss sparkline, the last value of each extra metric and output folder."""
     from tunelab.store import Store
 
     store = Store(paths.db_path())
@@ -231,7 +231,8 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
     if row is None:
         raise _fail(EXIT_ERROR, f"no run {run}; see `tunelab runs`")
     if as_json:
-        print(json.dumps({**row, "metrics": store.get_metrics(run)}, indent=1, default=str))
+        print(json.dumps({**row, "metrics": store.get_metrics(run), "extra_metrics": store.get_metric_extras(run)},
+                         indent=1, default=str))
         return
     # Stored text may predate today's input rules: print it escaped and never as markup.
     console.print(Text.assemble(("run " + str(row["id"]), "bold"), " ", printable(row.get("display_name")),
@@ -242,6 +243,11 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
         if row.get(key) not in (None, ""):
             console.print(Text(f"  {key}: {printable(row[key], keep_lines=key == 'error_message')}"))
     console.print(f"  loss: {sparkline(row.get('loss_sparkline'))}")
+    extras = store.get_metric_extras(run)
+    if extras:
+        console.print("  last values of the other metrics:")
+        for name, series in extras.items():
+            console.print(f"    {name}: {series['values'][-1]:.6g} (step {series['steps'][-1]})")
     config = row.get("config") or {}
     world = recorded_world_size(config)
     if world > 1:

@@ -8,9 +8,10 @@ worker and the parent share, so both build and check messages with it.
 from __future__ import annotations
 
 import math
+import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 STATUS = "status"
 MODEL_LOAD_STARTED = "model_load_started"
@@ -38,6 +39,13 @@ PROGRESS_NUMBERS = (
     "num_tokens", "elapsed_seconds", "eta_seconds", "peak_memory_gb", "peak_memory_reserved_gb",
 )
 PROGRESS_FIELDS = ("step",) + PROGRESS_NUMBERS
+# Further numbers a method logs (token accuracy, nDCG@10, reward margins) ride along as
+# `progress.extra` {name: value}: at most EXTRA_MAX_COUNT per event, names of word
+# characters and . / @ - up to EXTRA_NAME_MAX_CHARS long. Anything else is dropped at
+# this boundary, so the store and the page only ever see short, plain names.
+EXTRA_MAX_COUNT = 32
+EXTRA_NAME_MAX_CHARS = 64
+EXTRA_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./@-]*")
 # The largest count the run database can hold (a signed 64-bit integer).
 MAX_COUNT = 2**63 - 1
 
@@ -57,11 +65,32 @@ def status(message: str) -> dict[str, Any]:
     return make(STATUS, message=message)
 
 
-def progress(step: int, **numbers: Any) -> dict[str, Any]:
+def progress(step: int, extra: Mapping[str, Any] | None = None, **numbers: Any) -> dict[str, Any]:
     unknown = set(numbers) - set(PROGRESS_NUMBERS)
     if unknown:
         raise ValueError(f"unknown progress fields {sorted(unknown)}")
-    return make(PROGRESS, step=int(step), **{k: numbers.get(k) for k in PROGRESS_NUMBERS})
+    return make(PROGRESS, step=int(step), **{k: numbers.get(k) for k in PROGRESS_NUMBERS}, extra=clean_extra(extra))
+
+
+def is_extra_name(name: Any) -> bool:
+    return isinstance(name, str) and len(name) <= EXTRA_NAME_MAX_CHARS and EXTRA_NAME.fullmatch(name) is not None
+
+
+def clean_extra(raw: Any) -> dict[str, float]:
+    """The usable part of an `extra` mapping: finite numbers under well-formed names that
+    are not already progress fields, the first EXTRA_MAX_COUNT of them. Non-finite values
+    are left out (an unknown extra is simply absent), as is anything that is not a mapping."""
+    if not isinstance(raw, Mapping):
+        return {}
+    clean: dict[str, float] = {}
+    for name, value in raw.items():
+        number = finite_or_none(value)
+        if number is None or not is_extra_name(name) or name in PROGRESS_FIELDS:
+            continue
+        clean[name] = number
+        if len(clean) == EXTRA_MAX_COUNT:
+            break
+    return clean
 
 
 def modality(name: str) -> dict[str, Any]:
@@ -126,6 +155,7 @@ def parse(raw: Any) -> dict[str, Any]:
             if event[key] is not None:
                 # A count no store can hold is as unknown as a NaN (and must not poison a write).
                 event[key] = int(event[key]) if abs(event[key]) <= MAX_COUNT else None
+        event["extra"] = clean_extra(raw.get("extra"))
     elif kind == MODALITY:
         if raw.get("modality") not in MODALITIES:
             raise MalformedEvent(f"modality event names {raw.get('modality')!r}, not one of {MODALITIES}")

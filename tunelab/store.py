@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from tunelab import paths
-from tunelab.events import DEFAULT_MODALITY, MODALITIES, finite_or_none
+from tunelab.events import DEFAULT_MODALITY, MODALITIES, clean_extra, finite_or_none
 from tunelab.text import char_name, first_unsafe_char
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,15 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE runs ADD COLUMN modality TEXT",
         f"UPDATE runs SET modality = '{DEFAULT_MODALITY}'",
     ),
+    (  # 4: the numbers a method logs beyond the fixed metric columns (events.clean_extra), per step
+        """CREATE TABLE metric_extras (
+            run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            step INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            value REAL NOT NULL,
+            PRIMARY KEY (run_id, name, step)
+        ) WITHOUT ROWID""",
+    ),
 )
 
 # A later report for a step fills in what an earlier one lacked and never erases a value.
@@ -105,6 +114,11 @@ UPSERT_METRIC = (
     f"VALUES (?, ?, {', '.join('?' for _ in METRIC_FIELDS)}) "
     "ON CONFLICT (run_id, step) DO UPDATE SET "
     + ", ".join(f"{f} = COALESCE(excluded.{f}, metrics.{f})" for f in METRIC_FIELDS)
+)
+
+UPSERT_EXTRA = (
+    "INSERT INTO metric_extras (run_id, step, name, value) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (run_id, name, step) DO UPDATE SET value = excluded.value"
 )
 
 
@@ -221,7 +235,8 @@ def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
     return run
 
 
-def _metric_values(row: Mapping[str, Any]) -> tuple[int, list[Any]]:
+def _metric_values(row: Mapping[str, Any]) -> tuple[int, list[Any], dict[str, float]]:
+    """A metric row's step, its fixed fields in METRIC_FIELDS order, and its extras."""
     step = row.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise InvalidValue("step", f"must be a whole number >= 0, got {step!r}")
@@ -229,7 +244,7 @@ def _metric_values(row: Mapping[str, Any]) -> tuple[int, list[Any]]:
     tokens = METRIC_FIELDS.index("num_tokens")
     if values[tokens] is not None:
         values[tokens] = int(values[tokens])
-    return step, values
+    return step, values, clean_extra(row.get("extra"))
 
 
 class Store:
@@ -551,14 +566,19 @@ class Store:
     # --- metrics ----------------------------------------------------------------------
     def add_metrics(self, run_id: int, rows: Iterable[Mapping[str, Any]]) -> None:
         """Upsert metric rows (keys beyond the metric fields are ignored, so progress
-        events can be passed as they are). Non-finite numbers are stored as NULL."""
-        params = [(run_id, step, *values) for step, values in map(_metric_values, rows)]
+        events can be passed as they are). Non-finite numbers are stored as NULL. A row's
+        `extra` {name: value} goes to metric_extras, one value per name and step (a later
+        report for a step replaces it); names and values are checked by events.clean_extra."""
+        checked = [_metric_values(row) for row in rows]
+        params = [(run_id, step, *values) for step, values, _ in checked]
+        extras = [(run_id, step, name, value) for step, _, extra in checked for name, value in extra.items()]
         if not params:
             return
 
         def work(conn: sqlite3.Connection) -> None:
             try:
                 conn.executemany(UPSERT_METRIC, params)
+                conn.executemany(UPSERT_EXTRA, extras)
             except sqlite3.IntegrityError:
                 self._require_run(conn, run_id)
                 raise
@@ -575,8 +595,27 @@ class Store:
         )
         return [dict(r) for r in rows]
 
-    def metric_arrays(self, run_id: int) -> dict[str, list[Any]]:
+    def get_metric_extras(self, run_id: int) -> dict[str, dict[str, list[Any]]]:
+        """A run's extra metrics as series: {name: {"steps": [...], "values": [...]}}, names
+        in alphabetical order, steps ascending. A series has only the steps that logged it
+        (an eval metric only the eval steps)."""
+        rows = self._retry(
+            lambda c: c.execute(
+                "SELECT name, step, value FROM metric_extras WHERE run_id = ? ORDER BY name, step", (run_id,)
+            ).fetchall(),
+            write=False,
+        )
+        series: dict[str, dict[str, list[Any]]] = {}
+        for name, step, value in rows:
+            points = series.setdefault(name, {"steps": [], "values": []})
+            points["steps"].append(step)
+            points["values"].append(value)
+        return series
+
+    def metric_arrays(self, run_id: int) -> dict[str, Any]:
         """Every metric row as paired arrays for the API: `steps` plus one list per
-        field, one entry per step, None where a value is unknown."""
+        field, one entry per step, None where a value is unknown; and `extra`, the
+        series of get_metric_extras."""
         rows = self.get_metrics(run_id)
-        return {"steps": [r["step"] for r in rows], **{f: [r[f] for r in rows] for f in METRIC_FIELDS}}
+        return {"steps": [r["step"] for r in rows], **{f: [r[f] for r in rows] for f in METRIC_FIELDS},
+                "extra": self.get_metric_extras(run_id)}

@@ -59,6 +59,11 @@ def test_train_stop_resume_compare_and_manage_history(server, open_page, fill_de
     first = server.json("GET", "/api/runs/1")
     assert first["status"] == "stopped" and first["can_resume"], first
     expect(page.locator("#chart-loss")).to_have_attribute("data-points", str(len(loss_steps(first))))
+    # What TRL logs beyond the fixed numbers gets a chart of its own, one series at a time.
+    page.get_by_label("Other metric").select_option("mean_token_accuracy")
+    accuracy = first["metrics"]["extra"]["mean_token_accuracy"]
+    expect(page.locator("#chart-extra")).to_have_attribute("data-points", str(len(accuracy["steps"])))
+    expect(page.locator("#chart-extra")).to_have_attribute("data-last-step", str(accuracy["steps"][-1]))
 
     # Resume from the history: a new run continues the step count of the first.
     row1 = page.locator('#runs-list li[data-run-id="1"]')

@@ -33,6 +33,19 @@ def test_same_step_events_merge_and_new_steps_replace():
     assert state.phase == "training"
 
 
+def test_extra_metrics_keep_their_own_steps_and_latest_values(monkeypatch):
+    monkeypatch.setattr("tunelab.orchestrator.state.MAX_EXTRA_SERIES", 3)
+    state = ProgressState()
+    state.apply_progress(_progress(1, loss=2.0, extra={"mean_token_accuracy": 0.2, "entropy": 3.0}))
+    state.apply_progress(_progress(2, loss=1.9, extra={"mean_token_accuracy": 0.3}))
+    row = state.apply_progress(_progress(2, eval_loss=2.1, extra={"eval_mean_token_accuracy": 0.25, "one_too_many": 1.0}))
+    assert row["extra"] == {"eval_mean_token_accuracy": 0.25, "one_too_many": 1.0}  # the store keeps every series
+    extra = state.histories()["extra"]
+    assert extra == {"mean_token_accuracy": {"steps": [1, 2], "values": [0.2, 0.3]}, "entropy": {"steps": [1], "values": [3.0]},
+                     "eval_mean_token_accuracy": {"steps": [2], "values": [0.25]}}
+    assert state.as_dict()["extra"] == {"mean_token_accuracy": 0.3, "entropy": 3.0, "eval_mean_token_accuracy": 0.25}
+
+
 def test_progress_log_throttles_to_first_last_and_every_interval(caplog):
     now = [0.0]
     log = ProgressLog(run_id=7, interval_s=30, clock=lambda: now[0])

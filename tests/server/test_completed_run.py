@@ -65,7 +65,16 @@ def test_detail_has_the_sanitized_config_and_paired_metrics(live_server, complet
     assert detail["config"]["max_steps"] == STEPS
     metrics = detail["metrics"]
     assert metrics["steps"] == list(range(1, STEPS + 1))
+    extra = metrics.pop("extra")
     assert len({len(v) for v in metrics.values()}) == 1  # paired arrays
+    if detail["config"]["backend"] == "torch":
+        # TRL logs token accuracy and entropy at every step: extra series, stored per step as streamed.
+        streamed = [e.data["extra"]["mean_token_accuracy"] for e in events if e.event == "progress"]
+        assert extra["mean_token_accuracy"] == {"steps": list(range(1, STEPS + 1)), "values": pytest.approx(streamed)}
+        assert extra["entropy"]["steps"] == list(range(1, STEPS + 1))
+        assert not any(name.endswith("runtime") or name.endswith("per_second") for name in extra)
+    else:
+        assert extra == {}  # the mlx loop logs only the fixed numbers
     assert metrics["loss"] == pytest.approx([e.data["loss"] for e in events if e.event == "progress"])
     assert SECRET not in live_server.client().get("/api/runs").text
 
@@ -88,6 +97,9 @@ def test_status_and_metrics_keep_the_finished_run(live_server, completed):
     assert status["phase"] == "completed" and status["is_training_running"] is False
     assert status["job_id"] == job and status["step"] == STEPS and status["modality"] == "text"
     assert status["histories"]["steps"] == list(range(1, STEPS + 1))
+    detail = client.get(f"/api/runs/{job}").json()
+    assert status["histories"]["extra"] == detail["metrics"]["extra"]  # live and stored series agree
+    assert status["extra"] == {name: series["values"][-1] for name, series in detail["metrics"]["extra"].items()}
     assert client.get("/api/train/metrics").json()["histories"] == status["histories"]
 
 

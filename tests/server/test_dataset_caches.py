@@ -48,6 +48,10 @@ def test_runs_and_previews_keep_their_data_caches_to_themselves(start_server, us
     job = start_run(client, demo_run(max_steps=3, eval_steps=2))
     assert final_event(stream_until_end(client, params={"last_event_id": 0})).data["status"] == "completed"
     run = client.get(f"/api/runs/{job}").json()
+    # While here: what TRL logs at each evaluation is stored at the eval steps, with the eval loss.
+    eval_steps = [s for s, loss in zip(run["metrics"]["steps"], run["metrics"]["eval_loss"]) if loss is not None]
+    accuracy = run["metrics"]["extra"]["eval_mean_token_accuracy"]
+    assert accuracy["steps"] == eval_steps and eval_steps and all(0 <= v <= 1 for v in accuracy["values"])
     caches = Path(run["output_dir"]) / ".cache" / "datasets"
     assert global_datasets_cache(user_home) == []
     # The caches were made in the run's folder and, the run being complete, removed again.

@@ -33,7 +33,7 @@ from tunelab.orchestrator.prechecks import check_before_start
 from tunelab.orchestrator.prewarm import WarmWorkers, prewarm_wanted
 from tunelab.orchestrator.resume import check_resumable, check_world_size, resolve_resume_from
 from tunelab.orchestrator.run import ActiveRun
-from tunelab.orchestrator.state import HISTORY_KEYS, ProgressState
+from tunelab.orchestrator.state import ProgressState
 from tunelab.plots import loss_plot_png, plot_title
 from tunelab.store import AlreadyResumed, DuplicateStartRequest, InvalidValue, Store
 
@@ -301,10 +301,10 @@ class Orchestrator:
         data["is_training_running"] = self.is_training_active()
         return data
 
-    def metrics(self) -> dict[str, list]:
+    def metrics(self) -> dict[str, Any]:
         run = self._run
         if run is None:
-            return {key: [] for key in HISTORY_KEYS}
+            return ProgressState().histories()
         with run.lock:
             return run.state.histories()
 

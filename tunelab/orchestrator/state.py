@@ -28,6 +28,9 @@ LIVE_NUMBERS = ("total_steps", "epoch", "loss", "learning_rate", "grad_norm", "e
                 "elapsed_seconds", "eta_seconds", "peak_memory_gb", "peak_memory_reserved_gb")
 METRIC_COLUMNS = ("step", "loss", "learning_rate", "grad_norm", "eval_loss", "epoch", "num_tokens", "elapsed_seconds")
 HISTORY_KEYS = ("steps", "loss", "learning_rate", "grad_norm_steps", "grad_norm", "eval_steps", "eval_loss")
+# Distinct extra series one run keeps for its live charts; a worker inventing a new name
+# every step must not grow the parent's memory without bound (the store keeps them all).
+MAX_EXTRA_SERIES = 64
 
 
 class ProgressState:
@@ -43,6 +46,8 @@ class ProgressState:
         self.resume_blocked = False
         self.malformed_events = 0
         self.history: dict[str, list] = {key: [] for key in HISTORY_KEYS}
+        self.extra: dict[str, float] = {}  # the latest value of each extra metric
+        self.extra_history: dict[str, dict[str, list]] = {}  # name -> {"steps", "values"}
 
     def apply_progress(self, event: dict[str, Any]) -> dict[str, Any]:
         """Take one parsed progress event; return the metric row to store for it."""
@@ -61,7 +66,23 @@ class ProgressState:
             self._record("grad_norm_steps", step, grad_norm=event["grad_norm"])
         if event.get("eval_loss") is not None:
             self._record("eval_steps", step, eval_loss=event["eval_loss"])
-        return {key: event.get(key) for key in METRIC_COLUMNS}
+        extra = event.get("extra") or {}
+        for name, value in extra.items():
+            self._record_extra(name, step, value)
+        return {**{key: event.get(key) for key in METRIC_COLUMNS}, "extra": dict(extra)}
+
+    def _record_extra(self, name: str, step: int, value: float) -> None:
+        series = self.extra_history.get(name)
+        if series is None:
+            if len(self.extra_history) >= MAX_EXTRA_SERIES:
+                return
+            series = self.extra_history[name] = {"steps": [], "values": []}
+        self.extra[name] = value
+        if series["steps"] and series["steps"][-1] == step:
+            series["values"][-1] = value
+        else:
+            series["steps"].append(step)
+            series["values"].append(value)
 
     def _record(self, steps_key: str, step: int, **values: Any) -> None:
         """Append a point to a history (or overwrite it when the step repeats).
@@ -77,8 +98,10 @@ class ProgressState:
         for key, value in values.items():
             self.history[key].append(value)
 
-    def histories(self) -> dict[str, list]:
-        return {key: list(values) for key, values in self.history.items()}
+    def histories(self) -> dict[str, Any]:
+        """The chart series: HISTORY_KEYS, plus `extra` {name: {"steps", "values"}}."""
+        return {**{key: list(values) for key, values in self.history.items()},
+                "extra": {name: {k: list(v) for k, v in series.items()} for name, series in self.extra_history.items()}}
 
     def finite_losses(self) -> list[float]:
         return list(self.history["loss"])
@@ -88,6 +111,7 @@ class ProgressState:
             "phase": self.phase,
             "step": self.step,
             **self.numbers,
+            "extra": dict(self.extra),
             "message": self.message,
             "error": self.error,
             "output_dir": self.output_dir,

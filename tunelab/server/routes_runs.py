@@ -55,8 +55,10 @@ def _require_run(request: Request, run_id: int) -> dict[str, Any]:
     return run
 
 
-def _paired_metrics(rows: list[dict[str, Any]]) -> RunMetrics:
-    return RunMetrics(steps=[r["step"] for r in rows], **{f: [r[f] for r in rows] for f in METRIC_FIELDS})
+def _paired_metrics(store: Store, run_id: int) -> RunMetrics:
+    rows = store.get_metrics(run_id)
+    return RunMetrics(steps=[r["step"] for r in rows], **{f: [r[f] for r in rows] for f in METRIC_FIELDS},
+                      extra=store.get_metric_extras(run_id))
 
 
 @router.get("", response_model=RunList, responses=error_responses(422))
@@ -73,9 +75,10 @@ def list_runs(
 
 @router.get("/{run_id}", response_model=RunDetail, responses=error_responses(404, 422))
 def get_run(request: Request, run_id: RunId) -> RunDetail:
-    """One run: its record, its settings (without secrets) and every metric by step."""
+    """One run: its record, its settings (without secrets) and every metric by step (the
+    extra ones as series of their own)."""
     run = _require_run(request, run_id)
-    metrics = _paired_metrics(request.app.state.store.get_metrics(run_id))
+    metrics = _paired_metrics(request.app.state.store, run_id)
     return RunDetail(**_summary_fields(request.app.state.store, run), config=run["config"], metrics=metrics)
 
 

@@ -92,6 +92,17 @@ class StopAnswer(BaseModel):
     phase: str
 
 
+class ExtraSeries(BaseModel):
+    """One extra metric: the steps that logged it and its values there (paired arrays)."""
+
+    steps: list[int] = []
+    values: list[float] = []
+
+
+EXTRA_HELP = ("Numbers the training method logs beyond the fixed ones (e.g. mean_token_accuracy, entropy, "
+              "eval_mean_token_accuracy), by name; each series has only the steps that logged it.")
+
+
 class Histories(BaseModel):
     """Chart series as paired arrays: loss and learning_rate share `steps`."""
 
@@ -102,6 +113,7 @@ class Histories(BaseModel):
     grad_norm: list[float | None] = []
     eval_steps: list[int] = []
     eval_loss: list[float | None] = []
+    extra: dict[str, ExtraSeries] = Field({}, description=EXTRA_HELP)
 
 
 class TrainStatus(BaseModel):
@@ -122,6 +134,7 @@ class TrainStatus(BaseModel):
     eta_seconds: float | None = None
     peak_memory_gb: float | None = Field(None, description="Peak memory of the run: CUDA memory allocated, or the worker's resident memory on CPU; the largest over ranks in a distributed run.")
     peak_memory_reserved_gb: float | None = Field(None, description="Peak CUDA memory the allocator reserved (None on CPU).")
+    extra: dict[str, float] = Field({}, description="The latest value of each extra metric the run has logged.")
     world_size: int | None = Field(None, description="Training processes the run spans, all nodes together (1 for a one-process run).")
     modality: str | None = Field(None, description=MODALITY_HELP)
     message: str | None = None
@@ -177,6 +190,7 @@ class RunMetrics(BaseModel):
     epoch: list[float | None]
     num_tokens: list[int | None]
     elapsed_seconds: list[float | None]
+    extra: dict[str, ExtraSeries] = Field({}, description=EXTRA_HELP)
 
 
 class RunDetail(RunSummary):

@@ -1,6 +1,7 @@
 """Trainer callbacks: progress events for the parent, and stopping on request.
 
-`ProgressReporter` turns each HF log record (training or eval) into a `progress` event.
+`ProgressReporter` turns each HF log record (training or eval) into a `progress` event,
+with the numbers beyond the fixed ones in its `extra` mapping.
 In a distributed run both are called on every rank at the same steps, so each may use a
 collective (ranks.py): the peaks are the largest over ranks, and the stop is agreed.
 `StopOnRequest` checks the stop state at every step boundary: a stop-and-save asks the
@@ -10,6 +11,7 @@ save the Trainer had scheduled for that step, since a cancelled run keeps nothin
 
 from __future__ import annotations
 
+import re
 import resource
 import sys
 import time
@@ -30,6 +32,17 @@ def peak_memory_gb() -> tuple[float, float | None]:
         return torch.cuda.max_memory_allocated() / 2**30, torch.cuda.max_memory_reserved() / 2**30
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak * (1 if sys.platform == "darwin" else 1024) / 2**30, None  # bytes on macOS, KiB on Linux
+
+
+# Logged numbers that are not about the model: run time and throughput (elapsed_seconds
+# covers time) and the FLOP count. Everything else numeric rides along as `extra`.
+NOT_EXTRA = re.compile(r"(.*_)?(runtime|samples_per_second|steps_per_second)|total_flos")
+
+
+def extra_numbers(logs: dict[str, Any]) -> dict[str, float]:
+    """What the Trainer logged beyond the fixed progress numbers (TRL's mean_token_accuracy
+    and entropy, eval_mean_token_accuracy, a method's own metrics), within events' bounds."""
+    return events.clean_extra({name: value for name, value in logs.items() if not NOT_EXTRA.fullmatch(name)})
 
 
 class ProgressReporter(TrainerCallback):
@@ -69,6 +82,7 @@ class ProgressReporter(TrainerCallback):
             eta_seconds=eta,
             peak_memory_gb=allocated,
             peak_memory_reserved_gb=reserved,
+            extra=extra_numbers(logs),
         ))
 
 

@@ -61,7 +61,10 @@ export class RunPanel {
       learning_rate: new LineChart($("chart-learning_rate"), { title: "Learning rate", series: [{ label: "learning rate", colorIndex: 2, style: "line" }] }),
       grad_norm: new LineChart($("chart-grad_norm"), { title: "Gradient norm", series: [{ label: "grad norm", colorIndex: 3, style: "line" }] }),
       eval_loss: new LineChart($("chart-eval_loss"), { title: "Eval loss", series: [{ label: "eval loss", colorIndex: 4, style: "both" }] }),
+      extra: new LineChart($("chart-extra"), { title: "", series: [{ label: "", colorIndex: 5, style: "both" }] }),
     };
+    this.extraShown = null; // the extra series in the chart; the selector picks another
+    $("extra-series").addEventListener("change", () => this.#drawSoon());
     $("stop-run").addEventListener("click", () => this.#askStop());
     $("clear-run").addEventListener("click", () => this.#clear());
   }
@@ -246,7 +249,29 @@ export class RunPanel {
       this.drawPending = false;
       this.charts.loss.setData(this.series.lossWithAverage());
       for (const name of ["learning_rate", "grad_norm", "eval_loss"]) this.charts[name].setData(this.series.series(name));
+      this.#drawExtra();
     });
+  }
+
+  /** The metrics a method logs beyond the fixed ones (token accuracy, nDCG@10, reward
+   * margins...): one chart, with a selector of every series the run has so far. */
+  #drawExtra() {
+    const names = this.series.extraNames();
+    const select = $("extra-series");
+    if (names.join("\n") !== [...select.options].map((o) => o.value).join("\n")) {
+      const keep = select.value;
+      select.replaceChildren(...names.map((name) => new Option(name, name)));
+      if (names.includes(keep)) select.value = keep;
+    }
+    $("extra-chart-box").hidden = names.length === 0;
+    const name = select.value;
+    const data = this.series.extraSeries(name);
+    if (name !== this.extraShown) {
+      this.extraShown = name;
+      this.charts.extra.setSeries([{ label: name.replace(/_/g, " "), colorIndex: 5, style: "both" }], data);
+    } else {
+      this.charts.extra.setData(data);
+    }
   }
 
   #askStop() {

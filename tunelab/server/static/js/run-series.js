@@ -20,6 +20,7 @@ export class RunSeries {
 
   clear() {
     this.points = Object.fromEntries(SERIES.map((name) => [name, new Map()]));
+    this.extra = new Map(); // name -> Map(step -> value): what the method logs beyond the fixed series
     this.lastStep = null;
   }
 
@@ -30,6 +31,7 @@ export class RunSeries {
     pairUp(this.points.learning_rate, h.steps, h.learning_rate);
     pairUp(this.points.grad_norm, h.grad_norm_steps, h.grad_norm);
     pairUp(this.points.eval_loss, h.eval_steps, h.eval_loss);
+    for (const [name, series] of Object.entries(h.extra || {})) pairUp(this.#extraPoints(name), series.steps, series.values);
     const steps = [...(h.steps || []), ...(h.grad_norm_steps || []), ...(h.eval_steps || [])];
     for (const step of steps) this.#seen(step);
   }
@@ -39,6 +41,7 @@ export class RunSeries {
     const step = event.step;
     if (!Number.isInteger(step)) return;
     for (const name of SERIES) if (isNumber(event[name])) this.points[name].set(step, event[name]);
+    for (const [name, value] of Object.entries(event.extra || {})) if (isNumber(value)) this.#extraPoints(name).set(step, value);
     this.#seen(step);
   }
 
@@ -46,10 +49,24 @@ export class RunSeries {
     if (this.lastStep === null || step > this.lastStep) this.lastStep = step;
   }
 
+  #extraPoints(name) {
+    if (!this.extra.has(name)) this.extra.set(name, new Map());
+    return this.extra.get(name);
+  }
+
   /** [steps, values] of one series in step order. */
   series(name) {
-    const entries = [...this.points[name].entries()].sort((a, b) => a[0] - b[0]);
-    return [entries.map((e) => e[0]), entries.map((e) => e[1])];
+    return inStepOrder(this.points[name]);
+  }
+
+  /** The names of the extra series seen so far, sorted. */
+  extraNames() {
+    return [...this.extra.keys()].sort();
+  }
+
+  /** [steps, values] of one extra series (empty when unknown). */
+  extraSeries(name) {
+    return inStepOrder(this.extra.get(name) || new Map());
   }
 
   /** Loss data for a chart: [steps, raw loss, trailing moving average]. */
@@ -57,6 +74,11 @@ export class RunSeries {
     const [steps, loss] = this.series("loss");
     return [steps, loss, movingAverage(loss, MOVING_AVERAGE_WINDOW)];
   }
+}
+
+function inStepOrder(points) {
+  const entries = [...points.entries()].sort((a, b) => a[0] - b[0]);
+  return [entries.map((e) => e[0]), entries.map((e) => e[1])];
 }
 
 function pairUp(target, steps, values) {
