@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 import tiny_families
-from tunelab.worker import lora_targets, model_family
+from tunelab.worker import lora_targets, model_family, vision_model
+from tunelab.worker.context import RunSettingError
 from tunelab.worker.model_setup import DeviceSettings
 from tunelab.worker.sources import load_raw
 from tunelab.worker.vision_collator import IGNORE_INDEX
@@ -38,7 +39,17 @@ VISION_PARTS = {
     "llava_next": ("model.vision_tower.", "model.multi_modal_projector."),
     "idefics3": ("model.vision_model.", "model.connector."),
 }
-assert set(VISION_PARTS) == set(tiny_families.FAMILIES)
+# The tokens that stand for an image in each family's rendered text and processed ids
+# (placeholders, the copies the processor expands them into, and the markers around them).
+QWEN_IMAGE = {"<|vision_start|>", "<|image_pad|>", "<|vision_end|>"}
+IMAGE_TOKENS = {
+    "qwen2_vl": QWEN_IMAGE, "qwen2_5_vl": QWEN_IMAGE, "qwen3_vl": QWEN_IMAGE,
+    "gemma3": {"<start_of_image>", "<image_soft_token>", "<end_of_image>"},
+    "mllama": {"<|image|>"},
+    "llava_next": {"<image>"},
+    "idefics3": {"<image>", "<fake_token_around_image>", "<global-img>"},
+}
+assert set(VISION_PARTS) == set(IMAGE_TOKENS) == set(tiny_families.FAMILIES)
 
 
 @pytest.fixture(scope="module")
@@ -102,14 +113,15 @@ def test_labels_cover_the_text_and_never_an_image_token(family_model, loaded, sm
     tokenizer = loaded_model.tokenizer
     config = _config(family_model[1], small_data[data], train_on_completions=completions)
     prepared, batch = _batch(family, loaded_model, config, tmp_path)
-    image_ids = image_token_ids(loaded_model.processing)
+    image_ids = set(tokenizer.convert_tokens_to_ids(sorted(IMAGE_TOKENS[family_model[0]])))
+    assert image_ids <= image_token_ids(loaded_model.processing)  # tunelab knows every one of them
     rows = [json.loads(line) for line in small_data[data].read_text().splitlines()]
     for i in range(2):
         ids, labels = batch["input_ids"][i], batch["labels"][i]
         trained = labels != IGNORE_INDEX
         assert bool((labels[trained] == ids[trained]).all())
         assert not set(ids[trained].tolist()) & image_ids  # no image token or marker takes loss
-        assert image_ids & set(ids.tolist())  # ...and the row does hold its image tokens
+        assert image_ids & set(ids.tolist())  # ...and the row does hold image tokens
         if completions:
             reply = rows[i]["text"] if data == "captions" else rows[i]["messages"][-1]["content"][0]["text"]
             assert tokenizer.decode(ids[trained].tolist()) == reply + "<|end|>"  # exactly the assistant's turn
@@ -152,3 +164,23 @@ def test_the_switches_split_vision_from_language(family_model, loaded):
     assert lora_targets.select_targets(model, {"finetune_vision_layers": False}) == sorted(everything - vision)
     assert lora_targets.select_targets(model, {"finetune_language_layers": False}) == sorted(vision)
     assert not any("lm_head" in n for n in everything)
+
+
+@pytest.mark.skipif(vision_model.torchvision_installed(), reason="the refusal is for a machine without torchvision")
+def test_a_processor_that_needs_a_missing_package_is_a_setting_to_fix(tmp_path):
+    """Mistral 3's PixtralProcessor cannot exist without torchvision: loading its model says
+    so, naming the field and the fix, instead of an ImportError from inside transformers."""
+    from transformers import Mistral3Config
+
+    from tunelab.demo_assets import train_demo_tokenizer
+
+    Mistral3Config().save_pretrained(tmp_path)  # the config alone: the processor fails before any weight is read
+    train_demo_tokenizer(["a red circle"], extra_special_tokens=("[IMG]",), vocab_size=300).save_pretrained(tmp_path)
+    (tmp_path / "processor_config.json").write_text(json.dumps(
+        {"processor_class": "PixtralProcessor", "image_processor": {"image_processor_type": "PixtralImageProcessor"}}))
+    config = {"model_name": str(tmp_path)}
+    assert vision_model.is_vision_model(config)
+    with pytest.raises(RunSettingError) as refused:
+        vision_model.load_processor(config)
+    assert refused.value.field == "model_name"
+    assert "torchvision" in refused.value.message.lower() and "install" in refused.value.message

@@ -84,33 +84,32 @@ def _processor_class(config: dict[str, Any]) -> Any:
     return PROCESSOR_MAPPING[type(model_config)] if type(model_config) in PROCESSOR_MAPPING else None
 
 
-def _auto_processor(config: dict[str, Any]) -> Any:
+def auto_processor(config: dict[str, Any]) -> Any:
+    """`AutoProcessor` for `config["model_name"]`, images-only where torchvision is missing and
+    the processor would otherwise need it for video."""
     from transformers import AutoProcessor
 
     try:
         return AutoProcessor.from_pretrained(config["model_name"], **_hub_kwargs(config))
-    except Exception as exc:
-        if torchvision_installed():
-            raise
-        processor_class = _processor_class(config)
+    except Exception:
+        processor_class = None if torchvision_installed() else _processor_class(config)
         if processor_class is None or not any("video" in name for name in processor_class.get_attributes()):
-            raise RunSettingError("model_name", f"{config['model_name']}'s processor does not load without torchvision ({exc}); "
-                                                "install the torchvision build that matches the installed torch") from exc
-        return images_only(processor_class).from_pretrained(config["model_name"], **_hub_kwargs(config))
+            raise  # not the missing video processor: the caller words the error
+    return images_only(processor_class).from_pretrained(config["model_name"], **_hub_kwargs(config))
 
 
 def load_processor(config: dict[str, Any]) -> Any:
     from transformers import ProcessorMixin
 
     try:
-        processor = _auto_processor(config)
+        processor = auto_processor(config)
     except RunSettingError:
         raise
     except (OSError, ValueError) as exc:
         raise RunSettingError("model_name", f"{config['model_name']} is a vision-language model but its processor does not load ({exc}); "
                                        "the model folder needs its processor files (preprocessor_config.json / processor_config.json)") from exc
     except ImportError as exc:  # a processor class that itself requires a missing package (Pixtral's needs torchvision)
-        raise RunSettingError("model_name", f"{config['model_name']}'s processor needs a package that is not installed ({exc}); "
+        raise RunSettingError("model_name", f"{config['model_name']}'s processor needs a package that is not installed ({' '.join(str(exc).split())}); "
                                             "install it (for torchvision: the build that matches the installed torch)") from exc
     if not isinstance(processor, ProcessorMixin) or getattr(processor, "tokenizer", None) is None:
         raise RunSettingError("model_name", f"{config['model_name']} is a vision-language model but ships no processor with a tokenizer; "
