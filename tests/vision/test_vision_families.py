@@ -13,6 +13,7 @@ installed (Idefics3 stands for that architecture).
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,11 @@ def test_loads_as_a_vision_model_with_its_processor(family_model, loaded):
     assert getattr(loaded_model.processing, "image_processor", None) is not None
     assert image_token_ids(loaded_model.processing), "the processor names no image token"
     assert type(loaded_model.model).__name__.endswith("ForConditionalGeneration")
+    # A data loader's workers and datasets' fingerprinting pickle the processor.
+    copy = pickle.loads(pickle.dumps(loaded_model.processing))
+    assert type(copy) is type(loaded_model.processing)
+    assert copy(text=["a <|end|>"], return_tensors="pt")["input_ids"].tolist() == \
+        loaded_model.processing(text=["a <|end|>"], return_tensors="pt")["input_ids"].tolist()
 
 
 @pytest.mark.parametrize("data, completions", [("captions", True), ("messages", True), ("messages", False)])
@@ -184,3 +190,23 @@ def test_a_processor_that_needs_a_missing_package_is_a_setting_to_fix(tmp_path):
         vision_model.load_processor(config)
     assert refused.value.field == "model_name"
     assert "torchvision" in refused.value.message.lower() and "install" in refused.value.message
+
+
+def test_a_text_only_dataset_trains_it_as_a_language_model(family_model, loaded, tmp_path):
+    import torch
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    family, loaded_model = loaded
+    data = tmp_path / "chat.jsonl"
+    data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"Name colour {i}."},
+                                                     {"role": "assistant", "content": "A red circle."}]}) + "\n" for i in range(ROWS)))
+    config = _config(family_model[1], data, train_on_completions=True)
+    prepared = family.prepare(config, loaded_model, load_raw(config, tmp_path / "cache"))
+    assert prepared.collator is None  # the text path's own collator, as for a text model
+    rows = [{"input_ids": row["input_ids"], "labels": row["labels"]} for row in prepared.train.select(range(2))]
+    batch = DataCollatorForLanguageModeling(pad_token_id=loaded_model.tokenizer.pad_token_id)(rows)
+    model = loaded_model.model.train()
+    loss = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
+    assert torch.isfinite(loss)
+    trained = batch["labels"][0] != IGNORE_INDEX
+    assert loaded_model.tokenizer.decode(batch["input_ids"][0][trained].tolist()) == "A red circle.<|end|>"

@@ -66,13 +66,31 @@ def images_only(processor_class: Any) -> Any:
     touches its video processor when given videos). Saved, it still names the original
     class, so the exported processor reloads as the model's own."""
 
+    if processor_class in _IMAGES_ONLY:
+        return _IMAGES_ONLY[processor_class]
+
     class ImagesOnly(processor_class):
         @classmethod
         def get_attributes(cls) -> list[str]:
             return [name for name in super().get_attributes() if "video" not in name]
 
+        def __reduce__(self) -> tuple[Any, ...]:
+            # Pickled by the original class (datasets fingerprints the mapping function, a
+            # data loader's workers receive the collator): this class is made at run time.
+            return _restore_images_only, (processor_class, self.__dict__)
+
     ImagesOnly.__name__ = ImagesOnly.__qualname__ = processor_class.__name__
+    _IMAGES_ONLY[processor_class] = ImagesOnly
     return ImagesOnly
+
+
+_IMAGES_ONLY: dict[Any, Any] = {}
+
+
+def _restore_images_only(processor_class: Any, state: dict[str, Any]) -> Any:
+    processor = object.__new__(images_only(processor_class))
+    processor.__dict__.update(state)
+    return processor
 
 
 def _processor_class(config: dict[str, Any]) -> Any:
@@ -103,8 +121,6 @@ def load_processor(config: dict[str, Any]) -> Any:
 
     try:
         processor = auto_processor(config)
-    except RunSettingError:
-        raise
     except (OSError, ValueError) as exc:
         raise RunSettingError("model_name", f"{config['model_name']} is a vision-language model but its processor does not load ({exc}); "
                                        "the model folder needs its processor files (preprocessor_config.json / processor_config.json)") from exc
