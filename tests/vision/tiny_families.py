@@ -74,9 +74,10 @@ def _qwen_ids(tokenizer: Any) -> dict[str, int]:
 
 
 def _qwen_image_processor(cls: Any, patch: int) -> Any:
-    # 32x32 pixels in `patch`-pixel patches, merged 2x2 into image tokens.
+    # At most 32x32 pixels (the min/max pixel counts), in `patch`-pixel patches merged 2x2
+    # into image tokens: four per image.
     return cls(patch_size=patch, merge_size=2, temporal_patch_size=2,
-               size={"shortest_edge": 4 * patch * patch, "longest_edge": 4 * SIDE * SIDE})
+               size={"shortest_edge": 4 * patch * patch, "longest_edge": SIDE * SIDE})
 
 
 def qwen2_vl(corpus: list[str]) -> tuple[Any, Any]:
