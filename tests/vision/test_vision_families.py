@@ -2,7 +2,9 @@
 path: detected as vision from its config, loaded with its processor, its caption and
 chat-parts rows prepared (no image token ever takes loss; with train_on_completions only
 the assistant's text does), batched, trained one LoRA step, and its layers split into
-vision and language parts by the finetune_* switches.
+vision and language parts by the finetune_* switches; a text-only dataset trains it as a
+language model. Without torchvision (this CPU torch) the Qwen processors load without
+their video part, and a processor that cannot exist at all is a model_name error.
 
 The models are tiny random-init ones built offline (`tiny_families`), one per family.
 Left out: Mistral 3 — its PixtralProcessor refuses to exist without torchvision, which
