@@ -81,10 +81,12 @@ def _model_class(config_source: str, remote_code: bool) -> Any:
 
 def _processing(source: str, remote_code: bool) -> Any:
     """The run's processor where it saved one (a vision-language run), else its tokenizer."""
-    from transformers import AutoProcessor, AutoTokenizer
+    from transformers import AutoTokenizer
+
+    from tunelab.worker.vision_model import auto_processor
 
     if any((Path(source) / name).is_file() for name in ("processor_config.json", "preprocessor_config.json")):
-        return AutoProcessor.from_pretrained(source, trust_remote_code=remote_code)
+        return auto_processor({"model_name": source, "trust_remote_code": remote_code})
     return AutoTokenizer.from_pretrained(source, trust_remote_code=remote_code)
 
 

@@ -6,7 +6,8 @@
   text_ids   the rendered text tokenized *before* the processor expands image placeholders
   loss_mask  1 on the tokens that take loss: every text token, or with
              `train_on_completions` only the assistant turns (found as in `tokenization`);
-             never an image placeholder or marker (`image_token_ids`)
+             never an image placeholder or marker (`image_token_ids`: the processor's named
+             image tokens and the special tokens its chat template writes for an image)
 Pixels are never decoded here: every image is opened only far enough to check that it
 is an image (a missing or unreadable one is an error naming its row and path, before
 training; with `skip_bad_images` the row is dropped instead, and the count and the first
@@ -34,7 +35,7 @@ VISION_COLUMNS = ("text", "images", "text_ids", "loss_mask")
 SHOWN_SKIPPED = 5
 # Processor attributes naming image placeholder and marker tokens (the names differ by family).
 IMAGE_TOKEN_ATTRIBUTES = ("image_token", "boi_token", "eoi_token", "image_start_token", "image_end_token",
-                          "fake_image_token", "global_image_token", "vision_start_token", "vision_end_token")
+                          "fake_image_token", "global_image_token", "global_image_tag", "vision_start_token", "vision_end_token")
 
 
 def image_token_ids(processor: Any) -> set[int]:
@@ -53,7 +54,25 @@ def image_token_ids(processor: Any) -> set[int]:
                     found.add(token_id)
     if isinstance(getattr(processor, "image_token_id", None), int):
         found.add(processor.image_token_id)
-    return found
+    return found | template_image_tokens(processor)
+
+
+def template_image_tokens(processor: Any) -> set[int]:
+    """Special tokens the chat template itself writes for an image part, found by rendering
+    a user turn with and without one. Some families name their image markers nowhere else:
+    Qwen2-VL's template wraps the placeholder in <|vision_start|> ... <|vision_end|>."""
+    tokenizer = processor.tokenizer
+
+    def rendered(content: list[dict[str, Any]]) -> set[int]:
+        text = processor.apply_chat_template([{"role": "user", "content": content}], tokenize=False)
+        return set(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    try:
+        added = rendered([{"type": "image"}, {"type": "text", "text": "a"}]) - rendered([{"type": "text", "text": "a"}])
+    except Exception:  # a template that refuses a lone user turn: the named tokens above must do
+        return set()
+    special = set(tokenizer.all_special_ids) | {i for i, token in tokenizer.added_tokens_decoder.items() if token.special}
+    return added & special
 
 
 def has_images(raw: RawData) -> bool:
