@@ -36,7 +36,9 @@ SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # What the demo trains with: full fine-tuning (a random encoder has nothing to keep), a
 # batch whose other rows are the in-batch negatives, and an eval every 20 steps.
 EMBEDDING_DEMO_TRAINING = {"training_type": "full", "learning_rate": 1e-3, "batch_size": 16, "gradient_accumulation_steps": 1,
-                           "max_seq_length": 32, "warmup_steps": 5, "weight_decay": 0.0, "eval_holdout": 0.15, "eval_steps": 20}
+                           "max_seq_length": 32, "warmup_steps": 5, "weight_decay": 0.0, "eval_holdout": 0.15, "eval_steps": 10}
+# The metric the demo summary shows rising: retrieval quality on the held-out pairs.
+DEMO_METRIC = "eval_cosine_ndcg@10"
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,21 @@ def ensure_embedding_demo_assets(root: Path | None = None) -> EmbeddingDemoAsset
         return EmbeddingDemoAssets(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     return build_embedding_demo_assets(target)
+
+
+def eval_history(output_dir: str | Path | None, metric: str = DEMO_METRIC) -> list[tuple[int, float]]:
+    """(step, value) of an evaluator metric at each eval of a finished run, as the Trainer
+    logged it into the last checkpoint's `trainer_state.json` (a plain JSON file, no torch)."""
+    from tunelab.checkpoints import latest_valid_checkpoint
+
+    checkpoint = latest_valid_checkpoint(output_dir)
+    if checkpoint is None:
+        return []
+    try:
+        history = json.loads((checkpoint / "trainer_state.json").read_text()).get("log_history") or []
+    except (OSError, ValueError):
+        return []
+    return [(int(entry["step"]), float(entry[metric])) for entry in history if isinstance(entry, dict) and metric in entry]
 
 
 def embedding_demo_config(assets: EmbeddingDemoAssets, *, steps: int = 80, data: Path | None = None, **overrides):
