@@ -78,9 +78,3 @@ def _output_gives_the_trained_embeddings(assets, out, config) -> None:
     assert np.abs(exported - trained.encode(texts)).max() < 1e-4
     assert np.abs(exported - base_embeddings).max() > 1e-3  # training changed the embeddings, so losing it would show
 
-
-def test_a_batch_too_small_for_in_batch_negatives_ends_before_training(embedding_assets, tmp_path):
-    final, worker = run_to_end(_payload(embedding_assets, tmp_path / "out", batch_size=1, eval_steps=0))
-    assert final["type"] == ev.ERROR
-    assert final["error"].startswith("batch_size: MultipleNegativesRankingLoss takes its negatives")
-    assert "training" not in [e.get("stage") for e in worker.events if e["type"] == ev.STATUS]

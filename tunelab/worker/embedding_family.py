@@ -65,6 +65,9 @@ class EmbeddingFamily:
         from peft import LoraConfig, TaskType, get_peft_model
 
         encoder = model[0].model
+        if device.gradient_checkpointing:
+            # Checkpointed blocks need an input that requires grad, or the frozen base cuts the graph.
+            encoder.enable_input_require_grads()
         lora = LoraConfig(
             task_type=TaskType.FEATURE_EXTRACTION,
             r=int(config.get("lora_r") or 16),
