@@ -71,6 +71,17 @@ def test_a_row_without_text_is_named(tmp_path):
         EmbeddingFamily().prepare({"batch_size": 2}, None, _raw(data, tmp_path))
 
 
+@pytest.mark.parametrize(("rows", "words"), [
+    ([{"sentence1": "a", "sentence2": "b", "score": s} for s in ("high", "low")], "row 0 of the training data has score 'high'"),
+    ([{"query": "a", "document": "b", "label": v} for v in (1, 3, 0)], "row 1 of the training data has label 3"),
+])
+def test_a_score_or_label_that_is_not_one_is_named(tmp_path, rows, words):
+    data = tmp_path / "graded.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(RunSettingError, match=words):
+        EmbeddingFamily().prepare({"batch_size": 1}, None, _raw(data, tmp_path))
+
+
 def test_pair_data_on_a_generative_model_says_what_to_do(demo_assets, embedding_assets, tmp_path):
     from tunelab.worker import data
 

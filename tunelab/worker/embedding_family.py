@@ -127,4 +127,23 @@ def _columns_in_order(rows: Any, fmt: str, what: str) -> Any:
         if bad is not None:
             raise DataFormatError("dataset", f"row {bad} of the {what} data has no text in '{column}' (got {values[bad]!r}); "
                                              "every row needs a non-empty text in each of the columns " + ", ".join(texts))
+    _check_labels(rows, fmt, what)
     return rows
+
+
+def _check_labels(rows: Any, fmt: str, what: str) -> None:
+    """A score is a number; a label says relevant (1) or not (0), which the contrastive
+    losses and the evaluator of labelled pairs take as given."""
+    if fmt == "scored_pairs":
+        values = rows["score"]
+        bad = next((i for i, v in enumerate(values) if isinstance(v, bool) or not isinstance(v, (int, float))), None)
+        if bad is not None:
+            raise DataFormatError("dataset", f"row {bad} of the {what} data has score {values[bad]!r}; a score is a number "
+                                             "(e.g. a similarity from 0 to 1, or 0 to 5 as in STS)")
+    elif fmt == "labelled_pairs":
+        values = rows["label"]
+        bad = next((i for i, v in enumerate(values) if v not in (0, 1)), None)
+        if bad is not None:
+            raise DataFormatError("dataset", f"row {bad} of the {what} data has label {values[bad]!r}; a label is 1 (the "
+                                             "document is relevant) or 0 (it is not). Graded relevance is a score: map it "
+                                             "with column_mapping {sentence1: query, sentence2: document, score: label}")
