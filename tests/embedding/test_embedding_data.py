@@ -171,3 +171,14 @@ def test_the_retrieval_task_keeps_each_text_once():
     by_text = {text: cid for cid, text in corpus.items()}
     q1 = next(qid for qid, text in queries.items() if text == "q1")
     assert relevant[q1] == {by_text["p1"], by_text["p3"]}
+
+
+def test_check_dataset_shows_each_pair_as_its_columns(embedding_assets, tmp_path):
+    from tunelab.server.preview_child import build_preview
+
+    preview = build_preview({"local_datasets": [str(embedding_assets.triplets)], "format": "auto"}, 2,
+                            str(embedding_assets.model_dir), tmp_path / "cache")
+    assert preview["format"] == "triplets" and preview["rendered_with"] == "raw_text" and preview["row_count"] == 216
+    lines = preview["rows"][0]["text"].splitlines()
+    assert [line.split(": ", 1)[0] for line in lines] == ["anchor", "positive", "negative"]
+    assert lines[0].startswith("anchor: which ")

@@ -1,6 +1,7 @@
 """The embedding demo through the real orchestrator, worker and store: the tiny encoder's
 retrieval quality on held-out pairs rises within a short full fine-tune, each eval lands
-in the store, and the output folder loads with SentenceTransformer."""
+in the store, and the output folder loads with SentenceTransformer (and is not exported
+as a generative model)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from tunelab import paths
 from tunelab.embedding_demo import embedding_demo_config, eval_history
+from tunelab.export.plan import ExportInputError, plan_export
 from tunelab.orchestrator import Orchestrator
 from tunelab.store import Store
 
@@ -29,6 +31,9 @@ def test_embedding_demo_learns_to_retrieve(embedding_assets, home):
         finally:
             orchestrator.shutdown()
     assert row["status"] == "completed", row["error_message"]
+    # The folder already is what a user loads; the generative-model exports say so.
+    with pytest.raises(ExportInputError, match="already is a sentence-transformers folder"):
+        plan_export(row, run_id, "merged", None, None)
     assert [m["step"] for m in metrics if m["loss"] is not None] == list(range(1, STEPS + 1))
     assert [m["step"] for m in metrics if m["eval_loss"] is not None] == [10, 20, 30, 40]
     # Queries and passages share no informative word: retrieval rises only as the encoder

@@ -179,7 +179,10 @@ def to_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> list[d
 
 
 def to_plain_text(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> str:
-    """A row as raw text without any chat markup (continued pretraining reads this)."""
+    """A row as raw text without any chat markup (continued pretraining reads this; a
+    dataset preview shows an embedding row as one `column: value` line per column)."""
+    if fmt in EMBEDDING_FORMATS:
+        return "\n".join(f"{column}: {_text(row.get(column))}" for column in EMBEDDING_FORMATS[fmt])
     rendered = to_messages(row, fmt, config)
     if isinstance(rendered, str):
         return rendered
