@@ -52,6 +52,7 @@ def test_lora_run_evaluates_stops_saves_resumes_and_exports(embedding_assets, ho
             assert validate_checkpoint(Path(first_row["output_dir"]) / f"checkpoint-{stopped_at}").kind == "adapter"
             stages = [e["message"] for e in recorder.of_type("status") if e.get("run_id") == first]
             assert any("lora of an embedding model" in message for message in stages)
+            assert first_row["modality"] == "embedding"
 
             second = orchestrator.resume(first)
             row = _finished(orchestrator, second)
@@ -59,10 +60,14 @@ def test_lora_run_evaluates_stops_saves_resumes_and_exports(embedding_assets, ho
             resumed = store.get_metrics(second)
             assert [m["step"] for m in resumed if m["loss"] is not None] == list(range(stopped_at + 1, LORA_STEPS + 1))
             evaluated = [m["step"] for m in store.get_metrics(first) + resumed if m["eval_loss"] is not None]
+            # The evaluator's retrieval metrics ride the progress events' extras into the store.
+            ndcg = store.get_metric_extras(first).get("eval_cosine_ndcg@10", {"steps": []})["steps"] + \
+                store.get_metric_extras(second).get("eval_cosine_ndcg@10", {"steps": []})["steps"]
         finally:
             orchestrator.shutdown()
     # A stop skips the eval of the step it lands on; every other eval happened, in one run or the other.
     assert evaluated == [s for s in (4, 8, 12, 16) if s != stopped_at]
+    assert ndcg == evaluated
     output = Path(row["output_dir"])
     # The evaluator's retrieval metrics reach the Trainer's logs with each eval loss.
     history = json.loads((output / f"checkpoint-{LORA_STEPS}" / "trainer_state.json").read_text())["log_history"]
@@ -96,11 +101,13 @@ def test_embedding_demo_learns_to_retrieve(embedding_assets, home):
             run_id = orchestrator.start(embedding_demo_config(embedding_assets, steps=DEMO_STEPS))
             row = _finished(orchestrator, run_id)
             metrics = store.get_metrics(run_id)
+            store_ndcg = store.get_metric_extras(run_id)["eval_cosine_ndcg@10"]["values"]
         finally:
             orchestrator.shutdown()
     assert row["status"] == "completed", row["error_message"]
     assert [m["step"] for m in metrics if m["loss"] is not None] == list(range(1, DEMO_STEPS + 1))
     assert [m["step"] for m in metrics if m["eval_loss"] is not None] == [10, 20, 30, 40]
+    assert [round(v, 6) for v in store_ndcg] == [round(v, 6) for _, v in eval_history(row["output_dir"])]
     # Queries and passages share no informative word: retrieval rises only as the encoder
     # learns which words mean the same.
     ndcg = eval_history(row["output_dir"])

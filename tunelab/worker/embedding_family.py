@@ -55,6 +55,9 @@ class EmbeddingFamily:
         embedding_loss.check_batch(self.loss, config, len(train))
         return PreparedData(train=train, eval=eval_set, format=raw.format)
 
+    def modality(self, raw: Any) -> str:
+        return "embedding"
+
     def wrap(self, model: Any, config: dict[str, Any], device: Any) -> Any:
         if config.get("training_type") not in ("lora", "qlora"):
             for parameter in model.parameters():

@@ -98,7 +98,6 @@ export const ADVANCED_FIELDS = [
   f("embedding_loss", "Embedding loss", "select", "auto", { section: "Embedding", options: ["auto", "mnrl", "cached_mnrl", "triplet", "cosent", "angle", "cosine", "contrastive", "online_contrastive"], help: "Embedding models only. auto: in-batch negatives ranking for pairs and triplets, CoSENT for scored pairs, online contrastive for labelled pairs." }),
   f("matryoshka_dims", "Matryoshka dimensions", "intlist", null, { section: "Embedding", placeholder: "256, 128, 64", help: "Embedding models only: also train these leading dimensions to work alone." }),
 
-  f("embedding_learning_rate", "Embedding matrices learning rate", "float", null, { section: "Optimiser", help: "Continued pretraining and full fine-tuning: embed_tokens and lm_head train at this rate. Empty = the learning rate." }),
   f("warmup_steps", "Warmup steps", "int", null, { section: "Optimiser", help: "Set this or the warmup ratio, not both." }),
   f("warmup_ratio", "Warmup ratio", "float", null, { section: "Optimiser" }),
   f("weight_decay", "Weight decay", "float", 0.001, { section: "Optimiser" }),
