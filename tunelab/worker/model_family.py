@@ -1,16 +1,19 @@
-"""Model families: the few steps where a text model and a vision-language model differ.
+"""Model families: the few steps where a text, a vision-language and an embedding model differ.
 
 The torch backend runs one sequence of stages for every run; a family supplies what
 depends on the kind of model — how it and its processing class load, how the data
-becomes batches, which layers an adapter targets. `detect(config)` picks the family
-from the model's own config (`vision_model.is_vision_model`), never from its name.
+becomes batches, which layers an adapter targets, which trainer trains it and how the
+result is saved. `detect(config)` picks the family from the model's own files
+(`vision_model.is_vision_model`, `embedding_model.is_embedding_model`), never from its name.
   text    tokenizer + AutoModelForCausalLM; data through `data.prepare` and TRL's collator.
   vision  AutoProcessor + AutoModelForImageTextToText; image rows through
           `vision_data.prepare` and its collator. A dataset without an image column trains
           the model as a language model, exactly as the text family would.
+  embedding  a sentence-transformers model (`embedding_family`): pair/triplet/scored rows,
+          sentence-transformers' own trainer and losses; saved as a sentence-transformers folder.
 `modality(raw)` names what the run trains on (events.MODALITIES), for the run's record.
-`wrap` is the same for both: the method's adapter on the family's targets, or full
-fine-tuning with what the switches turn off frozen.
+`wrap` is the same for text and vision: the method's adapter on the family's targets, or full
+fine-tuning with what the switches turn off frozen; both train with TRL's SFTTrainer.
 The processing class (tokenizer or processor) is what the trainer gets and what is saved
 next to the weights, so a finished run reloads with AutoTokenizer / AutoProcessor.
 """
@@ -41,6 +44,17 @@ class _Family:
         if config.get("training_type") not in ("lora", "qlora") and not lora_targets.switches_at_default(config):
             lora_targets.freeze_switched_off(model, config)
         return model
+
+    def build_trainer(self, config: dict[str, Any], device: Any, model: Any, loaded: Loaded, prepared: Any,
+                      output_dir: Any, callbacks: list[Any]) -> Any:
+        from tunelab.worker.sft_trainer import build_sft_trainer
+
+        return build_sft_trainer(config, device, model, loaded.processing, prepared, output_dir, callbacks)
+
+    def save_final(self, trainer: Any, loaded: Loaded, output_dir: Any) -> None:
+        trainer.save_model(str(output_dir))  # every rank takes part (FSDP gathers); the Trainer writes from one
+        if trainer.args.should_save:
+            loaded.processing.save_pretrained(str(output_dir))  # the tokenizer, or the whole processor
 
 
 class TextFamily(_Family):
@@ -88,7 +102,14 @@ class VisionFamily(_Family):
         return lora_targets.select_targets(model, config)
 
 
-def detect(config: dict[str, Any]) -> TextFamily | VisionFamily:
-    from tunelab.worker import vision_model
+def detect(config: dict[str, Any]) -> Any:
+    """The run's family: vision-language, embedding, or (otherwise) text."""
+    from tunelab.worker import embedding_model, vision_model
 
-    return VisionFamily() if vision_model.is_vision_model(config) else TextFamily()
+    if vision_model.is_vision_model(config):
+        return VisionFamily()
+    if embedding_model.is_embedding_model(config):
+        from tunelab.worker.embedding_family import EmbeddingFamily
+
+        return EmbeddingFamily()
+    return TextFamily()

@@ -1,9 +1,11 @@
-"""The torch backend: transformers + PEFT + TRL's SFTTrainer, reporting through events.
+"""The torch backend: transformers + PEFT + a family's trainer, reporting through events.
 
 `run(config, ctx)` reads top to bottom as the run's stages: load the model and its
-tokenizer or processor (`model_family`: text or vision-language), load and tokenize the
-data (text rows shared with the mlx backend, so both train on the
-same tokens), build the adapter and the trainer, train, save. How the run ends:
+tokenizer or processor (`model_family`: text, vision-language or embedding), load and
+tokenize the data (text rows shared with the mlx backend, so both train on the same
+tokens), build the adapter and the family's trainer (TRL's SFTTrainer; for embedders
+sentence-transformers' own) with the same progress and stop callbacks, train, save.
+How the run ends:
   normal    the adapter (or full model) and tokenizer are saved in `output_dir`, next to
             the Trainer's final `checkpoint-<last step>`; `complete{output_dir}`.
   stop+save the Trainer saves `checkpoint-<current step>` and stops; the checkpoint is
@@ -23,6 +25,10 @@ from tunelab.run_facts import write_run_facts
 from tunelab.worker import data
 from tunelab.worker.context import WorkerContext
 from tunelab.worker.stall import DownloadStallWatch, hub_cache_folders
+
+
+# How the setup message names each family's model ("Setting up lora of a ... on CPU").
+FAMILY_WORDS = {"text": "", "vision": " of a vision-language model", "embedding": " of an embedding model"}
 
 
 def run(config: dict[str, Any], ctx: WorkerContext) -> None:
@@ -66,14 +72,14 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
         from tunelab.worker.loftq_base import save_loftq_base
 
         save_loftq_base(model, output_dir)
-    trainer, stopper = _build_trainer(config, ctx, device, model, loaded.processing, prepared, output_dir)
+    trainer, stopper = _build_trainer(config, ctx, device, model, family, loaded, prepared, output_dir)
     if prepared.eval is not None and trainer.args.eval_strategy != "no":
         ctx.emit(events.make(events.EVAL_CONFIGURED, eval_rows=len(prepared.eval)))
 
     resume = config.get("resume_from")
     ctx.stage("training", f"Training from step {_step_of(resume)}" if resume else "Training")
     trainer.train(resume_from_checkpoint=resume or None)
-    _finish(ctx, trainer, stopper, loaded.processing, output_dir)
+    _finish(ctx, trainer, stopper, family, loaded, output_dir)
 
 
 def _datasets_cache(output_dir: Path) -> Path:
@@ -112,51 +118,31 @@ def _describe_method(config: dict[str, Any], device: Any, model: Any, family: st
     method = config.get("training_type", "lora")
     extras = [name.removeprefix("use_") for name in ("use_dora", "use_rslora", "use_loftq") if config.get(name)]
     where = "CUDA" if device.cuda else "CPU"
-    attention = getattr(model.config, "_attn_implementation", None) or "default"
-    kind = "" if family == "text" else f" of a {family}-language model"
+    attention = getattr(getattr(model, "config", None), "_attn_implementation", None) or "default"
+    kind = FAMILY_WORDS.get(family, f" of a {family} model")
     return (f"Setting up {method}{' (' + ', '.join(extras) + ')' if extras else ''}{kind} on {where} in {device.precision}, "
             f"{'packed, ' if config.get('packing') else ''}{attention} attention")
 
 
-def _build_trainer(config, ctx, device, model, processing, prepared, output_dir) -> tuple[Any, Any]:
+def _build_trainer(config, ctx, device, model, family, loaded, prepared, output_dir) -> tuple[Any, Any]:
+    """The family's trainer (TRL's SFTTrainer, or sentence-transformers' own), reporting
+    through the same callbacks: progress events and stopping on request."""
     from transformers import PrinterCallback
 
     from tunelab.worker.callbacks import ProgressReporter, StopOnRequest
-    from tunelab.worker.sft_trainer import TokenCountingSFTTrainer
-    from tunelab.worker.trainer_setup import build_sft_config
 
-    args = build_sft_config(config, device, output_dir, has_eval=prepared.eval is not None)
-    if prepared.collator is not None:
-        args.remove_unused_columns = False  # the collator reads the text and image columns itself
     stopper = StopOnRequest(ctx)
-    trainer = TokenCountingSFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=_collator_columns(prepared.train, config),
-        eval_dataset=_collator_columns(prepared.eval, config) if args.eval_strategy != "no" else None,
-        processing_class=processing,
-        data_collator=prepared.collator,
-        callbacks=[ProgressReporter(ctx), stopper],
-    )
-    trainer.embedding_learning_rate = config.get("embedding_learning_rate")
+    trainer = family.build_trainer(config, device, model, loaded, prepared, output_dir, [ProgressReporter(ctx), stopper])
     # With tqdm off the Trainer prints every log dict to stdout; progress events replace it.
     trainer.remove_callback(PrinterCallback)
     return trainer, stopper
-
-
-def _collator_columns(dataset: Any, config: dict[str, Any]) -> Any:
-    """Only what TRL's collator reads: the input ids, and the labels where completion
-    masking made them differ (without them it uses the ids). Every column left in is
-    fetched and converted for every row of every batch: 5% of a small model's step."""
-    unused = ["completion_mask"] if config.get("train_on_completions") else ["completion_mask", "labels"]
-    return dataset.remove_columns([name for name in unused if name in dataset.column_names])
 
 
 def _step_of(checkpoint: str) -> str:
     return Path(checkpoint).name.removeprefix("checkpoint-")
 
 
-def _finish(ctx: WorkerContext, trainer: Any, stopper: Any, processing: Any, output_dir: Path) -> None:
+def _finish(ctx: WorkerContext, trainer: Any, stopper: Any, family: Any, loaded: Any, output_dir: Path) -> None:
     from tunelab.worker import ranks
 
     step = trainer.state.global_step
@@ -169,9 +155,7 @@ def _finish(ctx: WorkerContext, trainer: Any, stopper: Any, processing: Any, out
         ctx.complete_stopped(output_dir, stopper.stopped_at)
         return
     ctx.stage("saving", "Saving the final model")
-    trainer.save_model(str(output_dir))  # every rank takes part (FSDP gathers); the Trainer writes from one
-    if trainer.args.should_save:
-        processing.save_pretrained(str(output_dir))  # the tokenizer, or the whole processor
+    family.save_final(trainer, loaded, output_dir)
     ranks.barrier()
     final_save = output_dir / f"checkpoint-{step}"  # the Trainer saves at the last step
     ctx.complete(str(output_dir), f"completed {step} steps{_final_loss(trainer)}", final_save if final_save.is_dir() else None)
