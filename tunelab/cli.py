@@ -1,4 +1,4 @@
-"""The `tunelab` command line: serve, train, resume, runs, show, token, fields, demo.
+"""The `tunelab` command line: serve, train, resume, runs, show, export, chat, token, fields, demo.
 
 Bad input exits with code 2 and a message naming the field — never a traceback.
 Heavy libraries are never imported here; training happens in a child process.
@@ -280,6 +280,37 @@ def export(
     console.print(f"exported run {run}'s {origin} as {plan.format}{f' ({plan.dtype})' if plan.dtype else ''} to {plan.dest}")
     for name in result.files:
         console.print(f"  {name}")
+
+
+@app.command()
+def chat(
+    run: int = typer.Argument(..., help="Run id (see `tunelab runs`)."),
+    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Chat with checkpoint-N of the run instead of its final weights."),
+    system: Optional[str] = typer.Option(None, "--system", help="System prompt at the start of the conversation."),
+    temperature: float = typer.Option(0.7, "--temperature", help="0 (greedy) to 2."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling, above 0 and at most 1."),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Longest answer, in tokens (at most 4096)."),
+    compare: bool = typer.Option(False, "--compare", help="Answer every message with the base model, then the fine-tune."),
+) -> None:
+    """Chat with a finished or stopped run in the terminal (lines from stdin, answers streamed).
+    See docs/INFERENCE.md."""
+    from pydantic import ValidationError
+
+    from tunelab.inference.chat_cli import run_chat
+    from tunelab.inference.settings import Sampling
+    from tunelab.inference.target import InferenceError
+
+    try:
+        sampling = Sampling(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        option = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "options"
+        raise _fail(EXIT_BAD_CONFIG, f"{option}: {first['msg']}")
+    try:
+        run_chat(run, checkpoint, system, sampling, compare)
+    except InferenceError as exc:
+        code = EXIT_BAD_CONFIG if exc.field else EXIT_ERROR
+        raise _fail(code, f"--{exc.field}: {exc}" if exc.field else str(exc))
 
 
 @app.command()
