@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import sys
 import threading
 import traceback
@@ -89,6 +90,10 @@ def serve(loaded: Any, send: Callable[[dict[str, Any]], None]) -> None:
 
 
 def main() -> int:
+    # Ctrl-C in a terminal reaches the whole process group: for `tunelab chat` it means
+    # "stop this answer", which the parent sends as a stop message. The parent decides
+    # when this process ends (end of input, terminate; it dies with its parent).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     send = _sender(os.fdopen(os.dup(1), "w", encoding="utf-8"))
     os.dup2(2, 1)
     first = sys.stdin.readline()
