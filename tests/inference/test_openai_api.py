@@ -77,6 +77,16 @@ def test_completions_continue_the_prompt_streamed_and_not(client, trained, refer
     assert base.choices[0].text == reference.complete(prompt, 8, adapter=False)
 
 
+def test_a_stop_string_ends_the_answer_before_it(client, trained, reference):
+    prompt, model = "The capital of Japan is", f"run-{trained.run_id}-base"
+    full = reference.complete(prompt, 12, adapter=False)
+    assert len(full.strip()) >= 4, full
+    stop = full.strip()[2:4]
+    cut = client.completions.create(model=model, prompt=prompt, temperature=0, max_tokens=12, stop=[stop])
+    assert cut.choices[0].text == full[:full.find(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+
+
 def test_sampling_with_a_seed_repeats(client, trained):
     ask = {"model": f"run-{trained.run_id}-base", "prompt": "Name a colour:", "temperature": 1.5, "top_p": 0.9,
            "max_tokens": 12, "seed": 7}
