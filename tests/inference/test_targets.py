@@ -85,6 +85,11 @@ def test_runs_that_cannot_answer_say_why(store, tmp_path):
     mlx_run = _run(store, "completed", mlx)
     with pytest.raises(TargetRefused, match="mlx"):
         resolve_target(store.get_run(mlx_run), mlx_run)
+    for modality, reason in (("embedding", "embedding model"), ("vision", "vision-language")):
+        other = _run(store, "completed", mlx)
+        store.set_modality(other, modality)
+        with pytest.raises(TargetRefused, match=reason):
+            resolve_target(store.get_run(other), other)
     assert servable_targets(store.list_runs()) == []
 
 

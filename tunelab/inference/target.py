@@ -113,6 +113,7 @@ def resolve_target(run: dict[str, Any] | None, run_id: int, step: int | None = N
     if run is None:
         raise TargetNotFound(f"there is no run {run_id}; list runs with `tunelab runs`")
     status, output_dir = run["status"], run.get("output_dir")
+    _check_modality(run_id, run.get("modality"))
     if status == "running":
         raise TargetRefused(f"run {run_id} is still training; chat with it once it has finished or been stopped with save")
     if status == "stopped" and (run.get("cancel_requested") or not output_dir):
@@ -141,6 +142,15 @@ def resolve_target(run: dict[str, Any] | None, run_id: int, step: int | None = N
     return ModelTarget(run_id=run_id, step=step, kind=_kind_of(run_id, folder), weights=folder,
                        base_model=str(config.get("model_name") or run.get("model_name") or ""),
                        trust_remote_code=bool(config.get("trust_remote_code")))
+
+
+def _check_modality(run_id: int, modality: str | None) -> None:
+    """Chat is for text models; a run's modality is what its worker reported it trained."""
+    if modality == "embedding":
+        raise TargetRefused(f"run {run_id} trained an embedding model, which answers with vectors, not text; load its "
+                            "folder with sentence-transformers (SentenceTransformer(<folder>)) to embed with it")
+    if modality == "vision":
+        raise TargetRefused(f"run {run_id} trained a vision-language model; chat and serving cover text models for now")
 
 
 def _kind_of(run_id: int, folder: Path) -> str:
