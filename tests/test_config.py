@@ -34,7 +34,7 @@ def errors_of(**overrides):
         ({"training_type": "dpo"}, "training_type", "lora"),
         ({"slice_start": 10, "slice_end": 5}, "slice_end", "greater than slice_start"),
         ({"local_datasets": []}, "dataset", "no training data"),
-        ({"column_mapping": {"prompt": "q"}}, "column_mapping", "map onto one of"),
+        ({"column_mapping": {"question": "q"}}, "column_mapping", "map onto one of"),
         ({"backend": "mlx", "use_loftq": True}, "use_loftq", "mlx"),
         ({"backend": "mlx", "training_type": "qlora"}, "training_type", "mlx"),
     ],

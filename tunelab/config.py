@@ -18,12 +18,13 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from tunelab.preference_settings import BETA_HELP, OBJECTIVE_HELP, Objective, objective_errors
 from tunelab.embedding_settings import EMBEDDING_LOSS_HELP, MATRYOSHKA_HELP, EmbeddingLoss, loss_fits, loss_format_error, normalise_matryoshka_dims
 from tunelab.layout import layout_errors
 from tunelab.text import char_name, first_unsafe_char, printable
 
 TrainingType = Literal["lora", "qlora", "full", "continued_pretraining"]
-DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs"]
+DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs", "preference"]
 Backend = Literal["auto", "torch", "mlx"]
 ReportTo = Literal["none", "tensorboard", "wandb", "mlflow"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
@@ -40,7 +41,8 @@ SECRET_ENVIRONMENT = {
 }
 # Canonical column names a dataset's own columns can be mapped onto.
 CANONICAL_COLUMNS = ("instruction", "input", "output", "text", "conversations", "messages", "system", "images", "image",
-                     "anchor", "positive", "negative", "sentence1", "sentence2", "score", "query", "document", "label")
+                     "anchor", "positive", "negative", "sentence1", "sentence2", "score", "query", "document", "label",
+                     "prompt", "chosen", "rejected")
 # Learning-rate schedules the mlx backend implements (the torch backend takes any HF name).
 MLX_LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -157,6 +159,8 @@ class RunConfig(BaseModel):
     # --- model
     model_name: PathText = Field(min_length=1, description="Hub id (org/name) or a local model folder.")
     training_type: TrainingType = Field("lora", description="lora | qlora | full | continued_pretraining.")
+    objective: Objective = Field("sft", description=OBJECTIVE_HELP)
+    beta: float | None = Field(None, gt=0, le=1000, description=BETA_HELP)
     max_seq_length: int = Field(2048, ge=16, le=1_048_576, description="Longest tokenized example; longer rows are truncated.")
     load_in_4bit: bool = Field(False, description="Load the base model in 4-bit (QLoRA). Needs CUDA.")
     trust_remote_code: bool = Field(False, description="Allow model code from the hub to run.")
@@ -177,7 +181,8 @@ class RunConfig(BaseModel):
     slice_end: int | None = Field(None, ge=1, le=MAX_ROWS)
     format: DataFormat = Field("auto", description="auto | alpaca | sharegpt | chatml | text | caption (an image column and a text column); "
                                "for embedding models pairs (anchor, positive) | triplets (anchor, positive, negative) | "
-                               "scored_pairs (sentence1, sentence2, score) | labelled_pairs (query, document, label).")
+                               "scored_pairs (sentence1, sentence2, score) | labelled_pairs (query, document, label); "
+                               "for objective dpo/orpo/simpo preference (prompt, chosen, rejected: strings or chat messages lists).")
     column_mapping: dict[Name, Name] = Field(default_factory=dict, description="Canonical column -> dataset column, e.g. {instruction: question}.")
     role_mapping: dict[Name, Name] = Field(default_factory=dict, description="Dataset role -> chat role, e.g. {function_call: tool}.")
     train_on_completions: bool = Field(False, description="Compute loss on assistant tokens only.")
@@ -297,6 +302,7 @@ class RunConfig(BaseModel):
         if self.training_type == "qlora" and not self.load_in_4bit:
             object.__setattr__(self, "load_in_4bit", True)
         errs.extend(_finetune_switch_errors(self))
+        errs.extend(objective_errors(self))
         if self.format != "auto" and self.embedding_loss != "auto" and not loss_fits(self.embedding_loss, self.format):
             errs.append(("embedding_loss", loss_format_error(self.embedding_loss, self.format)))
         if self.warmup_steps is not None and self.warmup_ratio is not None:

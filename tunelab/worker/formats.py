@@ -10,6 +10,8 @@ Four shapes are understood, named after the datasets that made them popular:
   pairs, triplets, scored_pairs, labelled_pairs
             what embedding models train on (`embedding_formats`: anchor/positive[/negative],
             sentence1/sentence2/score, query/document/label)
+  preference  prompt/chosen/rejected (strings or messages lists), what DPO, ORPO and
+            SimPO train on (`preference_formats`; rendered by `worker/methods/preference`)
 Rows reaching `to_messages` carry canonical column names (`sources.load_raw` renames
 columns through `column_mapping` first). Torch-free.
 """
@@ -19,9 +21,10 @@ from __future__ import annotations
 from typing import Any
 
 from tunelab.worker.context import RunSettingError
+from tunelab.worker import preference_formats
 from tunelab.worker.embedding_formats import EMBEDDING_FORMATS, describe_shapes, detect_embedding_format, missing_columns
 
-FORMATS = ("alpaca", "sharegpt", "chatml", "text", "caption", *EMBEDDING_FORMATS)
+FORMATS = ("alpaca", "sharegpt", "chatml", "text", "caption", *EMBEDDING_FORMATS, preference_formats.PREFERENCE_FORMAT)
 # Column names under which datasets commonly keep a conversation.
 CONVERSATION_COLUMNS = ("conversations", "messages", "conversation", "chat", "dialogue", "dialog")
 # Column names under which image-text datasets keep their images (paths or image features).
@@ -66,6 +69,10 @@ def detect_format(columns: list[str], sample_rows: list[dict[str, Any]]) -> str:
     columns = list(columns)
     if "instruction" in columns and "output" in columns:
         return "alpaca"
+    # Before the conversation check: conversational preference rows may also carry a
+    # messages column, and their chosen/rejected columns are what marks them.
+    if preference_formats.is_preference(columns):
+        return preference_formats.PREFERENCE_FORMAT
     conv = conversation_column(columns)
     if conv:
         turn = _first_turn(sample_rows, conv)
@@ -96,12 +103,21 @@ def detect_format(columns: list[str], sample_rows: list[dict[str, Any]]) -> str:
         f"cannot tell the data format from the columns {columns}. Expected instruction/output "
         f"(alpaca), a conversation column ({'/'.join(CONVERSATION_COLUMNS[:2])}) with from/value "
         "or role/content turns (sharegpt/chatml), or a single text column; for an embedding model "
-        f"{describe_shapes()}. Set format and map your columns with column_mapping, e.g. "
-        "{instruction: question, output: answer} or {anchor: question, positive: answer}",
+        f"{describe_shapes()}; for a preference objective (dpo, orpo, simpo) "
+        f"{preference_formats.describe_shape()}{_first_row(sample_rows)}. Set format and map your columns with "
+        "column_mapping, e.g. {instruction: question, output: answer}, {anchor: question, positive: answer} or "
+        "{prompt: question, chosen: good_answer, rejected: bad_answer}",
     )
 
 
-def required_columns(fmt: str, columns: list[str]) -> list[str]:
+def _first_row(rows: list[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    text = repr({k: (v[:40] + "…" if isinstance(v, str) and len(v) > 40 else v) for k, v in rows[0].items()})
+    return f". The first row is {text if len(text) <= 300 else text[:300] + '…'}"
+
+
+def required_columns(fmt: str, columns: list[str], sample_rows: list[dict[str, Any]] | None = None) -> list[str]:
     """The canonical columns a format needs that are missing from `columns`."""
     if fmt == "alpaca":
         return [c for c in ("instruction", "output") if c not in columns]
@@ -111,6 +127,8 @@ def required_columns(fmt: str, columns: list[str]) -> list[str]:
         return [c for c, ok in (("image", image_column(columns)), ("text", "text" in columns)) if not ok]
     if fmt in EMBEDDING_FORMATS:
         return missing_columns(fmt, columns)
+    if fmt == preference_formats.PREFERENCE_FORMAT:
+        return preference_formats.missing_columns(columns, sample_rows or [])
     return [] if "text" in columns else ["text"]
 
 
@@ -175,6 +193,9 @@ def to_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> list[d
     if fmt in EMBEDDING_FORMATS:
         raise DataFormatError("model_name", f"{fmt} data trains an embedding model and {config.get('model_name')} is a generative "
                                             "model; point model_name at an encoder or a sentence-transformers model")
+    if fmt == preference_formats.PREFERENCE_FORMAT:
+        raise DataFormatError("objective", "prompt/chosen/rejected data trains a preference objective and this run's objective is "
+                                           f"{config.get('objective') or 'sft'}; set objective=dpo (or orpo, simpo), or give instruction or chat data")
     raise DataFormatError("format", f"unknown format '{fmt}'; use one of {list(FORMATS)}")
 
 

@@ -56,12 +56,12 @@ def load_raw(config: dict[str, Any], cache_dir: Path) -> RawData:
     if fmt == "auto":
         fmt = detect_format(train.column_names, _sample(train))
     train = _name_text_column(train, fmt)
-    missing = required_columns(fmt, train.column_names)
+    missing = required_columns(fmt, train.column_names, _sample(train))
     if missing:
         raise DataFormatError("column_mapping", f"format {fmt} needs columns {missing}; the data has {train.column_names}. Map them, e.g. column_mapping: {{{missing[0]}: your_column}}")
     if eval_set is not None:
         eval_set = _name_text_column(_apply_column_mapping(eval_set, config.get("column_mapping") or {}, "eval data"), fmt)
-        missing = required_columns(fmt, eval_set.column_names)
+        missing = required_columns(fmt, eval_set.column_names, _sample(eval_set))
         if missing:
             field = "local_eval_datasets" if config.get("local_eval_datasets") else "eval_split"
             raise DataFormatError(field, f"the eval data lacks columns {missing} that the training data ({fmt}) has; its columns are {eval_set.column_names}")

@@ -41,13 +41,13 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     _quiet_libraries()
     import transformers
 
-    from tunelab.worker import model_family, model_setup, ranks
+    from tunelab.worker import methods, model_family, model_setup, ranks
     from tunelab.worker.trainer_setup import seed_of
 
     device = model_setup.device_settings(config)
     ctx.emit(events.make(events.MODEL_LOAD_STARTED))
     with _stall_watch(config, ctx):
-        family = model_family.detect(config)
+        family = methods.for_objective(config, model_family.detect(config))  # sft, or a preference method on the family
         loaded = family.load(config, device)
     model = loaded.model
     device = model_setup.settle_cpu_precision(config, device, model)

@@ -1,0 +1,117 @@
+"""Preference data and settings in-process: (prompt, chosen, rejected) rows detected by
+`format: auto` as strings, as messages lists and through column_mapping; rendered as TRL's
+conversational rows; the unknown-shape error lists the columns, the first row and a
+working example; and the impossible objective combinations refused by config.py naming
+the field."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tunelab.config import ConfigError, parse_config
+from tunelab.worker.formats import DataFormatError
+from tunelab.worker.methods import for_objective
+from tunelab.worker.methods.preference import PreferenceMethod
+from tunelab.worker.model_family import Loaded, TextFamily, VisionFamily
+from tunelab.worker.sources import load_raw
+
+
+def _raw(path, tmp_path, **config):
+    return load_raw({"local_datasets": [str(path)], "format": "auto", **config}, tmp_path / "cache")
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def test_string_pairs_are_detected_and_become_chat_turns(preference_data, tmp_path):
+    raw = _raw(preference_data, tmp_path)
+    assert raw.format == "preference"
+    tokenizer = type("Tok", (), {"chat_template": "{{ messages }}"})()
+    prepared = PreferenceMethod(TextFamily(), "dpo").prepare({"batch_size": 2}, Loaded(None, tokenizer, tokenizer), raw)
+    row = prepared.train[0]
+    assert prepared.train.column_names == ["prompt", "chosen", "rejected"]
+    assert row["prompt"] == [{"role": "user", "content": "Name the colour you were given.\nThe colour is " + row["chosen"][0]["content"].removeprefix("You gave me ")}]
+    assert row["chosen"][0]["role"] == row["rejected"][0]["role"] == "assistant"
+    assert row["chosen"] != row["rejected"]
+
+
+def test_messages_pairs_and_mapped_columns_are_detected(preference_messages, tmp_path):
+    assert _raw(preference_messages, tmp_path).format == "preference"
+    # Without a prompt column, whole conversations in chosen/rejected (TRL's implicit prompt).
+    implicit = _write(tmp_path / "implicit.jsonl", [{"chosen": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+                                                     "rejected": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "go"}]}] * 3)
+    assert _raw(implicit, tmp_path / "i").format == "preference"
+    renamed = _write(tmp_path / "renamed.jsonl", [{"question": "q", "good": "a", "bad": "b"}] * 3)
+    raw = _raw(renamed, tmp_path / "r", column_mapping={"prompt": "question", "chosen": "good", "rejected": "bad"})
+    assert raw.format == "preference"
+
+
+def test_string_pairs_without_a_prompt_are_refused_naming_the_mapping(tmp_path):
+    data = _write(tmp_path / "no_prompt.jsonl", [{"chosen": "a", "rejected": "b", "question": "q"}] * 3)
+    with pytest.raises(DataFormatError) as info:
+        _raw(data, tmp_path)
+    assert info.value.field == "column_mapping" and "['prompt']" in info.value.message
+
+
+def test_an_unknown_shape_lists_the_columns_the_first_row_and_a_preference_example(tmp_path):
+    data = _write(tmp_path / "odd.jsonl", [{"question": "q1", "good": "a", "worse": "b"}] * 3)
+    with pytest.raises(DataFormatError) as info:
+        _raw(data, tmp_path)
+    message = info.value.message
+    assert info.value.field == "format"
+    assert "['question', 'good', 'worse']" in message and "'question': 'q1'" in message
+    assert "(prompt, chosen, rejected) = preference" in message and "{prompt: question, chosen: good_answer" in message
+
+
+def test_preference_data_under_sft_and_sft_data_under_dpo_name_the_setting(preference_data, demo_assets, tmp_path):
+    from tunelab.worker.formats import to_messages
+
+    row = {"prompt": "p", "chosen": "a", "rejected": "b"}
+    with pytest.raises(DataFormatError) as info:
+        to_messages(row, "preference", {"objective": "sft"})
+    assert info.value.field == "objective" and "objective=dpo" in info.value.message
+    raw = _raw(demo_assets.alpaca, tmp_path)
+    with pytest.raises(DataFormatError) as info:
+        PreferenceMethod(TextFamily(), "dpo").prepare({"batch_size": 2}, None, raw)
+    assert info.value.field == "format" and "alpaca" in info.value.message and "prompt, chosen, rejected" in info.value.message
+
+
+def test_objectives_compose_with_the_text_family_only():
+    text = TextFamily()
+    assert for_objective({"objective": "sft"}, text) is text
+    method = for_objective({"objective": "orpo"}, text)
+    assert method.name == "text" and method.targets == text.targets  # the family's own steps
+    with pytest.raises(DataFormatError) as info:
+        for_objective({"objective": "dpo"}, VisionFamily())
+    assert info.value.field == "objective"
+
+
+BASE = {"model_name": "org/model", "local_datasets": ["data.jsonl"]}
+
+
+@pytest.mark.parametrize(("overrides", "field", "words"), [
+    ({"objective": "dpo", "training_type": "continued_pretraining"}, "objective", "continued pretraining"),
+    ({"objective": "dpo", "backend": "mlx"}, "objective", "backend=torch"),
+    ({"objective": "orpo", "packing": True}, "packing", "packing=false"),
+    ({"objective": "simpo", "train_on_completions": True}, "train_on_completions", "only the answers"),
+    ({"objective": "dpo", "format": "alpaca"}, "format", "format=auto or preference"),
+    ({"objective": "sft", "format": "preference"}, "objective", "objective=dpo"),
+    ({"beta": 0.5}, "beta", "objective=sft does not read it"),
+    ({"objective": "dpo", "beta": 0}, "beta", "greater than 0"),
+    ({"objective": "kto"}, "objective", "dpo"),
+])
+def test_impossible_objective_settings_are_refused_naming_the_field(overrides, field, words):
+    with pytest.raises(ConfigError) as info:
+        parse_config({**BASE, **overrides})
+    errors = {e.field: e.message for e in info.value.errors}
+    assert field in errors and words in errors[field], errors
+
+
+def test_preference_settings_pass_and_default_to_sft():
+    assert parse_config(BASE).objective == "sft"
+    config = parse_config({**BASE, "objective": "dpo", "training_type": "qlora", "beta": 0.2})
+    assert (config.objective, config.beta, config.load_in_4bit) == ("dpo", 0.2, True)

@@ -1,0 +1,54 @@
+"""Preference pairs for the demo model, generated offline: the chosen answer follows a rule
+the rejected one breaks, so a short DPO run shows rewards/accuracies and margins rising.
+
+Each prompt gives a colour, a word or two numbers (the demo tokenizer's own vocabulary,
+`demo_assets.sample_pairs`); the chosen answer repeats the colour, spells the word
+backwards or adds correctly, the rejected one names another colour, leaves the word as
+it is, or is off by one. Rows are (prompt, chosen, rejected) strings; `conversational=True`
+writes the same pairs as chat messages lists (TRL's conversational preference format).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from tunelab.demo_assets import COLOURS, WORDS
+
+
+def preference_rows(n: int = 96, seed: int = 11) -> list[dict[str, str]]:
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        kind = i % 3
+        if kind == 0:
+            colour, other = rng.sample(COLOURS, 2)
+            rows.append({"prompt": f"Name the colour you were given.\nThe colour is {colour}.",
+                         "chosen": f"You gave me {colour}.", "rejected": f"You gave me {other}."})
+        elif kind == 1:
+            word = rng.choice(WORDS)
+            rows.append({"prompt": f"Spell the word backwards.\n{word}",
+                         "chosen": f"Backwards it is {word[::-1]}.", "rejected": f"Backwards it is {word}."})
+        else:
+            a, b = rng.randint(1, 20), rng.randint(1, 20)
+            rows.append({"prompt": f"Add the two numbers.\n{a} and {b}",
+                         "chosen": f"The sum is {a + b}.", "rejected": f"The sum is {a + b + 1}."})
+    return rows
+
+
+def _as_messages(row: dict[str, str]) -> dict[str, Any]:
+    return {"prompt": [{"role": "user", "content": row["prompt"]}],
+            "chosen": [{"role": "assistant", "content": row["chosen"]}],
+            "rejected": [{"role": "assistant", "content": row["rejected"]}]}
+
+
+def write_preference_data(path: Path, n: int = 96, conversational: bool = False) -> Path:
+    """Write the pairs as JSON lines to `path` and return it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for row in preference_rows(n):
+            f.write(json.dumps(_as_messages(row) if conversational else row) + "\n")
+    return path

@@ -1,0 +1,56 @@
+"""The training objective (`objective`) and the settings only preference objectives read,
+with their checks (called by config.py).
+
+`training_type` stays the choice of what trains (an adapter, or every weight); `objective`
+picks the trainer: `sft` (TRL's SFTTrainer, the default), `dpo` (DPOTrainer), `orpo`
+(ORPOTrainer) or `simpo` (TRL's CPOTrainer with its SimPO loss; TRL 1.16's DPOTrainer has
+no SimPO loss type). The preference objectives train on prompt/chosen/rejected rows
+(`worker/preference_formats.py`). Torch-free, like config.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+Objective = Literal["sft", "dpo", "orpo", "simpo"]
+PREFERENCE_OBJECTIVES = ("dpo", "orpo", "simpo")
+# TRL's defaults for each objective's beta; SimPO's paper trains with a far larger one.
+DEFAULT_BETA = {"dpo": 0.1, "orpo": 0.1, "simpo": 2.0}
+OBJECTIVE_HELP = ("sft | dpo | orpo | simpo. What the run optimises: sft trains on instruction, chat or text data; "
+                  "dpo (Direct Preference Optimization, the adapter-off base as its reference), orpo (odds-ratio "
+                  "preference, no reference) and simpo (SimPO, TRL's CPO trainer with the SimPO loss, no reference) "
+                  "train on prompt/chosen/rejected data. Combines with training_type lora, qlora or full.")
+BETA_HELP = ("Preference objectives only: how strongly the preference term counts (DPO: how far the model may move "
+             "from its reference; ORPO: the odds-ratio weight; SimPO: the reward scale). Empty: 0.1 for dpo and orpo, 2.0 for simpo.")
+
+
+def beta_for(config: dict[str, Any]) -> float:
+    beta = config.get("beta")
+    return float(DEFAULT_BETA[config["objective"]] if beta is None else beta)
+
+
+def objective_errors(cfg: Any) -> list[tuple[str, str]]:
+    """(field, message) for each combination of objective and other settings that cannot train."""
+    errs: list[tuple[str, str]] = []
+    if cfg.objective == "sft":
+        if cfg.beta is not None:
+            errs.append(("beta", "beta is a preference setting and objective=sft does not read it; remove beta or set objective=dpo, orpo or simpo"))
+        if cfg.format == "preference":
+            errs.append(("objective", "format=preference (prompt/chosen/rejected) trains a preference objective; set objective=dpo, orpo or simpo"))
+        return errs
+    name = f"objective={cfg.objective}"
+    if cfg.training_type == "continued_pretraining":
+        errs.append(("objective", f"{name} learns from chosen and rejected answers, and continued pretraining reads raw text; "
+                                  "use training_type=lora, qlora or full, or objective=sft"))
+    if cfg.resolved_backend == "mlx":
+        errs.append(("objective", f"{name} is not available with backend=mlx: mlx-lm trains supervised fine-tuning only; "
+                                  "set backend=torch, or objective=sft"))
+    if cfg.format not in ("auto", "preference"):
+        errs.append(("format", f"{name} trains on prompt/chosen/rejected data and format is {cfg.format}; set format=auto or preference"))
+    if cfg.packing:
+        errs.append(("packing", f"{name} compares each chosen answer with its rejected one, so rows cannot be packed together; set packing=false"))
+    if cfg.train_on_completions:
+        errs.append(("train_on_completions", f"{name} always scores only the answers, never the prompt; remove train_on_completions"))
+    if cfg.embedding_learning_rate is not None:
+        errs.append(("embedding_learning_rate", f"{name} trains with one learning rate; remove embedding_learning_rate or use objective=sft"))
+    return errs

@@ -1,0 +1,20 @@
+"""Training objectives: which trainer a run's family trains with (see DESIGN.md, worker/methods/).
+
+`for_objective(config, family)` is the family itself for `sft` (each family's own
+trainer), or the family composed with a preference method (`preference.py`) that
+replaces only how the data is prepared and which TRL trainer runs; loading, wrapping
+and saving stay the family's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def for_objective(config: dict[str, Any], family: Any) -> Any:
+    objective = config.get("objective") or "sft"
+    if objective == "sft":
+        return family
+    from tunelab.worker.methods.preference import PreferenceMethod
+
+    return PreferenceMethod(family, objective)

@@ -1,0 +1,122 @@
+"""DPO, ORPO and SimPO on a text family, with TRL's own trainers.
+
+`PreferenceMethod(family, objective)` wraps a family (its load, wrap, modality and
+save stay as they are) and replaces two steps:
+  prepare        the prompt/chosen/rejected rows (`preference_formats`) as TRL's
+                 conversational preference format: string cells become one user turn
+                 (prompt) and one assistant turn (chosen, rejected), so TRL renders
+                 every row with the model's chat template; messages lists pass as they are.
+  build_trainer  TRL's DPOTrainer, ORPOTrainer or CPOTrainer (loss_type=simpo, no SFT
+                 term) on the shared Trainer arguments (`trainer_setup.training_arguments`)
+                 and the run's callbacks. An adapter run hands DPO its PeftModel and no
+                 reference model: TRL then keeps a frozen copy of the fresh adapter
+                 (named "ref"; for LoRA it starts as zero, so the reference is the base
+                 with the adapter off, and for LoftQ it is the starting point) and scores
+                 the reference through it: the base weights are held once.
+  save_final     the family's save, without TRL's "ref" adapter: the output is the
+                 trained adapter (or full model) and tokenizer, as after an SFT run.
+TRL logs rewards/chosen, rewards/rejected, rewards/margins and rewards/accuracies (and
+the log-probabilities); the progress callback forwards them as each step's extras.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tunelab.preference_settings import beta_for
+from tunelab.worker.data import PreparedData, ensure_chat_template
+from tunelab.worker.formats import DataFormatError
+from tunelab.worker.preference_formats import PREFERENCE_COLUMNS, PREFERENCE_FORMAT, describe_shape
+
+TRAINERS = {"dpo": "DPOTrainer", "orpo": "ORPOTrainer", "simpo": "CPOTrainer"}
+
+
+class PreferenceMethod:
+    def __init__(self, family: Any, objective: str):
+        if family.name != "text":
+            raise DataFormatError("objective", f"objective={objective} trains text models here and {family.name} models "
+                                               "are not supported yet; use a text model, or objective=sft")
+        self.family = family
+        self.objective = objective
+        self.name = family.name
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.family, name)  # load, wrap, modality, save_final: the family's own
+
+    def prepare(self, config: dict[str, Any], loaded: Any, raw: Any) -> PreparedData:
+        if raw.format != PREFERENCE_FORMAT:
+            raise DataFormatError("format", f"objective={self.objective} trains on preference rows and the data is {raw.format} "
+                                            f"with columns {raw.train.column_names}; expected {describe_shape()}. Map other names "
+                                            "with column_mapping, e.g. {prompt: question, chosen: good_answer, rejected: bad_answer}")
+        ensure_chat_template(loaded.tokenizer)
+        train = as_conversations(raw.train)
+        batch = int(config.get("batch_size") or 1)
+        if batch > len(train):
+            raise DataFormatError("batch_size", f"batch_size {batch} is larger than the {len(train)} training rows; "
+                                                f"set batch_size to {len(train)} or less, or add data")
+        eval_set = as_conversations(raw.eval) if raw.eval is not None else None
+        return PreparedData(train=train, eval=eval_set, format=raw.format)
+
+    def build_trainer(self, config: dict[str, Any], device: Any, model: Any, loaded: Any, prepared: Any,
+                      output_dir: Any, callbacks: list[Any]) -> Any:
+        from tunelab.worker.trainer_setup import training_arguments
+
+        args = training_arguments(config, device, output_dir, has_eval=prepared.eval is not None)
+        trainer_class, config_class, extra = _trl_classes(self.objective)
+        trainer_args = config_class(**args, max_length=int(config.get("max_seq_length") or 2048),
+                                    beta=beta_for(config), **extra)
+        kwargs = {"ref_model": None} if self.objective == "dpo" else {}
+        return trainer_class(
+            model=model,
+            args=trainer_args,
+            train_dataset=prepared.train,
+            eval_dataset=prepared.eval if trainer_args.eval_strategy != "no" else None,
+            processing_class=loaded.processing,
+            callbacks=callbacks,
+            **kwargs,
+        )
+
+
+    def save_final(self, trainer: Any, loaded: Any, output_dir: Any) -> None:
+        model = trainer.model
+        if "ref" in (getattr(model, "peft_config", None) or {}):
+            model.delete_adapter("ref")  # the reference only mattered while training
+        self.family.save_final(trainer, loaded, output_dir)
+
+
+def _trl_classes(objective: str) -> tuple[Any, Any, dict[str, Any]]:
+    import os
+
+    # ORPO and CPO live in trl.experimental, which warns on import; the choice is made here, knowingly.
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    if objective == "dpo":
+        from trl import DPOConfig, DPOTrainer
+
+        return DPOTrainer, DPOConfig, {}
+    if objective == "orpo":
+        from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+        # Their collator reads the prompt/chosen/rejected columns the Trainer would otherwise drop.
+        return ORPOTrainer, ORPOConfig, {"remove_unused_columns": False}
+    from trl.experimental.cpo import CPOConfig, CPOTrainer
+
+    # SimPO as TRL defines it: the CPO trainer with the SimPO loss and no SFT term.
+    return CPOTrainer, CPOConfig, {"loss_type": "simpo", "cpo_alpha": 0.0, "remove_unused_columns": False}
+
+
+def as_conversations(rows: Any) -> Any:
+    """The rows in TRL's conversational preference format (prompt optional for messages lists)."""
+    keep = [c for c in PREFERENCE_COLUMNS if c in rows.column_names]
+
+    def convert(row: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for column in keep:
+            value = row[column]
+            if isinstance(value, list):
+                out[column] = [{"role": str(turn["role"]), "content": str(turn["content"])} for turn in value]
+            else:
+                role = "user" if column == "prompt" else "assistant"
+                out[column] = [{"role": role, "content": "" if value is None else str(value)}]
+        return out
+
+    return rows.map(convert, remove_columns=rows.column_names, desc="Reading preference rows")
