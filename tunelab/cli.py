@@ -357,12 +357,18 @@ def demo(
     steps: int = typer.Option(60, min=1, help="Training steps."),
     modality: str = typer.Option("text", help="text (a tiny Llama on sample instructions), vision (a tiny LLaVA on images of coloured shapes) "
                                          "or embedding (a tiny BERT-style encoder on query/passage pairs, with retrieval metrics)."),
+    method: str = typer.Option("sft", help="The text demo's objective: sft, or dpo, orpo, simpo on generated preference pairs "
+                                          "whose chosen answer follows a rule the rejected one breaks."),
 ) -> None:
     """Fine-tune a built-in tiny model on generated sample data, offline, end to end."""
     from tunelab.demo import demo_config, ensure_demo_assets, print_demo_summary
 
     if modality not in ("text", "vision", "embedding"):
         raise _config_failure(ConfigError.single("--modality", f"'{modality}' is not a demo; use text, vision or embedding"))
+    if method not in ("sft", "dpo", "orpo", "simpo"):
+        raise _config_failure(ConfigError.single("--method", f"'{method}' is not a demo method; use sft, dpo, orpo or simpo"))
+    if method != "sft" and (modality != "text" or backend != "torch"):
+        raise _config_failure(ConfigError.single("--method", f"the {method} demo trains the text model with backend torch; drop --modality and --backend"))
     console.print("preparing the demo model and data (built once, then cached)…")
     try:
         if modality != "text" and backend != "torch":
@@ -375,6 +381,10 @@ def demo(
             from tunelab.embedding_demo import embedding_demo_config, ensure_embedding_demo_assets
 
             cfg = embedding_demo_config(ensure_embedding_demo_assets(), steps=steps)
+        elif method != "sft":
+            from tunelab.preference_demo import preference_demo_config
+
+            cfg = preference_demo_config(ensure_demo_assets(), method, steps)
         else:
             cfg = demo_config(ensure_demo_assets(), backend=backend, steps=steps)
     except ConfigError as exc:
@@ -385,8 +395,13 @@ def demo(
     except ConfigError as exc:
         raise _config_failure(exc)
     outcome = watch_run(orchestrator, run_id, console)
+    rewards = []
+    if method != "sft":
+        from tunelab.preference_demo import reward_summary
+
+        rewards = reward_summary(orchestrator.store.get_metric_extras(run_id))
     orchestrator.shutdown()
-    print_demo_summary(outcome, console)
+    print_demo_summary(outcome, console, rewards)
     if modality == "embedding":
         from tunelab.embedding_demo import eval_history
 

@@ -27,7 +27,7 @@ def demo_config(assets: DemoAssets, *, backend: str = "torch", steps: int = 60, 
     })
 
 
-def print_demo_summary(outcome, console: Console) -> None:
+def print_demo_summary(outcome, console: Console, extra_lines: list[str] = ()) -> None:
     run = outcome.run
     first = f"{outcome.first_loss:.3f}" if outcome.first_loss is not None else "?"
     last = f"{outcome.last_loss:.3f}" if outcome.last_loss is not None else "?"
@@ -35,6 +35,8 @@ def print_demo_summary(outcome, console: Console) -> None:
     console.print(f"run:        {outcome.run_id} ({run.get('status')})")
     console.print(f"steps:      {run.get('final_step') or 0} of {run.get('total_steps') or '?'}")
     console.print(f"loss:       {first} -> {last}")
+    for line in extra_lines:  # what a method reports beyond the loss (a preference run's rewards)
+        console.print(line)
     duration = run.get("duration_seconds")
     console.print(f"time:       {duration:.1f} s" if duration is not None else "time:       ?")
     console.print(f"output:     {run.get('output_dir') or '(none)'}")

@@ -11,11 +11,12 @@ writes the same pairs as chat messages lists (TRL's conversational preference fo
 from __future__ import annotations
 
 import json
+import os
 import random
 from pathlib import Path
 from typing import Any
 
-from tunelab.demo_assets import COLOURS, WORDS
+from tunelab.demo_assets import COLOURS, WORDS, DemoAssets
 
 
 def preference_rows(n: int = 96, seed: int = 11) -> list[dict[str, str]]:
@@ -48,7 +49,33 @@ def write_preference_data(path: Path, n: int = 96, conversational: bool = False)
     """Write the pairs as JSON lines to `path` and return it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
+    # Written beside and renamed into place: a concurrent demo never reads half a file.
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    with open(partial, "w") as f:
         for row in preference_rows(n):
             f.write(json.dumps(_as_messages(row) if conversational else row) + "\n")
+    os.replace(partial, path)
     return path
+
+
+def preference_demo_config(assets: DemoAssets, objective: str, steps: int) -> Any:
+    """The text demo's recipe on the preference pairs (kept with the demo data), with `objective`."""
+    from tunelab.demo import demo_config
+
+    data = assets.data_dir / "preference.jsonl"
+    if not data.is_file():
+        write_preference_data(data)
+    return demo_config(assets, steps=steps, objective=objective, local_datasets=[str(data)],
+                       display_name=f"demo ({objective})")
+
+
+def reward_summary(extras: dict[str, dict[str, list[Any]]]) -> list[str]:
+    """Lines for the demo summary: reward margin and accuracy, the first five steps' mean
+    against the last five's."""
+    lines = []
+    for name, label in (("rewards/margins", "margin"), ("rewards/accuracies", "accuracy")):
+        values = (extras.get(name) or {}).get("values") or []
+        if values:
+            head, tail = values[:5], values[-5:]
+            lines.append(f"{label + ':':<11} {sum(head) / len(head):.3f} -> {sum(tail) / len(tail):.3f} (mean of the first and last 5 steps)")
+    return lines
