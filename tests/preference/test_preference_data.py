@@ -115,3 +115,19 @@ def test_preference_settings_pass_and_default_to_sft():
     assert parse_config(BASE).objective == "sft"
     config = parse_config({**BASE, "objective": "dpo", "training_type": "qlora", "beta": 0.2})
     assert (config.objective, config.beta, config.load_in_4bit) == ("dpo", 0.2, True)
+
+
+def test_sharegpt_turns_become_chat_roles_and_unknown_turn_keys_are_refused(tmp_path):
+    tokenizer = type("Tok", (), {"chat_template": "{{ messages }}"})()
+    loaded = Loaded(None, tokenizer, tokenizer)
+    sharegpt = _write(tmp_path / "sharegpt.jsonl", [{"prompt": [{"from": "human", "value": "hi"}],
+                                                     "chosen": [{"from": "gpt", "value": "hello"}],
+                                                     "rejected": [{"from": "gpt", "value": "go"}]}] * 3)
+    prepared = PreferenceMethod(TextFamily(), "dpo").prepare({"batch_size": 2}, loaded, _raw(sharegpt, tmp_path / "s"))
+    assert prepared.train[0]["prompt"] == [{"role": "user", "content": "hi"}]
+    assert prepared.train[0]["rejected"] == [{"role": "assistant", "content": "go"}]
+    odd = _write(tmp_path / "odd_turns.jsonl", [{"prompt": "p", "chosen": [{"speaker": "bot", "text": "a"}],
+                                                 "rejected": [{"speaker": "bot", "text": "b"}]}] * 3)
+    with pytest.raises(DataFormatError) as info:
+        PreferenceMethod(TextFamily(), "dpo").prepare({"batch_size": 2}, loaded, _raw(odd, tmp_path / "o"))
+    assert info.value.field == "format" and "'chosen'" in info.value.message and "role/content" in info.value.message

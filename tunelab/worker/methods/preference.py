@@ -5,7 +5,8 @@ save stay as they are) and replaces two steps:
   prepare        the prompt/chosen/rejected rows (`preference_formats`) as TRL's
                  conversational preference format: string cells become one user turn
                  (prompt) and one assistant turn (chosen, rejected), so TRL renders
-                 every row with the model's chat template; messages lists pass as they are.
+                 every row with the model's chat template; messages lists (role/content,
+                 or sharegpt from/value turns) become role/content turns.
   build_trainer  TRL's DPOTrainer, ORPOTrainer or CPOTrainer (loss_type=simpo, no SFT
                  term) on the shared Trainer arguments (`trainer_setup.training_arguments`)
                  and the run's callbacks. An adapter run hands DPO its PeftModel and no
@@ -25,7 +26,7 @@ from typing import Any
 
 from tunelab.preference_settings import beta_for
 from tunelab.worker.data import PreparedData, ensure_chat_template
-from tunelab.worker.formats import DataFormatError
+from tunelab.worker.formats import DataFormatError, _map_role
 from tunelab.worker.preference_formats import PREFERENCE_COLUMNS, PREFERENCE_FORMAT, describe_shape
 
 TRAINERS = {"dpo": "DPOTrainer", "orpo": "ORPOTrainer", "simpo": "CPOTrainer"}
@@ -49,12 +50,12 @@ class PreferenceMethod:
                                             f"with columns {raw.train.column_names}; expected {describe_shape()}. Map other names "
                                             "with column_mapping, e.g. {prompt: question, chosen: good_answer, rejected: bad_answer}")
         ensure_chat_template(loaded.tokenizer)
-        train = as_conversations(raw.train)
+        train = as_conversations(raw.train, config.get("role_mapping"))
         batch = int(config.get("batch_size") or 1)
         if batch > len(train):
             raise DataFormatError("batch_size", f"batch_size {batch} is larger than the {len(train)} training rows; "
                                                 f"set batch_size to {len(train)} or less, or add data")
-        eval_set = as_conversations(raw.eval) if raw.eval is not None else None
+        eval_set = as_conversations(raw.eval, config.get("role_mapping")) if raw.eval is not None else None
         return PreparedData(train=train, eval=eval_set, format=raw.format)
 
     def build_trainer(self, config: dict[str, Any], device: Any, model: Any, loaded: Any, prepared: Any,
@@ -104,19 +105,31 @@ def _trl_classes(objective: str) -> tuple[Any, Any, dict[str, Any]]:
     return CPOTrainer, CPOConfig, {"loss_type": "simpo", "cpo_alpha": 0.0, "remove_unused_columns": False}
 
 
-def as_conversations(rows: Any) -> Any:
-    """The rows in TRL's conversational preference format (prompt optional for messages lists)."""
+def as_conversations(rows: Any, role_mapping: dict[str, str] | None = None) -> Any:
+    """The rows in TRL's conversational preference format (prompt optional for messages
+    lists). Turns are role/content (chatml) or from/value (sharegpt speakers, mapped like
+    sharegpt data; `role_mapping` names others)."""
     keep = [c for c in PREFERENCE_COLUMNS if c in rows.column_names]
+    roles = role_mapping or {}
 
     def convert(row: dict[str, Any]) -> dict[str, Any]:
         out = {}
         for column in keep:
             value = row[column]
             if isinstance(value, list):
-                out[column] = [{"role": str(turn["role"]), "content": str(turn["content"])} for turn in value]
+                out[column] = [_turn(turn, column, roles) for turn in value]
             else:
                 role = "user" if column == "prompt" else "assistant"
                 out[column] = [{"role": role, "content": "" if value is None else str(value)}]
         return out
 
     return rows.map(convert, remove_columns=rows.column_names, desc="Reading preference rows")
+
+
+def _turn(turn: Any, column: str, roles: dict[str, str]) -> dict[str, str]:
+    if isinstance(turn, dict) and turn.get("role") is not None and "content" in turn:
+        return {"role": _map_role(str(turn["role"]), "chatml", roles), "content": str(turn["content"] or "")}
+    if isinstance(turn, dict) and turn.get("from") is not None and "value" in turn:
+        return {"role": _map_role(str(turn["from"]), "sharegpt", roles), "content": str(turn["value"] or "")}
+    raise DataFormatError("format", f"a turn in the '{column}' column is {turn!r}; preference messages need role/content "
+                                    "(or sharegpt from/value) keys, e.g. [{\"role\": \"assistant\", \"content\": \"Paris.\"}]")
