@@ -131,3 +131,16 @@ def test_sharegpt_turns_become_chat_roles_and_unknown_turn_keys_are_refused(tmp_
     with pytest.raises(DataFormatError) as info:
         PreferenceMethod(TextFamily(), "dpo").prepare({"batch_size": 2}, loaded, _raw(odd, tmp_path / "o"))
     assert info.value.field == "format" and "'chosen'" in info.value.message and "role/content" in info.value.message
+
+
+def test_the_dataset_preview_shows_the_prompt_with_the_chosen_answer_and_the_rejected_one(preference_messages, demo_assets, tmp_path):
+    from tunelab.server.preview_child import build_preview
+
+    preview = build_preview({"local_datasets": [str(preference_messages)], "format": "auto"}, 2, str(demo_assets.model_dir), tmp_path)
+    first = json.loads(preference_messages.read_text().splitlines()[0])
+    assert preview["format"] == "preference" and preview["rendered_with"] == "chat_template"
+    text = preview["rows"][0]["text"]
+    assert f"<|user|>\n{first['prompt'][0]['content']}<|end|>" in text
+    assert f"<|assistant|>\n{first['chosen'][0]['content']}<|end|>" in text
+    assert text.endswith(f"[rejected]\n{first['rejected'][0]['content']}")
+    assert [m["role"] for m in preview["rows"][0]["messages"]] == ["user", "assistant"]

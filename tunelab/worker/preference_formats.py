@@ -37,3 +37,31 @@ def _conversational(rows: list[dict[str, Any]]) -> bool:
 
 def describe_shape() -> str:
     return f"(prompt, chosen, rejected) = preference, e.g. {EXAMPLE_ROW}"
+
+
+def row_turns(row: dict[str, Any], role_mapping: dict[str, str] | None = None) -> dict[str, list[dict[str, str]]]:
+    """A row as TRL's conversational preference row: string cells become one user turn
+    (prompt) or one assistant turn (chosen, rejected); messages lists keep their turns,
+    role/content (chatml) or from/value (sharegpt speakers, mapped as for sharegpt data;
+    `role_mapping` names others)."""
+    out = {}
+    for column in PREFERENCE_COLUMNS:
+        if column not in row:
+            continue
+        value = row[column]
+        if isinstance(value, list):
+            out[column] = [_turn(turn, column, role_mapping or {}) for turn in value]
+        else:
+            out[column] = [{"role": "user" if column == "prompt" else "assistant", "content": "" if value is None else str(value)}]
+    return out
+
+
+def _turn(turn: Any, column: str, roles: dict[str, str]) -> dict[str, str]:
+    from tunelab.worker.formats import DataFormatError, _map_role  # formats imports this module
+
+    if isinstance(turn, dict) and turn.get("role") is not None and "content" in turn:
+        return {"role": _map_role(str(turn["role"]), "chatml", roles), "content": str(turn["content"] or "")}
+    if isinstance(turn, dict) and turn.get("from") is not None and "value" in turn:
+        return {"role": _map_role(str(turn["from"]), "sharegpt", roles), "content": str(turn["value"] or "")}
+    raise DataFormatError("format", f"a turn in the '{column}' column is {turn!r}; preference messages need role/content "
+                                    "(or sharegpt from/value) keys, e.g. [{\"role\": \"assistant\", \"content\": \"Paris.\"}]")

@@ -26,8 +26,8 @@ from typing import Any
 
 from tunelab.preference_settings import beta_for
 from tunelab.worker.data import PreparedData, ensure_chat_template
-from tunelab.worker.formats import DataFormatError, _map_role
-from tunelab.worker.preference_formats import PREFERENCE_COLUMNS, PREFERENCE_FORMAT, describe_shape
+from tunelab.worker.formats import DataFormatError
+from tunelab.worker.preference_formats import PREFERENCE_FORMAT, describe_shape, row_turns
 
 TRAINERS = {"dpo": "DPOTrainer", "orpo": "ORPOTrainer", "simpo": "CPOTrainer"}
 
@@ -106,30 +106,5 @@ def _trl_classes(objective: str) -> tuple[Any, Any, dict[str, Any]]:
 
 
 def as_conversations(rows: Any, role_mapping: dict[str, str] | None = None) -> Any:
-    """The rows in TRL's conversational preference format (prompt optional for messages
-    lists). Turns are role/content (chatml) or from/value (sharegpt speakers, mapped like
-    sharegpt data; `role_mapping` names others)."""
-    keep = [c for c in PREFERENCE_COLUMNS if c in rows.column_names]
-    roles = role_mapping or {}
-
-    def convert(row: dict[str, Any]) -> dict[str, Any]:
-        out = {}
-        for column in keep:
-            value = row[column]
-            if isinstance(value, list):
-                out[column] = [_turn(turn, column, roles) for turn in value]
-            else:
-                role = "user" if column == "prompt" else "assistant"
-                out[column] = [{"role": role, "content": "" if value is None else str(value)}]
-        return out
-
-    return rows.map(convert, remove_columns=rows.column_names, desc="Reading preference rows")
-
-
-def _turn(turn: Any, column: str, roles: dict[str, str]) -> dict[str, str]:
-    if isinstance(turn, dict) and turn.get("role") is not None and "content" in turn:
-        return {"role": _map_role(str(turn["role"]), "chatml", roles), "content": str(turn["content"] or "")}
-    if isinstance(turn, dict) and turn.get("from") is not None and "value" in turn:
-        return {"role": _map_role(str(turn["from"]), "sharegpt", roles), "content": str(turn["value"] or "")}
-    raise DataFormatError("format", f"a turn in the '{column}' column is {turn!r}; preference messages need role/content "
-                                    "(or sharegpt from/value) keys, e.g. [{\"role\": \"assistant\", \"content\": \"Paris.\"}]")
+    """The rows in TRL's conversational preference format (`preference_formats.row_turns`)."""
+    return rows.map(lambda row: row_turns(row, role_mapping), remove_columns=rows.column_names, desc="Reading preference rows")
