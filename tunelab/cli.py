@@ -357,7 +357,7 @@ def demo(
     steps: int = typer.Option(60, min=1, help="Training steps."),
     modality: str = typer.Option("text", help="text (a tiny Llama on sample instructions), vision (a tiny LLaVA on images of coloured shapes) "
                                          "or embedding (a tiny BERT-style encoder on query/passage pairs, with retrieval metrics)."),
-    method: str = typer.Option("sft", help="The text demo's objective: sft, or dpo, orpo, simpo on generated preference pairs "
+    method: str = typer.Option("sft", help="The text demo's objective: sft, or dpo, orpo, simpo, kto on generated preference pairs "
                                           "whose chosen answer follows a rule the rejected one breaks."),
 ) -> None:
     """Fine-tune a built-in tiny model on generated sample data, offline, end to end."""
@@ -365,8 +365,8 @@ def demo(
 
     if modality not in ("text", "vision", "embedding"):
         raise _config_failure(ConfigError.single("--modality", f"'{modality}' is not a demo; use text, vision or embedding"))
-    if method not in ("sft", "dpo", "orpo", "simpo"):
-        raise _config_failure(ConfigError.single("--method", f"'{method}' is not a demo method; use sft, dpo, orpo or simpo"))
+    if method not in ("sft", "dpo", "orpo", "simpo", "kto"):
+        raise _config_failure(ConfigError.single("--method", f"'{method}' is not a demo method; use sft, dpo, orpo, simpo or kto"))
     if method != "sft" and (modality != "text" or backend != "torch"):
         raise _config_failure(ConfigError.single("--method", f"the {method} demo trains the text model with backend torch; drop --modality and --backend"))
     console.print("preparing the demo model and data (built once, then cached)…")

@@ -24,7 +24,8 @@ from tunelab.layout import layout_errors
 from tunelab.text import char_name, first_unsafe_char, printable
 
 TrainingType = Literal["lora", "qlora", "full", "continued_pretraining"]
-DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs", "preference"]
+DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs", "preference",
+                     "unpaired_preference"]
 Backend = Literal["auto", "torch", "mlx"]
 ReportTo = Literal["none", "tensorboard", "wandb", "mlflow"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
@@ -42,7 +43,7 @@ SECRET_ENVIRONMENT = {
 # Canonical column names a dataset's own columns can be mapped onto.
 CANONICAL_COLUMNS = ("instruction", "input", "output", "text", "conversations", "messages", "system", "images", "image",
                      "anchor", "positive", "negative", "sentence1", "sentence2", "score", "query", "document", "label",
-                     "prompt", "chosen", "rejected")
+                     "prompt", "chosen", "rejected", "completion")
 # Learning-rate schedules the mlx backend implements (the torch backend takes any HF name).
 MLX_LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -182,7 +183,8 @@ class RunConfig(BaseModel):
     format: DataFormat = Field("auto", description="auto | alpaca | sharegpt | chatml | text | caption (an image column and a text column); "
                                "for embedding models pairs (anchor, positive) | triplets (anchor, positive, negative) | "
                                "scored_pairs (sentence1, sentence2, score) | labelled_pairs (query, document, label); "
-                               "for objective dpo/orpo/simpo preference (prompt, chosen, rejected: strings or chat messages lists).")
+                               "for objective dpo/orpo/simpo/kto preference (prompt, chosen, rejected: strings or chat messages lists); "
+                               "for kto also unpaired_preference (prompt, completion, label).")
     column_mapping: dict[Name, Name] = Field(default_factory=dict, description="Canonical column -> dataset column, e.g. {instruction: question}.")
     role_mapping: dict[Name, Name] = Field(default_factory=dict, description="Dataset role -> chat role, e.g. {function_call: tool}.")
     train_on_completions: bool = Field(False, description="Compute loss on assistant tokens only.")

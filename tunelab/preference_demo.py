@@ -45,15 +45,22 @@ def _as_messages(row: dict[str, str]) -> dict[str, Any]:
             "rejected": [{"role": "assistant", "content": row["rejected"]}]}
 
 
-def write_preference_data(path: Path, n: int = 96, conversational: bool = False) -> Path:
-    """Write the pairs as JSON lines to `path` and return it."""
+def _unpaired(row: dict[str, str]) -> list[dict[str, Any]]:
+    return [{"prompt": row["prompt"], "completion": row["chosen"], "label": True},
+            {"prompt": row["prompt"], "completion": row["rejected"], "label": False}]
+
+
+def write_preference_data(path: Path, n: int = 96, conversational: bool = False, unpaired: bool = False) -> Path:
+    """Write the pairs as JSON lines to `path` and return it (`unpaired`: KTO's
+    prompt/completion/label rows, one desirable and one undesirable per pair)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # Written beside and renamed into place: a concurrent demo never reads half a file.
     partial = path.with_name(f".{path.name}.{os.getpid()}")
     with open(partial, "w") as f:
         for row in preference_rows(n):
-            f.write(json.dumps(_as_messages(row) if conversational else row) + "\n")
+            for out in (_unpaired(row) if unpaired else [_as_messages(row) if conversational else row]):
+                f.write(json.dumps(out) + "\n")
     os.replace(partial, path)
     return path
 

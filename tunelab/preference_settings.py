@@ -3,8 +3,9 @@ with their checks (called by config.py).
 
 `training_type` stays the choice of what trains (an adapter, or every weight); `objective`
 picks the trainer: `sft` (TRL's SFTTrainer, the default), `dpo` (DPOTrainer), `orpo`
-(ORPOTrainer) or `simpo` (TRL's CPOTrainer with its SimPO loss; TRL 1.16's DPOTrainer has
-no SimPO loss type). The preference objectives train on prompt/chosen/rejected rows
+(ORPOTrainer), `simpo` (TRL's CPOTrainer with its SimPO loss; TRL 1.16's DPOTrainer has
+no SimPO loss type) or `kto` (KTOTrainer). The preference objectives train on
+prompt/chosen/rejected rows; kto also on prompt/completion/label rows
 (`worker/preference_formats.py`). Torch-free, like config.py.
 """
 
@@ -12,16 +13,20 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-Objective = Literal["sft", "dpo", "orpo", "simpo"]
-PREFERENCE_OBJECTIVES = ("dpo", "orpo", "simpo")
+Objective = Literal["sft", "dpo", "orpo", "simpo", "kto"]
+PREFERENCE_OBJECTIVES = ("dpo", "orpo", "simpo", "kto")
+# The data shapes each preference objective reads (worker/preference_formats.py).
+OBJECTIVE_FORMATS = {"dpo": ("preference",), "orpo": ("preference",), "simpo": ("preference",),
+                     "kto": ("preference", "unpaired_preference")}
 # TRL's defaults for each objective's beta; SimPO's paper trains with a far larger one.
-DEFAULT_BETA = {"dpo": 0.1, "orpo": 0.1, "simpo": 2.0}
-OBJECTIVE_HELP = ("sft | dpo | orpo | simpo. What the run optimises: sft trains on instruction, chat or text data; "
+DEFAULT_BETA = {"dpo": 0.1, "orpo": 0.1, "simpo": 2.0, "kto": 0.1}
+OBJECTIVE_HELP = ("sft | dpo | orpo | simpo | kto. What the run optimises: sft trains on instruction, chat or text data; "
                   "dpo (Direct Preference Optimization, the adapter-off base as its reference), orpo (odds-ratio "
                   "preference, no reference) and simpo (SimPO, TRL's CPO trainer with the SimPO loss, no reference) "
-                  "train on prompt/chosen/rejected data. Combines with training_type lora, qlora or full.")
+                  "train on prompt/chosen/rejected data; kto (Kahneman-Tversky Optimization, with a reference like dpo) "
+                  "on prompt/completion/label rows or on prompt/chosen/rejected pairs. Combines with training_type lora, qlora or full.")
 BETA_HELP = ("Preference objectives only: how strongly the preference term counts (DPO: how far the model may move "
-             "from its reference; ORPO: the odds-ratio weight; SimPO: the reward scale). Empty: 0.1 for dpo and orpo, 2.0 for simpo.")
+             "from its reference; ORPO: the odds-ratio weight; SimPO: the reward scale). Empty: 0.1 for dpo, orpo and kto, 2.0 for simpo.")
 
 
 def beta_for(config: dict[str, Any]) -> float:
@@ -34,9 +39,9 @@ def objective_errors(cfg: Any) -> list[tuple[str, str]]:
     errs: list[tuple[str, str]] = []
     if cfg.objective == "sft":
         if cfg.beta is not None:
-            errs.append(("beta", "beta is a preference setting and objective=sft does not read it; remove beta or set objective=dpo, orpo or simpo"))
-        if cfg.format == "preference":
-            errs.append(("objective", "format=preference (prompt/chosen/rejected) trains a preference objective; set objective=dpo, orpo or simpo"))
+            errs.append(("beta", "beta is a preference setting and objective=sft does not read it; remove beta or set objective=dpo, orpo, simpo or kto"))
+        if cfg.format in ("preference", "unpaired_preference"):
+            errs.append(("objective", f"format={cfg.format} trains a preference objective; set objective=dpo, orpo, simpo or kto"))
         return errs
     name = f"objective={cfg.objective}"
     if cfg.training_type == "continued_pretraining":
@@ -45,8 +50,11 @@ def objective_errors(cfg: Any) -> list[tuple[str, str]]:
     if cfg.resolved_backend == "mlx":
         errs.append(("objective", f"{name} is not available with backend=mlx: mlx-lm trains supervised fine-tuning only; "
                                   "set backend=torch, or objective=sft"))
-    if cfg.format not in ("auto", "preference"):
-        errs.append(("format", f"{name} trains on prompt/chosen/rejected data and format is {cfg.format}; set format=auto or preference"))
+    fits = OBJECTIVE_FORMATS[cfg.objective]
+    if cfg.format not in ("auto", *fits):
+        errs.append(("format", f"{name} trains on {' or '.join(fits)} data and format is {cfg.format}; set format=auto or {' or '.join(fits)}"))
+    if cfg.objective == "kto" and cfg.batch_size < 2:
+        errs.append(("batch_size", "objective=kto compares each completion with the others in its batch (its KL term), so it needs batch_size 2 or more"))
     if cfg.packing:
         errs.append(("packing", f"{name} compares each chosen answer with its rejected one, so rows cannot be packed together; set packing=false"))
     if cfg.train_on_completions:

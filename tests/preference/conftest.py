@@ -21,3 +21,8 @@ def preference_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def preference_messages(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_preference_data(tmp_path_factory.mktemp("preference") / "messages.jsonl", conversational=True)
+
+
+@pytest.fixture(scope="session")
+def unpaired_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_preference_data(tmp_path_factory.mktemp("preference") / "unpaired.jsonl", unpaired=True)

@@ -18,12 +18,12 @@ def _run(args, home):
 def test_fields_document_the_objective_and_beta(home):
     result = _run(["fields"], home)
     assert result.returncode == 0, result.stderr
-    assert "objective" in result.stdout and "sft | dpo | orpo | simpo" in result.stdout
+    assert "objective" in result.stdout and "sft | dpo | orpo | simpo | kto" in result.stdout
     assert "beta" in result.stdout and "2.0 for simpo" in result.stdout
 
 
 def test_demo_refuses_an_unknown_method_and_a_preference_method_off_the_text_model(home):
-    unknown = _run(["demo", "--method", "kto"], home)
+    unknown = _run(["demo", "--method", "grpo"], home)
     assert unknown.returncode == 2 and "--method" in unknown.stderr and "dpo" in unknown.stderr
     vision = _run(["demo", "--method", "dpo", "--modality", "vision"], home)
     assert vision.returncode == 2 and "text model" in vision.stderr

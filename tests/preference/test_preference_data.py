@@ -102,7 +102,10 @@ BASE = {"model_name": "org/model", "local_datasets": ["data.jsonl"]}
     ({"objective": "sft", "format": "preference"}, "objective", "objective=dpo"),
     ({"beta": 0.5}, "beta", "objective=sft does not read it"),
     ({"objective": "dpo", "beta": 0}, "beta", "greater than 0"),
-    ({"objective": "kto"}, "objective", "dpo"),
+    ({"objective": "grpo"}, "objective", "dpo"),
+    ({"objective": "kto", "batch_size": 1}, "batch_size", "batch_size 2 or more"),
+    ({"objective": "dpo", "format": "unpaired_preference"}, "format", "format=auto or preference"),
+    ({"format": "unpaired_preference"}, "objective", "objective=dpo, orpo, simpo or kto"),
 ])
 def test_impossible_objective_settings_are_refused_naming_the_field(overrides, field, words):
     with pytest.raises(ConfigError) as info:
@@ -143,4 +146,33 @@ def test_the_dataset_preview_shows_the_prompt_with_the_chosen_answer_and_the_rej
     assert f"<|user|>\n{first['prompt'][0]['content']}<|end|>" in text
     assert f"<|assistant|>\n{first['chosen'][0]['content']}<|end|>" in text
     assert text.endswith(f"[rejected]\n{first['rejected'][0]['content']}")
+    assert [m["role"] for m in preview["rows"][0]["messages"]] == ["user", "assistant"]
+
+
+def test_unpaired_rows_are_detected_for_kto_with_their_labels_read(unpaired_data, preference_data, tmp_path):
+    raw = _raw(unpaired_data, tmp_path)
+    assert raw.format == "unpaired_preference"
+    tokenizer = type("Tok", (), {"chat_template": "{{ messages }}"})()
+    loaded = Loaded(None, tokenizer, tokenizer)
+    prepared = PreferenceMethod(TextFamily(), "kto").prepare({"batch_size": 2}, loaded, raw)
+    assert prepared.train.column_names == ["prompt", "completion", "label"]
+    assert prepared.train["label"][:2] == [True, False]
+    assert prepared.train[0]["completion"][0]["role"] == "assistant"
+    # kto reads paired rows too (TRL splits them); dpo does not read unpaired ones.
+    assert PreferenceMethod(TextFamily(), "kto").prepare({"batch_size": 2}, loaded, _raw(preference_data, tmp_path / "p")).format == "preference"
+    with pytest.raises(DataFormatError) as info:
+        PreferenceMethod(TextFamily(), "dpo").prepare({"batch_size": 2}, loaded, raw)
+    assert info.value.field == "format" and "unpaired_preference" in info.value.message
+    odd = _write(tmp_path / "odd_labels.jsonl", [{"prompt": "p", "completion": "c", "label": "maybe"}] * 3)
+    with pytest.raises(DataFormatError) as info:
+        PreferenceMethod(TextFamily(), "kto").prepare({"batch_size": 2}, loaded, _raw(odd, tmp_path / "o"))
+    assert info.value.field == "column_mapping" and "'maybe'" in info.value.message
+
+
+def test_the_dataset_preview_shows_an_unpaired_row_with_its_label(unpaired_data, tmp_path):
+    from tunelab.server.preview_child import build_preview
+
+    preview = build_preview({"local_datasets": [str(unpaired_data)], "format": "auto"}, 2, None, tmp_path)
+    assert preview["format"] == "unpaired_preference" and preview["rendered_with"] == "plain"
+    assert preview["rows"][0]["text"].endswith("[desirable]") and preview["rows"][1]["text"].endswith("[undesirable]")
     assert [m["role"] for m in preview["rows"][0]["messages"]] == ["user", "assistant"]

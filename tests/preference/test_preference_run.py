@@ -82,3 +82,14 @@ def test_dpo_run_stops_saves_and_resumes_with_its_rewards_stored(demo_assets, pr
             assert (Path(row["output_dir"]) / "adapter_model.safetensors").is_file()
         finally:
             orchestrator.shutdown()
+
+
+def test_kto_trains_on_unpaired_rows_and_streams_its_rewards(demo_assets, unpaired_data, tmp_path):
+    output = tmp_path / "kto"
+    final, worker = run_to_end(demo_config(demo_assets, output, local_datasets=[str(unpaired_data)], objective="kto",
+                                           max_steps=2, learning_rate=5e-3))
+    assert final["type"] == ev.COMPLETE, final
+    progress = [e for e in worker.events if e["type"] == ev.PROGRESS]
+    assert [e["step"] for e in progress] == [1, 2]
+    assert all({"rewards/chosen", "rewards/rejected", "rewards/margins"} <= set(e["extra"]) for e in progress), progress[0]
+    assert (output / "adapter_model.safetensors").is_file() and not (output / "ref").exists()

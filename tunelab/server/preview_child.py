@@ -74,7 +74,7 @@ def _plain_chat(messages: list[dict[str, str]]) -> str:
 
 def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None, cache_dir: Path) -> dict[str, Any]:
     from tunelab.worker.data import load_raw, to_messages, to_plain_text
-    from tunelab.worker.preference_formats import PREFERENCE_FORMAT, row_turns
+    from tunelab.worker.preference_formats import PREFERENCE_FORMAT, UNPAIRED_FORMAT, row_turns
     from tunelab.worker.tokenization import render, uses_raw_text
 
     raw = load_raw({**config, "eval_steps": 0}, cache_dir)
@@ -100,6 +100,11 @@ def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None,
             messages = _short_messages(turns.get("prompt", []) + turns["chosen"])
             text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
             text += "\n[rejected]\n" + "\n".join(m["content"] for m in turns["rejected"])
+        elif raw.format == UNPAIRED_FORMAT:
+            turns = row_turns(row, config.get("role_mapping"))
+            messages = _short_messages(turns["prompt"] + turns["completion"])
+            text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
+            text += f"\n[{'desirable' if turns['label'] else 'undesirable'}]"
         elif raw_text:
             text = to_plain_text(row, raw.format, config)
         else:

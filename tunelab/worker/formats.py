@@ -10,8 +10,9 @@ Four shapes are understood, named after the datasets that made them popular:
   pairs, triplets, scored_pairs, labelled_pairs
             what embedding models train on (`embedding_formats`: anchor/positive[/negative],
             sentence1/sentence2/score, query/document/label)
-  preference  prompt/chosen/rejected (strings or messages lists), what DPO, ORPO and
-            SimPO train on (`preference_formats`; rendered by `worker/methods/preference`)
+  preference  prompt/chosen/rejected (strings or messages lists), what DPO, ORPO,
+            SimPO and KTO train on; unpaired_preference prompt/completion/label, KTO's own
+            (`preference_formats`; rendered by `worker/methods/preference`)
 Rows reaching `to_messages` carry canonical column names (`sources.load_raw` renames
 columns through `column_mapping` first). Torch-free.
 """
@@ -24,7 +25,8 @@ from tunelab.worker.context import RunSettingError
 from tunelab.worker import preference_formats
 from tunelab.worker.embedding_formats import EMBEDDING_FORMATS, describe_shapes, detect_embedding_format, missing_columns
 
-FORMATS = ("alpaca", "sharegpt", "chatml", "text", "caption", *EMBEDDING_FORMATS, preference_formats.PREFERENCE_FORMAT)
+FORMATS = ("alpaca", "sharegpt", "chatml", "text", "caption", *EMBEDDING_FORMATS, preference_formats.PREFERENCE_FORMAT,
+           preference_formats.UNPAIRED_FORMAT)
 # Column names under which datasets commonly keep a conversation.
 CONVERSATION_COLUMNS = ("conversations", "messages", "conversation", "chat", "dialogue", "dialog")
 # Column names under which image-text datasets keep their images (paths or image features).
@@ -73,6 +75,8 @@ def detect_format(columns: list[str], sample_rows: list[dict[str, Any]]) -> str:
     # messages column, and their chosen/rejected columns are what marks them.
     if preference_formats.is_preference(columns):
         return preference_formats.PREFERENCE_FORMAT
+    if preference_formats.is_unpaired(columns):
+        return preference_formats.UNPAIRED_FORMAT
     conv = conversation_column(columns)
     if conv:
         turn = _first_turn(sample_rows, conv)
@@ -129,6 +133,8 @@ def required_columns(fmt: str, columns: list[str], sample_rows: list[dict[str, A
         return missing_columns(fmt, columns)
     if fmt == preference_formats.PREFERENCE_FORMAT:
         return preference_formats.missing_columns(columns, sample_rows or [])
+    if fmt == preference_formats.UNPAIRED_FORMAT:
+        return [c for c in preference_formats.UNPAIRED_COLUMNS if c not in columns]
     return [] if "text" in columns else ["text"]
 
 
@@ -193,9 +199,9 @@ def to_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> list[d
     if fmt in EMBEDDING_FORMATS:
         raise DataFormatError("model_name", f"{fmt} data trains an embedding model and {config.get('model_name')} is a generative "
                                             "model; point model_name at an encoder or a sentence-transformers model")
-    if fmt == preference_formats.PREFERENCE_FORMAT:
-        raise DataFormatError("objective", "prompt/chosen/rejected data trains a preference objective and this run's objective is "
-                                           f"{config.get('objective') or 'sft'}; set objective=dpo (or orpo, simpo), or give instruction or chat data")
+    if fmt in (preference_formats.PREFERENCE_FORMAT, preference_formats.UNPAIRED_FORMAT):
+        raise DataFormatError("objective", f"{fmt} data ({'/'.join(preference_formats.UNPAIRED_COLUMNS if fmt == preference_formats.UNPAIRED_FORMAT else preference_formats.PREFERENCE_COLUMNS)}) trains a preference objective and this run's objective is "
+                                           f"{config.get('objective') or 'sft'}; set objective={'kto' if fmt == preference_formats.UNPAIRED_FORMAT else 'dpo (or orpo, simpo, kto)'}, or give instruction or chat data")
     raise DataFormatError("format", f"unknown format '{fmt}'; use one of {list(FORMATS)}")
 
 

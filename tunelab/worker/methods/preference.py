@@ -1,4 +1,4 @@
-"""DPO, ORPO and SimPO on a text family, with TRL's own trainers.
+"""DPO, ORPO, SimPO and KTO on a text family, with TRL's own trainers.
 
 `PreferenceMethod(family, objective)` wraps a family (its load, wrap, modality and
 save stay as they are) and replaces two steps:
@@ -8,7 +8,7 @@ save stay as they are) and replaces two steps:
                  every row with the model's chat template; messages lists (role/content,
                  or sharegpt from/value turns) become role/content turns.
   build_trainer  TRL's DPOTrainer, ORPOTrainer or CPOTrainer (loss_type=simpo, no SFT
-                 term) on the shared Trainer arguments (`trainer_setup.training_arguments`)
+                 term) or KTOTrainer on the shared Trainer arguments (`trainer_setup.training_arguments`)
                  and the run's callbacks. An adapter run hands DPO its PeftModel and no
                  reference model: TRL then keeps a frozen copy of the fresh adapter
                  (named "ref"; for LoRA it starts as zero, so the reference is the base
@@ -24,12 +24,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunelab.preference_settings import beta_for
+from tunelab.preference_settings import OBJECTIVE_FORMATS, beta_for
 from tunelab.worker.data import PreparedData, ensure_chat_template
 from tunelab.worker.formats import DataFormatError
-from tunelab.worker.preference_formats import PREFERENCE_FORMAT, describe_shape, row_turns
+from tunelab.worker.preference_formats import describe_shape, row_turns
 
-TRAINERS = {"dpo": "DPOTrainer", "orpo": "ORPOTrainer", "simpo": "CPOTrainer"}
+TRAINERS = {"dpo": "DPOTrainer", "orpo": "ORPOTrainer", "simpo": "CPOTrainer", "kto": "KTOTrainer"}
 
 
 class PreferenceMethod:
@@ -45,7 +45,7 @@ class PreferenceMethod:
         return getattr(self.family, name)  # load, wrap, modality, save_final: the family's own
 
     def prepare(self, config: dict[str, Any], loaded: Any, raw: Any) -> PreparedData:
-        if raw.format != PREFERENCE_FORMAT:
+        if raw.format not in OBJECTIVE_FORMATS[self.objective]:
             raise DataFormatError("format", f"objective={self.objective} trains on preference rows and the data is {raw.format} "
                                             f"with columns {raw.train.column_names}; expected {describe_shape()}. Map other names "
                                             "with column_mapping, e.g. {prompt: question, chosen: good_answer, rejected: bad_answer}")
@@ -66,7 +66,7 @@ class PreferenceMethod:
         trainer_class, config_class, extra = _trl_classes(self.objective)
         trainer_args = config_class(**args, max_length=int(config.get("max_seq_length") or 2048),
                                     beta=beta_for(config), **extra)
-        kwargs = {"ref_model": None} if self.objective == "dpo" else {}
+        kwargs = {"ref_model": None} if self.objective in ("dpo", "kto") else {}
         return trainer_class(
             model=model,
             args=trainer_args,
@@ -94,6 +94,10 @@ def _trl_classes(objective: str) -> tuple[Any, Any, dict[str, Any]]:
         from trl import DPOConfig, DPOTrainer
 
         return DPOTrainer, DPOConfig, {}
+    if objective == "kto":
+        from trl import KTOConfig, KTOTrainer
+
+        return KTOTrainer, KTOConfig, {}
     if objective == "orpo":
         from trl.experimental.orpo import ORPOConfig, ORPOTrainer
 
