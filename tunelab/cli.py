@@ -324,21 +324,25 @@ def fields() -> None:
 def demo(
     backend: str = typer.Option("torch", help="torch or mlx."),
     steps: int = typer.Option(60, min=1, help="Training steps."),
-    modality: str = typer.Option("text", help="text (a tiny Llama on sample instructions) or vision (a tiny LLaVA on images of coloured shapes)."),
+    modality: str = typer.Option("text", help="text (a tiny Llama on sample instructions), vision (a tiny LLaVA on images of coloured shapes) or speech (a tiny Whisper on clips of tones, one pitch per word)."),
 ) -> None:
     """Fine-tune a built-in tiny model on generated sample data, offline, end to end."""
     from tunelab.demo import demo_config, ensure_demo_assets, print_demo_summary
 
-    if modality not in ("text", "vision"):
-        raise _config_failure(ConfigError.single("--modality", f"'{modality}' is not a demo; use text or vision"))
+    if modality not in ("text", "vision", "speech"):
+        raise _config_failure(ConfigError.single("--modality", f"'{modality}' is not a demo; use text, vision or speech"))
     console.print("preparing the demo model and data (built once, then cached)…")
     try:
+        if modality != "text" and backend != "torch":
+            raise ConfigError.single("--backend", f"the {modality} demo trains with backend torch; drop --backend")
         if modality == "vision":
-            if backend != "torch":
-                raise ConfigError.single("--backend", "the vision demo trains with backend torch; drop --backend")
             from tunelab.vision_demo import ensure_vision_demo_assets, vision_demo_config
 
             cfg = vision_demo_config(ensure_vision_demo_assets(), steps=steps)
+        elif modality == "speech":
+            from tunelab.speech_demo import ensure_speech_demo_assets, speech_demo_config
+
+            cfg = speech_demo_config(ensure_speech_demo_assets(), steps=steps)
         else:
             cfg = demo_config(ensure_demo_assets(), backend=backend, steps=steps)
     except ConfigError as exc:

@@ -22,7 +22,7 @@ from tunelab.layout import layout_errors
 from tunelab.text import char_name, first_unsafe_char, printable
 
 TrainingType = Literal["lora", "qlora", "full", "continued_pretraining"]
-DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text", "caption"]
+DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "transcription"]
 Backend = Literal["auto", "torch", "mlx"]
 ReportTo = Literal["none", "tensorboard", "wandb", "mlflow"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
@@ -173,7 +173,7 @@ class RunConfig(BaseModel):
     streaming: bool = False
     slice_start: int | None = Field(None, ge=0, le=MAX_ROWS)
     slice_end: int | None = Field(None, ge=1, le=MAX_ROWS)
-    format: DataFormat = Field("auto", description="auto | alpaca | sharegpt | chatml | text | caption (an image column and a text column).")
+    format: DataFormat = Field("auto", description="auto | alpaca | sharegpt | chatml | text | caption (an image column and a text column) | transcription (an audio column and a transcript column, for speech-to-text models).")
     column_mapping: dict[Name, Name] = Field(default_factory=dict, description="Canonical column -> dataset column, e.g. {instruction: question}.")
     role_mapping: dict[Name, Name] = Field(default_factory=dict, description="Dataset role -> chat role, e.g. {function_call: tool}.")
     train_on_completions: bool = Field(False, description="Compute loss on assistant tokens only.")
@@ -196,6 +196,9 @@ class RunConfig(BaseModel):
     finetune_attention_modules: bool = Field(True, description="Train attention projections (q/k/v/o and the like).")
     finetune_mlp_modules: bool = Field(True, description="Train MLP / feed-forward projections (and other linear layers outside attention, e.g. a vision projector).")
     skip_bad_images: bool = Field(False, description="Skip rows whose image is missing, unreadable or not an image (counted and reported before training) instead of ending the run; a path outside the data roots is still refused.")
+
+    # --- speech-to-text models (detected from the model's config)
+    speech_language: Name | None = Field(None, max_length=40, description="Language of the transcripts for a multilingual speech model (e.g. en or english): Whisper's labels and its eval transcripts start with this language's token. None: the tokenizer's own setting.")
 
     # --- optimisation
     num_epochs: float = Field(3, ge=0, le=MAX_EPOCHS)

@@ -105,8 +105,8 @@ def model_problem(name: str) -> str | None:
 
 def mlx_model_problem(name: str) -> str | None:
     """The mlx backend trains text models only: a model whose config.json (local, or in the
-    hub cache) says vision-language is refused before the run exists."""
-    from tunelab.worker.vision_model import MLX_REFUSAL, config_dict_is_vision  # torch-free
+    hub cache) says vision-language or speech-to-text is refused before the run exists."""
+    from tunelab.worker import speech_model, vision_model  # torch-free
 
     path = Path(name).expanduser() / "config.json"
     found = str(path) if path.is_file() else _cached_config(name)
@@ -114,7 +114,11 @@ def mlx_model_problem(name: str) -> str | None:
         config = json.loads(Path(found).read_text()) if found else {}
     except (OSError, ValueError):
         return None  # the worker reports an unreadable config in its own words
-    return f"{name} {MLX_REFUSAL}" if isinstance(config, dict) and config_dict_is_vision(config) else None
+    if not isinstance(config, dict):
+        return None
+    if speech_model.config_dict_is_speech(config):
+        return f"{name} {speech_model.MLX_REFUSAL}"
+    return f"{name} {vision_model.MLX_REFUSAL}" if vision_model.config_dict_is_vision(config) else None
 
 
 def _cached_config(repo_id: str) -> str | None:

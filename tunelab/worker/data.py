@@ -47,6 +47,9 @@ def prepare(config: dict[str, Any], tokenizer: Any, raw: RawData) -> PreparedDat
     if image_column(raw.train.column_names):
         raise DataFormatError("model_name", f"the dataset has images (column '{image_column(raw.train.column_names)}') and "
                                             f"{config.get('model_name')} is a text-only model; use an image-text-to-text model, or drop the image column")
+    if raw.format == "transcription":
+        raise DataFormatError("model_name", f"the dataset is audio with transcripts and {config.get('model_name')} is not a speech-to-text "
+                                            "model; use a speech-to-text model (e.g. Whisper), or give text data")
     _check_masking_applies(raw.format, config)
     if not uses_raw_text(raw.format, config):
         ensure_chat_template(tokenizer)

@@ -7,6 +7,8 @@ Four shapes are understood, named after the datasets that made them popular:
   text      one text column (raw text; also what continued pretraining reads)
   caption   an image column (`images`/`image`) and a text column: image-text data, read
             by `vision_formats` (any format above with an image column is image data too)
+  transcription  an audio column and a transcript column: speech-to-text data, read by
+            `speech_formats` / `speech_data`
 Rows reaching `to_messages` carry canonical column names (`sources.load_raw` renames
 columns through `column_mapping` first). Torch-free.
 """
@@ -16,8 +18,9 @@ from __future__ import annotations
 from typing import Any
 
 from tunelab.worker.context import RunSettingError
+from tunelab.worker.speech_formats import TRANSCRIPTION, audio_column, transcript_column, transcription_shape
 
-FORMATS = ("alpaca", "sharegpt", "chatml", "text", "caption")
+FORMATS = ("alpaca", "sharegpt", "chatml", "text", "caption", "transcription")
 # Column names under which datasets commonly keep a conversation.
 CONVERSATION_COLUMNS = ("conversations", "messages", "conversation", "chat", "dialogue", "dialog")
 # Column names under which image-text datasets keep their images (paths or image features).
@@ -76,6 +79,8 @@ def detect_format(columns: list[str], sample_rows: list[dict[str, Any]]) -> str:
             "tunelab reads turns with from/value (sharegpt) or role/content (chatml) keys. "
             "Convert the turns, or map another column with column_mapping",
         )
+    if transcription_shape(columns, sample_rows):
+        return TRANSCRIPTION
     if image_column(columns):
         if "text" in columns:
             return "caption"
@@ -101,6 +106,8 @@ def required_columns(fmt: str, columns: list[str]) -> list[str]:
         return [] if conversation_column(columns) else ["conversations or messages"]
     if fmt == "caption":
         return [c for c, ok in (("image", image_column(columns)), ("text", "text" in columns)) if not ok]
+    if fmt == "transcription":
+        return [c for c, ok in (("audio", audio_column(columns)), ("text", transcript_column(columns))) if not ok]
     return [] if "text" in columns else ["text"]
 
 
@@ -162,6 +169,8 @@ def to_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> list[d
         return _conversation_messages(row, fmt, config.get("role_mapping") or {})
     if fmt == "caption":
         raise DataFormatError("model_name", "caption data pairs images with text; train it on an image-text-to-text model")
+    if fmt == "transcription":
+        raise DataFormatError("model_name", "transcription data pairs audio with its transcript; train it on a speech-to-text model (e.g. Whisper)")
     raise DataFormatError("format", f"unknown format '{fmt}'; use one of {list(FORMATS)}")
 
 

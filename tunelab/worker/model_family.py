@@ -1,15 +1,20 @@
-"""Model families: the few steps where a text model and a vision-language model differ.
+"""Model families: the few steps where text, vision-language and speech-to-text models differ.
 
 The torch backend runs one sequence of stages for every run; a family supplies what
 depends on the kind of model — how it and its processing class load, how the data
 becomes batches, which layers an adapter targets. `detect(config)` picks the family
-from the model's own config (`vision_model.is_vision_model`), never from its name.
+from the model's own config (`speech_model.is_speech_model`, `vision_model.is_vision_model`),
+never from its name.
   text    tokenizer + AutoModelForCausalLM; data through `data.prepare` and TRL's collator.
   vision  AutoProcessor + AutoModelForImageTextToText; image rows through
           `vision_data.prepare` and its collator. A dataset without an image column trains
           the model as a language model, exactly as the text family would.
+  speech  AutoProcessor (feature extractor + tokenizer) + AutoModelForSpeechSeq2Seq;
+          audio + transcript rows through `speech_data.prepare` and its collator, and its
+          own Trainer (`speech_trainer`: Seq2SeqTrainer, word error rate at eval).
 `modality(raw)` names what the run trains on (events.MODALITIES), for the run's record.
-`wrap` is the same for both: the method's adapter on the family's targets, or full
+`build_trainer` is the SFT Trainer unless a family brings its own.
+`wrap` is the same for text and vision: the method's adapter on the family's targets, or full
 fine-tuning with what the switches turn off frozen.
 The processing class (tokenizer or processor) is what the trainer gets and what is saved
 next to the weights, so a finished run reloads with AutoTokenizer / AutoProcessor.
@@ -31,6 +36,15 @@ class Loaded:
 
 
 class _Family:
+    kind = ""  # how the configuring stage names the model ("of a <kind>"); empty for text
+
+    def build_trainer(self, config: dict[str, Any], ctx: Any, device: Any, model: Any, processing: Any, prepared: Any,
+                      output_dir: Any) -> tuple[Any, Any]:
+        """The Trainer for this family's rows, with the run's callbacks, and its stopper."""
+        from tunelab.worker.sft_trainer import build_sft_trainer
+
+        return build_sft_trainer(config, ctx, device, model, processing, prepared, output_dir)
+
     def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
         raise NotImplementedError
 
@@ -63,6 +77,7 @@ class TextFamily(_Family):
 
 class VisionFamily(_Family):
     name = "vision"
+    kind = "vision-language model"
 
     def load(self, config: dict[str, Any], device: Any) -> Loaded:
         from tunelab.worker import vision_model
@@ -88,7 +103,44 @@ class VisionFamily(_Family):
         return lora_targets.select_targets(model, config)
 
 
-def detect(config: dict[str, Any]) -> TextFamily | VisionFamily:
-    from tunelab.worker import vision_model
+class SpeechFamily(_Family):
+    name = "speech"
+    kind = "speech-to-text model"
 
+    def load(self, config: dict[str, Any], device: Any) -> Loaded:
+        from tunelab.worker import speech_model
+
+        speech_model.check_trainable(config)
+        processor = speech_model.load_processor(config)
+        model = model_setup.load_model(config, device, speech_model.model_class())
+        return Loaded(model, processor.tokenizer, processor)
+
+    def prepare(self, config: dict[str, Any], loaded: Loaded, raw: Any) -> data.PreparedData:
+        from tunelab.worker import speech_data
+
+        return speech_data.prepare(config, loaded.processing, raw, loaded.model.config)
+
+    def modality(self, raw: Any) -> str:
+        return "speech"
+
+    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
+        # Every linear layer of the encoder and the decoder; the output head stays as it is.
+        return sorted(lora_targets.classify_linear_layers(model))
+
+    def wrap(self, model: Any, config: dict[str, Any], device: Any) -> Any:
+        # The finetune_* switches speak of vision and language parts: nothing here to switch.
+        return model_setup.wrap_for_training(model, config, device, self.targets(model, config), task_type="SEQ_2_SEQ_LM")
+
+    def build_trainer(self, config: dict[str, Any], ctx: Any, device: Any, model: Any, processing: Any, prepared: Any,
+                      output_dir: Any) -> tuple[Any, Any]:
+        from tunelab.worker.speech_trainer import build_speech_trainer
+
+        return build_speech_trainer(config, ctx, device, model, processing, prepared, output_dir)
+
+
+def detect(config: dict[str, Any]) -> TextFamily | VisionFamily | SpeechFamily:
+    from tunelab.worker import speech_model, vision_model
+
+    if speech_model.is_speech_model(config):
+        return SpeechFamily()
     return VisionFamily() if vision_model.is_vision_model(config) else TextFamily()

@@ -1,9 +1,10 @@
-"""The torch backend: transformers + PEFT + TRL's SFTTrainer, reporting through events.
+"""The torch backend: transformers + PEFT + the family's Trainer, reporting through events.
 
 `run(config, ctx)` reads top to bottom as the run's stages: load the model and its
-tokenizer or processor (`model_family`: text or vision-language), load and tokenize the
-data (text rows shared with the mlx backend, so both train on the
-same tokens), build the adapter and the trainer, train, save. How the run ends:
+tokenizer or processor (`model_family`: text, vision-language or speech-to-text), load
+and tokenize the data (text rows shared with the mlx backend, so both train on the
+same tokens), build the adapter and the trainer (TRL's SFTTrainer, or the family's
+own: `sft_trainer.build_sft_trainer`, `speech_trainer.build_speech_trainer`), train, save. How the run ends:
   normal    the adapter (or full model) and tokenizer are saved in `output_dir`, next to
             the Trainer's final `checkpoint-<last step>`; `complete{output_dir}`.
   stop+save the Trainer saves `checkpoint-<current step>` and stops; the checkpoint is
@@ -57,7 +58,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     for note in prepared.notes:
         ctx.emit(events.status(note))
 
-    ctx.stage("configuring", _describe_method(config, device, model, family.name))
+    ctx.stage("configuring", _describe_method(config, device, model, family.kind))
     # Adapter weights are drawn from the global generator: seed it, or two runs with the
     # same seed start from different adapters (the Trainer seeds only later).
     transformers.set_seed(seed_of(config))
@@ -66,7 +67,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
         from tunelab.worker.loftq_base import save_loftq_base
 
         save_loftq_base(model, output_dir)
-    trainer, stopper = _build_trainer(config, ctx, device, model, loaded.processing, prepared, output_dir)
+    trainer, stopper = family.build_trainer(config, ctx, device, model, loaded.processing, prepared, output_dir)
     if prepared.eval is not None and trainer.args.eval_strategy != "no":
         ctx.emit(events.make(events.EVAL_CONFIGURED, eval_rows=len(prepared.eval)))
 
@@ -108,48 +109,13 @@ def _stall_watch(config: dict[str, Any], ctx: WorkerContext) -> Any:
     return DownloadStallWatch(ctx, hub_cache_folders(config["model_name"]))
 
 
-def _describe_method(config: dict[str, Any], device: Any, model: Any, family: str = "text") -> str:
+def _describe_method(config: dict[str, Any], device: Any, model: Any, kind: str = "") -> str:
     method = config.get("training_type", "lora")
     extras = [name.removeprefix("use_") for name in ("use_dora", "use_rslora", "use_loftq") if config.get(name)]
     where = "CUDA" if device.cuda else "CPU"
     attention = getattr(model.config, "_attn_implementation", None) or "default"
-    kind = "" if family == "text" else f" of a {family}-language model"
-    return (f"Setting up {method}{' (' + ', '.join(extras) + ')' if extras else ''}{kind} on {where} in {device.precision}, "
+    return (f"Setting up {method}{' (' + ', '.join(extras) + ')' if extras else ''}{' of a ' + kind if kind else ''} on {where} in {device.precision}, "
             f"{'packed, ' if config.get('packing') else ''}{attention} attention")
-
-
-def _build_trainer(config, ctx, device, model, processing, prepared, output_dir) -> tuple[Any, Any]:
-    from transformers import PrinterCallback
-
-    from tunelab.worker.callbacks import ProgressReporter, StopOnRequest
-    from tunelab.worker.sft_trainer import TokenCountingSFTTrainer
-    from tunelab.worker.trainer_setup import build_sft_config
-
-    args = build_sft_config(config, device, output_dir, has_eval=prepared.eval is not None)
-    if prepared.collator is not None:
-        args.remove_unused_columns = False  # the collator reads the text and image columns itself
-    stopper = StopOnRequest(ctx)
-    trainer = TokenCountingSFTTrainer(
-        model=model,
-        args=args,
-        train_dataset=_collator_columns(prepared.train, config),
-        eval_dataset=_collator_columns(prepared.eval, config) if args.eval_strategy != "no" else None,
-        processing_class=processing,
-        data_collator=prepared.collator,
-        callbacks=[ProgressReporter(ctx), stopper],
-    )
-    trainer.embedding_learning_rate = config.get("embedding_learning_rate")
-    # With tqdm off the Trainer prints every log dict to stdout; progress events replace it.
-    trainer.remove_callback(PrinterCallback)
-    return trainer, stopper
-
-
-def _collator_columns(dataset: Any, config: dict[str, Any]) -> Any:
-    """Only what TRL's collator reads: the input ids, and the labels where completion
-    masking made them differ (without them it uses the ids). Every column left in is
-    fetched and converted for every row of every batch: 5% of a small model's step."""
-    unused = ["completion_mask"] if config.get("train_on_completions") else ["completion_mask", "labels"]
-    return dataset.remove_columns([name for name in unused if name in dataset.column_names])
 
 
 def _step_of(checkpoint: str) -> str:

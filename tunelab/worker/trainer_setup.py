@@ -1,4 +1,5 @@
-"""From a run config to TRL's `SFTConfig`, and the environment the tracking services read.
+"""From a run config to the Trainer's arguments (TRL's `SFTConfig`, or what any other
+trainer takes: `training_arguments`), and the environment the tracking services read.
 
 Saving is always step-based so every run ends with a resumable `checkpoint-<last step>`:
 `save_steps` > 0 also saves every N steps, 0 saves only at the end. `eval_steps` keeps
@@ -70,9 +71,21 @@ def _eval_settings(config: dict[str, Any], has_eval: bool) -> dict[str, Any]:
 def build_sft_config(config: dict[str, Any], device: DeviceSettings, output_dir: Path, has_eval: bool) -> Any:
     from trl import SFTConfig
 
+    return SFTConfig(
+        **training_arguments(config, device, output_dir, has_eval),
+        max_length=int(config.get("max_seq_length") or 2048),
+        packing=bool(config.get("packing")),
+        include_num_input_tokens_seen="no",  # counted by TokenCountingSFTTrainer, without a sync per step
+    )
+
+
+def training_arguments(config: dict[str, Any], device: DeviceSettings, output_dir: Path, has_eval: bool) -> dict[str, Any]:
+    """The Trainer settings every method shares (TRL's SFTConfig and transformers'
+    Seq2SeqTrainingArguments both take them): steps, batch, optimiser, precision, saving,
+    evaluation, logging, tracking and how ranks share the work."""
     report_to = configure_tracking(config, output_dir)
     save_every = int(config.get("save_steps") or 0)
-    return SFTConfig(
+    return dict(
         output_dir=str(output_dir),
         run_name=config.get("display_name") or output_dir.name,
         max_steps=int(config.get("max_steps") or 0) or -1,
@@ -91,12 +104,9 @@ def build_sft_config(config: dict[str, Any], device: DeviceSettings, output_dir:
         fp16=device.precision == "fp16",
         activation_checkpointing=device.gradient_checkpointing,
         activation_checkpointing_kwargs={"use_reentrant": False} if device.gradient_checkpointing else None,
-        max_length=int(config.get("max_seq_length") or 2048),
-        packing=bool(config.get("packing")),
         logging_strategy="steps",
         logging_steps=int(config.get("logging_steps") or 1),
         logging_nan_inf_filter=False,
-        include_num_input_tokens_seen="no",  # counted by TokenCountingSFTTrainer, without a sync per step
         save_strategy="steps",
         save_steps=save_every or NEVER_BY_INTERVAL,
         save_total_limit=config.get("save_total_limit"),
