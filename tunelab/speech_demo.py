@@ -33,7 +33,7 @@ SAMPLE_RATES = (16000, 22050, 44100)
 WINDOW_SECONDS = 2  # the tiny Whisper's window (real Whisper: 30 s)
 N_CLIPS = 96
 # The demo's own training recipe: a random-init encoder-decoder learns fastest trained whole.
-SPEECH_DEMO_TRAINING = {"training_type": "full", "learning_rate": 2e-3, "batch_size": 8,
+SPEECH_DEMO_TRAINING = {"training_type": "full", "learning_rate": 8e-3, "batch_size": 8,
                         "gradient_accumulation_steps": 1, "warmup_steps": 5}
 
 

@@ -129,7 +129,8 @@ class SpeechFamily(_Family):
 
     def wrap(self, model: Any, config: dict[str, Any], device: Any) -> Any:
         # The finetune_* switches speak of vision and language parts: nothing here to switch.
-        return model_setup.wrap_for_training(model, config, device, self.targets(model, config), task_type="SEQ_2_SEQ_LM")
+        # PEFT's plain wrapper: its SEQ_2_SEQ_LM one passes input_ids, which a speech encoder does not take.
+        return model_setup.wrap_for_training(model, config, device, self.targets(model, config), task_type=None)
 
     def build_trainer(self, config: dict[str, Any], ctx: Any, device: Any, model: Any, processing: Any, prepared: Any,
                       output_dir: Any) -> tuple[Any, Any]:

@@ -165,11 +165,11 @@ def default_target_modules(model: Any) -> list[str] | str:
 
 
 def wrap_for_training(model: Any, config: dict[str, Any], device: DeviceSettings, targets: list[str] | None = None,
-                      task_type: str = "CAUSAL_LM") -> Any:
+                      task_type: str | None = "CAUSAL_LM") -> Any:
     """LoRA-family adapters for lora/qlora; full fine-tuning and continued pretraining train every weight.
     `targets` (the family's choice from the finetune_* switches) stands in for the default
     targets; an explicit `target_modules` overrides both. `task_type` picks PEFT's wrapper
-    (an encoder-decoder family passes SEQ_2_SEQ_LM)."""
+    (None: the plain one, which passes every input through to the model unchanged)."""
     if config.get("training_type") not in ("lora", "qlora"):
         for parameter in model.parameters():
             parameter.requires_grad_(True)
