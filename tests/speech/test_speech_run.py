@@ -42,6 +42,7 @@ def test_speech_lora_stops_saves_resumes_and_exports(speech_assets, home):
             orchestrator.stop(save=True, expected_run_id=first)
             first_row = finished(orchestrator, first)
             assert first_row["status"] == "stopped", first_row["error_message"]
+            assert first_row["modality"] == "speech"
             stopped_at = first_row["final_step"]
             assert 3 <= stopped_at < STEPS
             assert validate_checkpoint(Path(first_row["output_dir"]) / f"checkpoint-{stopped_at}").step == stopped_at

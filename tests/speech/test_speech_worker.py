@@ -1,5 +1,6 @@
 """The real worker in a spawn child on the tiny Whisper: a LoRA run on the tone clips
-trains, evaluates with word error rate next to eval loss, and saves what AutoProcessor
+trains, evaluates with word error rate next to eval loss (and reports the run's modality
+as speech), and saves what AutoProcessor
 reloads; a clip that is missing ends the run before training with an error naming the
 row, the path and the field."""
 
@@ -30,8 +31,12 @@ def test_a_lora_run_trains_evaluates_word_error_rate_and_saves_the_processor(spe
     assert "Tokenizing 91 transcription rows" in stages  # 96 clips, 5 held out
     assert any("lora of a speech-to-text model" in message for message in stages)
     assert [p["step"] for p in worker.progress()] == [1, 2, 3]
+    assert [e["modality"] for e in worker.events if e["type"] == ev.MODALITY] == ["speech"]
     assert any(e["type"] == ev.EVAL_CONFIGURED and e["eval_rows"] == 5 for e in worker.events)
-    # The Trainer logged the word error rate beside the eval loss.
+    # The word error rate arrives beside the eval loss, as one of the step's extra numbers.
+    evaluated = next(e for e in worker.events if e["type"] == ev.PROGRESS and e["eval_loss"] is not None)
+    assert evaluated["step"] == 3 and 0.0 <= evaluated["extra"]["eval_wer"]
+    # The Trainer logged it too, so it is in the checkpoint's history.
     logged = json.loads((out / "checkpoint-3" / "trainer_state.json").read_text())["log_history"]
     evaluation = next(entry for entry in logged if "eval_loss" in entry)
     assert evaluation["step"] == 3 and 0.0 <= evaluation["eval_wer"]
