@@ -164,3 +164,12 @@ def test_a_speech_model_is_told_from_its_config(speech_assets, tmp_path):
     assert speech_model.config_dict_is_speech(json.loads((renamed / "config.json").read_text()))
     problem = mlx_model_problem(str(renamed))
     assert problem is not None and "speech-to-text model" in problem and "backend=torch" in problem
+
+
+def test_the_dataset_check_shows_each_rows_clip_and_transcript(speech_assets, tmp_path):
+    from tunelab.server.preview_child import build_preview
+
+    preview = build_preview({"local_datasets": [str(speech_assets.transcripts_csv)], "format": "auto"}, 2, None, tmp_path / "cache")
+    first = speech_assets.transcripts.read_text().splitlines()[0]
+    assert preview["format"] == "transcription" and preview["row_count"] == 96 and len(preview["rows"]) == 2
+    assert preview["rows"][0]["text"] == f"[audio: {json.loads(first)['audio']}] {json.loads(first)['text']}"
