@@ -23,8 +23,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunelab import paths
-from tunelab.demo_assets import build_atomically
+from tunelab.demo_assets import ensure_built
 
 SPEECH_DEMO_VERSION = "speech-demo-v1"
 WORD_PITCHES = {"one": 300.0, "two": 450.0, "three": 650.0, "four": 900.0,
@@ -152,23 +151,14 @@ def _build_model(model_dir: Path, corpus: list[str]) -> None:
     WhisperProcessor(feature_extractor=extractor, tokenizer=tokenizer).save_pretrained(model_dir)
 
 
-def build_speech_demo_assets(target: Path) -> SpeechDemoAssets:
-    """Build the model and data into `target` atomically (temp folder, then rename)."""
-
-    def build(folder: Path) -> None:
-        corpus = _write_datasets(folder / "data")
-        _build_model(folder / "model", corpus)
-
-    return SpeechDemoAssets(build_atomically(target, SPEECH_DEMO_VERSION, build))
+def _build(folder: Path) -> None:
+    corpus = _write_datasets(folder / "data")
+    _build_model(folder / "model", corpus)
 
 
 def ensure_speech_demo_assets(root: Path | None = None) -> SpeechDemoAssets:
     """The speech demo assets, built on first use (cached under the home unless `root` is given)."""
-    target = Path(root) if root else paths.cache_dir() / SPEECH_DEMO_VERSION
-    if (target / "READY").exists():
-        return SpeechDemoAssets(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return build_speech_demo_assets(target)
+    return SpeechDemoAssets(ensure_built(root, SPEECH_DEMO_VERSION, _build))
 
 
 def speech_demo_config(assets: SpeechDemoAssets, *, steps: int = 60, data: Path | None = None, **overrides):
