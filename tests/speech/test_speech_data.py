@@ -173,3 +173,20 @@ def test_the_dataset_check_shows_each_rows_clip_and_transcript(speech_assets, tm
     first = speech_assets.transcripts.read_text().splitlines()[0]
     assert preview["format"] == "transcription" and preview["row_count"] == 96 and len(preview["rows"]) == 2
     assert preview["rows"][0]["text"] == f"[audio: {json.loads(first)['audio']}] {json.loads(first)['text']}"
+
+
+def test_speech_language_sets_the_transcripts_language_token(speech_assets):
+    from transformers import AutoModelForSpeechSeq2Seq
+
+    from tunelab.worker.context import RunSettingError
+    from tunelab.worker.speech_model import generation_kwargs, load_processor
+
+    processor = load_processor({"model_name": str(speech_assets.model_dir), "speech_language": "german"})
+    tokenizer = processor.tokenizer
+    assert tokenizer("one").input_ids[:2] == [tokenizer.convert_tokens_to_ids(t) for t in ("<|startoftranscript|>", "<|de|>")]
+    # Eval transcripts start the same way.
+    model = AutoModelForSpeechSeq2Seq.from_pretrained(speech_assets.model_dir)
+    assert generation_kwargs(model, tokenizer) == {"language": "german", "task": "transcribe"}  # generate takes names and codes
+    with pytest.raises(RunSettingError) as caught:
+        load_processor({"model_name": str(speech_assets.model_dir), "speech_language": "klingon"})
+    assert caught.value.field == "speech_language" and "Unsupported language" in caught.value.message

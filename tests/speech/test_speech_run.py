@@ -36,7 +36,8 @@ def test_speech_lora_stops_saves_resumes_and_exports(speech_assets, home):
         recorder = EventRecorder()
         orchestrator.subscribe(recorder)
         try:
-            config = speech_demo_config(speech_assets, steps=STEPS, training_type="lora", learning_rate=3e-3, batch_size=4)
+            config = speech_demo_config(speech_assets, steps=STEPS, training_type="lora", learning_rate=3e-3,
+                                        batch_size=4, eval_steps=0)
             first = orchestrator.start(config)
             recorder.wait_for(lambda e: e["type"] == "progress" and e["step"] >= 3, timeout=240)
             orchestrator.stop(save=True, expected_run_id=first)
