@@ -1,4 +1,4 @@
-"""The `tunelab` command line: serve, train, resume, runs, show, token, fields, demo.
+"""The `tunelab` command line: serve, train, resume, runs, show, export, chat, token, fields, demo.
 
 Bad input exits with code 2 and a message naming the field — never a traceback.
 Heavy libraries are never imported here; training happens in a child process.
@@ -283,6 +283,37 @@ def export(
 
 
 @app.command()
+def chat(
+    run: int = typer.Argument(..., help="Run id (see `tunelab runs`)."),
+    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Chat with checkpoint-N of the run instead of its final weights."),
+    system: Optional[str] = typer.Option(None, "--system", help="System prompt at the start of the conversation."),
+    temperature: float = typer.Option(0.7, "--temperature", help="0 (greedy) to 2."),
+    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling, above 0 and at most 1."),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Longest answer, in tokens (at most 4096)."),
+    compare: bool = typer.Option(False, "--compare", help="Answer every message with the base model, then the fine-tune."),
+) -> None:
+    """Chat with a finished or stopped run in the terminal (lines from stdin, answers streamed).
+    See docs/INFERENCE.md."""
+    from pydantic import ValidationError
+
+    from tunelab.inference.chat_cli import run_chat
+    from tunelab.inference.settings import Sampling
+    from tunelab.inference.target import InferenceError
+
+    try:
+        sampling = Sampling(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        option = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "options"
+        raise _fail(EXIT_BAD_CONFIG, f"{option}: {first['msg']}")
+    try:
+        run_chat(run, checkpoint, system, sampling, compare)
+    except InferenceError as exc:
+        code = EXIT_BAD_CONFIG if exc.field else EXIT_ERROR
+        raise _fail(code, f"--{exc.field}: {exc}" if exc.field else str(exc))
+
+
+@app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind; anything but loopback prints a warning."),
     port: int = typer.Option(8765, min=1, max=65535),
@@ -324,13 +355,15 @@ def fields() -> None:
 def demo(
     backend: str = typer.Option("torch", help="torch or mlx."),
     steps: int = typer.Option(60, min=1, help="Training steps."),
-    modality: str = typer.Option("text", help="text (a tiny Llama on sample instructions), vision (a tiny LLaVA on images of coloured shapes) or speech (a tiny Whisper on clips of tones, one pitch per word)."),
+    modality: str = typer.Option("text", help="text (a tiny Llama on sample instructions), vision (a tiny LLaVA on images of coloured shapes), "
+                                         "embedding (a tiny BERT-style encoder on query/passage pairs, with retrieval metrics) "
+                                         "or speech (a tiny Whisper on clips of tones, one pitch per word)."),
 ) -> None:
     """Fine-tune a built-in tiny model on generated sample data, offline, end to end."""
     from tunelab.demo import demo_config, ensure_demo_assets, print_demo_summary
 
-    if modality not in ("text", "vision", "speech"):
-        raise _config_failure(ConfigError.single("--modality", f"'{modality}' is not a demo; use text, vision or speech"))
+    if modality not in ("text", "vision", "embedding", "speech"):
+        raise _config_failure(ConfigError.single("--modality", f"'{modality}' is not a demo; use text, vision, embedding or speech"))
     console.print("preparing the demo model and data (built once, then cached)…")
     try:
         if modality != "text" and backend != "torch":
@@ -339,6 +372,10 @@ def demo(
             from tunelab.vision_demo import ensure_vision_demo_assets, vision_demo_config
 
             cfg = vision_demo_config(ensure_vision_demo_assets(), steps=steps)
+        elif modality == "embedding":
+            from tunelab.embedding_demo import embedding_demo_config, ensure_embedding_demo_assets
+
+            cfg = embedding_demo_config(ensure_embedding_demo_assets(), steps=steps)
         elif modality == "speech":
             from tunelab.speech_demo import ensure_speech_demo_assets, speech_demo_config
 
@@ -355,6 +392,12 @@ def demo(
     outcome = watch_run(orchestrator, run_id, console)
     orchestrator.shutdown()
     print_demo_summary(outcome, console)
+    if modality == "embedding":
+        from tunelab.embedding_demo import eval_history
+
+        evals = eval_history(outcome.run.get("output_dir"))
+        if evals:
+            console.print(f"nDCG@10:    {evals[0][1]:.3f} (step {evals[0][0]}) -> {evals[-1][1]:.3f} (step {evals[-1][0]}) on held-out pairs")
     raise typer.Exit(outcome.exit_code)
 
 

@@ -18,11 +18,13 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from tunelab.embedding_settings import EMBEDDING_LOSS_HELP, MATRYOSHKA_HELP, EmbeddingLoss, loss_fits, loss_format_error, normalise_matryoshka_dims
 from tunelab.layout import layout_errors
 from tunelab.text import char_name, first_unsafe_char, printable
 
 TrainingType = Literal["lora", "qlora", "full", "continued_pretraining"]
-DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "transcription"]
+DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs",
+                     "transcription"]
 Backend = Literal["auto", "torch", "mlx"]
 ReportTo = Literal["none", "tensorboard", "wandb", "mlflow"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
@@ -38,7 +40,8 @@ SECRET_ENVIRONMENT = {
     "s3.secret_access_key": "AWS_SECRET_ACCESS_KEY", "s3.session_token": "AWS_SESSION_TOKEN",
 }
 # Canonical column names a dataset's own columns can be mapped onto.
-CANONICAL_COLUMNS = ("instruction", "input", "output", "text", "conversations", "messages", "system", "images", "image")
+CANONICAL_COLUMNS = ("instruction", "input", "output", "text", "conversations", "messages", "system", "images", "image",
+                     "anchor", "positive", "negative", "sentence1", "sentence2", "score", "query", "document", "label")
 # Learning-rate schedules the mlx backend implements (the torch backend takes any HF name).
 MLX_LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -173,7 +176,10 @@ class RunConfig(BaseModel):
     streaming: bool = False
     slice_start: int | None = Field(None, ge=0, le=MAX_ROWS)
     slice_end: int | None = Field(None, ge=1, le=MAX_ROWS)
-    format: DataFormat = Field("auto", description="auto | alpaca | sharegpt | chatml | text | caption (an image column and a text column) | transcription (an audio column and a transcript column, for speech-to-text models).")
+    format: DataFormat = Field("auto", description="auto | alpaca | sharegpt | chatml | text | caption (an image column and a text column); "
+                               "for embedding models pairs (anchor, positive) | triplets (anchor, positive, negative) | "
+                               "scored_pairs (sentence1, sentence2, score) | labelled_pairs (query, document, label); "
+                               "for speech-to-text models transcription (an audio column and a transcript column).")
     column_mapping: dict[Name, Name] = Field(default_factory=dict, description="Canonical column -> dataset column, e.g. {instruction: question}.")
     role_mapping: dict[Name, Name] = Field(default_factory=dict, description="Dataset role -> chat role, e.g. {function_call: tool}.")
     train_on_completions: bool = Field(False, description="Compute loss on assistant tokens only.")
@@ -196,6 +202,10 @@ class RunConfig(BaseModel):
     finetune_attention_modules: bool = Field(True, description="Train attention projections (q/k/v/o and the like).")
     finetune_mlp_modules: bool = Field(True, description="Train MLP / feed-forward projections (and other linear layers outside attention, e.g. a vision projector).")
     skip_bad_images: bool = Field(False, description="Skip rows whose image is missing, unreadable or not an image (counted and reported before training) instead of ending the run; a path outside the data roots is still refused.")
+
+    # --- embedding models (detected from the model's files; generative models ignore these)
+    embedding_loss: EmbeddingLoss = Field("auto", description=EMBEDDING_LOSS_HELP)
+    matryoshka_dims: list[int] | None = Field(None, description=MATRYOSHKA_HELP)
 
     # --- speech-to-text models (detected from the model's config)
     speech_language: Name | None = Field(None, max_length=40, description="Language of the transcripts for a multilingual speech model (e.g. en or english): Whisper's labels and its eval transcripts start with this language's token. None: the tokenizer's own setting.")
@@ -267,6 +277,11 @@ class RunConfig(BaseModel):
             raise ValueError(f"unknown target {bad}; map onto one of {list(CANONICAL_COLUMNS)}")
         return v
 
+    @field_validator("matryoshka_dims")
+    @classmethod
+    def _matryoshka(cls, v: list[int] | None) -> list[int] | None:
+        return normalise_matryoshka_dims(v)
+
     @model_validator(mode="after")
     def _cross_checks(self) -> "RunConfig":
         errs: list[tuple[str, str]] = []
@@ -287,6 +302,8 @@ class RunConfig(BaseModel):
         if self.training_type == "qlora" and not self.load_in_4bit:
             object.__setattr__(self, "load_in_4bit", True)
         errs.extend(_finetune_switch_errors(self))
+        if self.format != "auto" and self.embedding_loss != "auto" and not loss_fits(self.embedding_loss, self.format):
+            errs.append(("embedding_loss", loss_format_error(self.embedding_loss, self.format)))
         if self.warmup_steps is not None and self.warmup_ratio is not None:
             errs.append(("warmup_ratio", "set warmup_steps or warmup_ratio, not both"))
         if self.slice_start is not None and self.slice_end is not None and self.slice_end <= self.slice_start:

@@ -21,7 +21,8 @@ from tunelab.orchestrator import Orchestrator
 from tunelab.store import Store
 from tunelab.vision_demo import vision_demo_config
 
-pytestmark = pytest.mark.slow
+# Two runs, an export and three model loads: on a loaded 2-core machine this nears the default 300 s.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 STEPS = 60
 RUN_WAIT_S = 300  # 60 steps take ~10 s on two idle cores; a loaded test machine is far slower
 

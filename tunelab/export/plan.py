@@ -169,7 +169,17 @@ def _kind_of(folder: Path, backend: str) -> str:
     raise ExportRefused(f"{folder} holds no weights file to export (looked for {', '.join(n for n, _ in WEIGHT_FILES)})")
 
 
+# The files only a sentence-transformers folder has (worker/embedding_model.py detects
+# embedding models by them; named here too, so export planning imports no worker module).
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "config_sentence_transformers.json")
+
+
 def _check_format_fits(run_id: int, fmt: str, kind: str, source: Path, config: dict[str, Any]) -> None:
+    if any((source / name).is_file() for name in SENTENCE_TRANSFORMERS_FILES) and not (fmt == "adapter" and kind == "adapter"):
+        raise ExportInputError("format", f"run {run_id} trained an embedding model, and {source} already is a sentence-transformers "
+                                         "folder that SentenceTransformer(path) loads (an adapter merged in); use it as it is. "
+                                         "The merged and gguf exports are for generative models; a stopped LoRA run's adapter "
+                                         "exports with format adapter")
     if kind == "mlx_full":
         raise ExportInputError("format", f"run {run_id} trained every weight with the mlx backend; its folder {source} already is a "
                                          "complete model in mlx-lm's layout (load it with mlx_lm.load), which tunelab does not convert")

@@ -101,6 +101,20 @@ def owner_is_alive(locks_dir: Path, owner_lock: str | None) -> bool:
     return False
 
 
+def device_holder(locks_dir: Path, device: str) -> dict[str, Any] | None:
+    """The note of whoever trains on `device` with this home (a run's pid and id), or None
+    when nobody does. Others (inference) use it to keep off a device a run needs."""
+    path = locks_dir / f"device-{device}.lock"
+    try:
+        fd = _try_lock(path, create=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if fd is None:
+        return _read_note(path)
+    os.close(fd)  # we got it, so nobody holds it; closing lets it go again
+    return None
+
+
 class RunClaim:
     """The locks one run holds: its owner lock and its devices. `release()` at finalize."""
 

@@ -7,7 +7,7 @@ a local model folder holds `config.json`; a hub model is either in the local hub
 or the hub answers (one HEAD request with a short timeout, on a thread so a slow DNS
 lookup cannot hang a start). Every problem is reported at once as a `ConfigError`.
 Ray must be installed for a run on a Ray cluster. A vision-language model (its
-config.json has a vision sub-config) is refused for the mlx backend. No heavy library is imported; `huggingface_hub` only to look in its cache.
+config.json has a vision sub-config) or a sentence-transformers folder is refused for the mlx backend. No heavy library is imported; `huggingface_hub` only to look in its cache.
 """
 
 from __future__ import annotations
@@ -104,10 +104,14 @@ def model_problem(name: str) -> str | None:
 
 
 def mlx_model_problem(name: str) -> str | None:
-    """The mlx backend trains text models only: a model whose config.json (local, or in the
-    hub cache) says vision-language or speech-to-text is refused before the run exists."""
-    from tunelab.worker import speech_model, vision_model  # torch-free
+    """The mlx backend trains generative text models only: a model whose config.json (local,
+    or in the hub cache) says vision-language or speech-to-text, or a local
+    sentence-transformers folder, is refused before the run exists."""
+    from tunelab.worker import embedding_model, speech_model  # torch-free
+    from tunelab.worker.vision_model import MLX_REFUSAL, config_dict_is_vision  # torch-free
 
+    if embedding_model.folder_is_sentence_transformers(name):
+        return f"{name} {embedding_model.MLX_REFUSAL}"
     path = Path(name).expanduser() / "config.json"
     found = str(path) if path.is_file() else _cached_config(name)
     try:
@@ -118,7 +122,7 @@ def mlx_model_problem(name: str) -> str | None:
         return None
     if speech_model.config_dict_is_speech(config):
         return f"{name} {speech_model.MLX_REFUSAL}"
-    return f"{name} {vision_model.MLX_REFUSAL}" if vision_model.config_dict_is_vision(config) else None
+    return f"{name} {MLX_REFUSAL}" if config_dict_is_vision(config) else None
 
 
 def _cached_config(repo_id: str) -> str | None:

@@ -29,8 +29,9 @@ from tunelab import paths
 from tunelab.checkpoints import latest_valid_checkpoint
 from tunelab.orchestrator import Orchestrator
 from tunelab.orchestrator.ownership import owner_is_alive
+from tunelab.inference.host import InferenceHost
 from tunelab.orchestrator.prewarm import prewarm_wanted
-from tunelab.server import routes_datasets, routes_export, routes_runs, routes_train
+from tunelab.server import routes_datasets, routes_export, routes_inference, routes_runs, routes_train
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.guards import RequestGuard
@@ -49,14 +50,16 @@ WORKER_TARGET_ENV = "TUNELAB_WORKER_TARGET"
 HEAVY_MODULES = ("torch", "transformers", "peft", "trl", "datasets", "accelerate", "bitsandbytes", "mlx", "mlx_lm")
 # Dataset previews run in child processes of a few hundred MB each; two at a time is plenty.
 PREVIEW_SLOTS = 2
+# Path roots answered by routes only: tunelab's API, and the OpenAI-compatible one.
+API_ROOTS = ("/api", "/v1")
 
 
 class PageMount(Mount):
-    """The static web page at `/`, which never claims a path under `/api/`."""
+    """The static web page at `/`, which never claims a path under `/api/` or `/v1/`."""
 
     def matches(self, scope: Scope) -> tuple[Match, Scope]:
         path = scope.get("path", "")
-        if path == "/api" or path.startswith("/api/"):
+        if any(path == root or path.startswith(root + "/") for root in API_ROOTS):
             return Match.NONE, {}
         return super().matches(scope)
 
@@ -102,17 +105,21 @@ def create_app(
         os.environ["TUNELAB_HOME"] = str(home)
     owns_store = store is None
     store = store if store is not None else Store(paths.db_path())
+    # Started on the first chat request; unloaded from a GPU before a training run starts there.
+    inference = InferenceHost(paths.locks_dir(store.path))
     owns_orchestrator = orchestrator is None
     if owns_orchestrator:
         # Rows left `running` by a process that is gone (a previous server life, a killed
         # `tunelab train`) are ours to close, before any new run; a live owner keeps its run.
         locks = paths.locks_dir(store.path)
         store.close_orphans(latest_valid_checkpoint, lambda lock: owner_is_alive(locks, lock))
-        orchestrator = Orchestrator(store, prewarm=prewarm_wanted(prewarm), **_worker_target_override())
+        orchestrator = Orchestrator(store, prewarm=prewarm_wanted(prewarm), before_spawn=inference.unload_gpu,
+                                    **_worker_target_override())
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
+        await asyncio.to_thread(inference.close)
         if owns_orchestrator:
             await asyncio.to_thread(orchestrator.shutdown)
         if owns_store:
@@ -129,6 +136,7 @@ def create_app(
     )
     app.state.orchestrator = orchestrator
     app.state.store = store
+    app.state.inference = inference
     app.state.token = token or load_or_create_token()
     app.state.heartbeat_seconds = heartbeat_seconds if heartbeat_seconds is not None else _heartbeat_default()
     app.state.start_lock = threading.Lock()
@@ -145,6 +153,9 @@ def create_app(
     app.include_router(routes_runs.router)
     app.include_router(routes_datasets.router)
     app.include_router(routes_export.router)
+    app.include_router(routes_inference.router)
+    app.include_router(routes_inference.status_router)
+    routes_inference.install_openai_errors(app)
     _offline_docs(app)
     if static_dir is not None and static_dir.is_dir():
         app.router.routes.append(PageMount("/", app=StaticFiles(directory=static_dir, html=True), name="page"))

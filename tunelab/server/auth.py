@@ -1,8 +1,8 @@
 """The API token: where it comes from, and the gate every API request passes.
 
 The token is created once, at random, in the tunelab home (`token`, mode 0600) and
-reused by every later start; `TUNELAB_TOKEN` overrides it. Every path under `/api/`
-except `GET /api/health` needs `Authorization: Bearer <token>`. The progress stream
+reused by every later start; `TUNELAB_TOKEN` overrides it. Every path under `/api/` and
+`/v1/` except `GET /api/health` needs `Authorization: Bearer <token>`. The progress stream
 may carry it as `?token=` instead, because a browser's EventSource cannot set headers.
 Tokens are compared in constant time so response timing reveals nothing about them.
 """
@@ -25,6 +25,8 @@ log = logging.getLogger("tunelab.server")
 
 TOKEN_ENV = "TUNELAB_TOKEN"
 PUBLIC_PATHS = frozenset({"/api/health"})
+# tunelab's API and the OpenAI-compatible one (whose clients send their API key as the bearer token).
+TOKEN_ROOTS = ("/api", "/v1")
 # EventSource cannot send an Authorization header; only this route reads ?token=.
 QUERY_TOKEN_PATHS = frozenset({"/api/train/progress"})
 
@@ -127,7 +129,7 @@ class TokenGate:
     @staticmethod
     def _needs_token(scope: Scope) -> bool:
         path = scope.get("path", "")
-        if not (path == "/api" or path.startswith("/api/")):
+        if not any(path == root or path.startswith(root + "/") for root in TOKEN_ROOTS):
             return False
         # Health without details is public so monitors and the CLI can probe the server.
         return path not in PUBLIC_PATHS or "detail" in _query(scope)

@@ -4,7 +4,6 @@
 with the numbers beyond the fixed ones in its `extra` mapping.
 In a distributed run both are called on every rank at the same steps, so each may use a
 collective (ranks.py): the peaks are the largest over ranks, and the stop is agreed.
-`run_callbacks(ctx)` gives both, for any transformers Trainer a family builds.
 `StopOnRequest` checks the stop state at every step boundary: a stop-and-save asks the
 Trainer to save `checkpoint-<step>` and stop; a cancel stops without saving (overriding a
 save the Trainer had scheduled for that step, since a cancelled run keeps nothing).
@@ -107,17 +106,3 @@ class StopOnRequest(TrainerCallback):
         control.should_log = True
         control.should_evaluate = False
         return control
-
-
-def run_callbacks(ctx: Any) -> tuple[list[TrainerCallback], StopOnRequest]:
-    """The callbacks every run's Trainer gets, and the stopper the backend asks afterwards."""
-    stopper = StopOnRequest(ctx)
-    return [ProgressReporter(ctx), stopper], stopper
-
-
-def quiet(trainer: Any) -> Any:
-    """With tqdm off the Trainer prints every log dict to stdout; progress events replace it."""
-    from transformers import PrinterCallback
-
-    trainer.remove_callback(PrinterCallback)
-    return trainer

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunelab.worker.embedding_formats import EMBEDDING_FORMATS
 from tunelab.worker.formats import DataFormatError, detect_format, image_column, to_messages, to_plain_text
 from tunelab.worker.sources import RawData, load_raw
 from tunelab.worker.tokenization import (
@@ -47,6 +48,10 @@ def prepare(config: dict[str, Any], tokenizer: Any, raw: RawData) -> PreparedDat
     if image_column(raw.train.column_names):
         raise DataFormatError("model_name", f"the dataset has images (column '{image_column(raw.train.column_names)}') and "
                                             f"{config.get('model_name')} is a text-only model; use an image-text-to-text model, or drop the image column")
+    if raw.format in EMBEDDING_FORMATS:
+        raise DataFormatError("model_name", f"{raw.format} data (columns {raw.train.column_names}) trains an embedding model and "
+                                            f"{config.get('model_name')} is a generative model; point model_name at an encoder "
+                                            "or a sentence-transformers model, or give instruction or chat data")
     if raw.format == "transcription":
         raise DataFormatError("model_name", f"the dataset is audio with transcripts and {config.get('model_name')} is not a speech-to-text "
                                             "model; use a speech-to-text model (e.g. Whisper), or give text data")

@@ -7,6 +7,9 @@ Four shapes are understood, named after the datasets that made them popular:
   text      one text column (raw text; also what continued pretraining reads)
   caption   an image column (`images`/`image`) and a text column: image-text data, read
             by `vision_formats` (any format above with an image column is image data too)
+  pairs, triplets, scored_pairs, labelled_pairs
+            what embedding models train on (`embedding_formats`: anchor/positive[/negative],
+            sentence1/sentence2/score, query/document/label)
   transcription  an audio column and a transcript column: speech-to-text data, read by
             `speech_formats` / `speech_data`
 Rows reaching `to_messages` carry canonical column names (`sources.load_raw` renames
@@ -18,9 +21,10 @@ from __future__ import annotations
 from typing import Any
 
 from tunelab.worker.context import RunSettingError
+from tunelab.worker.embedding_formats import EMBEDDING_FORMATS, describe_shapes, detect_embedding_format, missing_columns
 from tunelab.worker.speech_formats import TRANSCRIPTION, audio_column, transcript_column, transcription_shape
 
-FORMATS = ("alpaca", "sharegpt", "chatml", "text", "caption", "transcription")
+FORMATS = ("alpaca", "sharegpt", "chatml", "text", "caption", *EMBEDDING_FORMATS, TRANSCRIPTION)
 # Column names under which datasets commonly keep a conversation.
 CONVERSATION_COLUMNS = ("conversations", "messages", "conversation", "chat", "dialogue", "dialog")
 # Column names under which image-text datasets keep their images (paths or image features).
@@ -87,14 +91,18 @@ def detect_format(columns: list[str], sample_rows: list[dict[str, Any]]) -> str:
         from tunelab.worker.vision_formats import unknown_image_shape  # imports this module
 
         raise unknown_image_shape(columns)
+    embedding = detect_embedding_format(columns)
+    if embedding:
+        return embedding
     if "text" in columns or (len(columns) == 1 and all(isinstance(r.get(columns[0]), str) for r in sample_rows)):
         return "text"
     raise DataFormatError(
         "format",
         f"cannot tell the data format from the columns {columns}. Expected instruction/output "
         f"(alpaca), a conversation column ({'/'.join(CONVERSATION_COLUMNS[:2])}) with from/value "
-        "or role/content turns (sharegpt/chatml), or a single text column. Set format and map "
-        "your columns with column_mapping, e.g. {instruction: question, output: answer}",
+        "or role/content turns (sharegpt/chatml), or a single text column; for an embedding model "
+        f"{describe_shapes()}. Set format and map your columns with column_mapping, e.g. "
+        "{instruction: question, output: answer} or {anchor: question, positive: answer}",
     )
 
 
@@ -106,6 +114,8 @@ def required_columns(fmt: str, columns: list[str]) -> list[str]:
         return [] if conversation_column(columns) else ["conversations or messages"]
     if fmt == "caption":
         return [c for c, ok in (("image", image_column(columns)), ("text", "text" in columns)) if not ok]
+    if fmt in EMBEDDING_FORMATS:
+        return missing_columns(fmt, columns)
     if fmt == "transcription":
         return [c for c, ok in (("audio", audio_column(columns)), ("text", transcript_column(columns))) if not ok]
     return [] if "text" in columns else ["text"]
@@ -169,13 +179,19 @@ def to_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> list[d
         return _conversation_messages(row, fmt, config.get("role_mapping") or {})
     if fmt == "caption":
         raise DataFormatError("model_name", "caption data pairs images with text; train it on an image-text-to-text model")
+    if fmt in EMBEDDING_FORMATS:
+        raise DataFormatError("model_name", f"{fmt} data trains an embedding model and {config.get('model_name')} is a generative "
+                                            "model; point model_name at an encoder or a sentence-transformers model")
     if fmt == "transcription":
         raise DataFormatError("model_name", "transcription data pairs audio with its transcript; train it on a speech-to-text model (e.g. Whisper)")
     raise DataFormatError("format", f"unknown format '{fmt}'; use one of {list(FORMATS)}")
 
 
 def to_plain_text(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> str:
-    """A row as raw text without any chat markup (continued pretraining reads this)."""
+    """A row as raw text without any chat markup (continued pretraining reads this; a
+    dataset preview shows an embedding row as one `column: value` line per column)."""
+    if fmt in EMBEDDING_FORMATS:
+        return "\n".join(f"{column}: {_text(row.get(column))}" for column in EMBEDDING_FORMATS[fmt])
     rendered = to_messages(row, fmt, config)
     if isinstance(rendered, str):
         return rendered

@@ -1,21 +1,23 @@
-"""Model families: the few steps where text, vision-language and speech-to-text models differ.
+"""Model families: the few steps where text, vision-language, embedding and speech-to-text models differ.
 
 The torch backend runs one sequence of stages for every run; a family supplies what
 depends on the kind of model — how it and its processing class load, how the data
-becomes batches, which layers an adapter targets. `detect(config)` picks the family
-from the model's own config (`speech_model.is_speech_model`, `vision_model.is_vision_model`),
-never from its name.
+becomes batches, which layers an adapter targets, which trainer trains it and how the
+result is saved. `detect(config)` picks the family from the model's own files
+(`speech_model.is_speech_model`, `vision_model.is_vision_model`,
+`embedding_model.is_embedding_model`), never from its name.
   text    tokenizer + AutoModelForCausalLM; data through `data.prepare` and TRL's collator.
   vision  AutoProcessor + AutoModelForImageTextToText; image rows through
           `vision_data.prepare` and its collator. A dataset without an image column trains
           the model as a language model, exactly as the text family would.
+  embedding  a sentence-transformers model (`embedding_family`): pair/triplet/scored rows,
+          sentence-transformers' own trainer and losses; saved as a sentence-transformers folder.
   speech  AutoProcessor (feature extractor + tokenizer) + AutoModelForSpeechSeq2Seq;
-          audio + transcript rows through `speech_data.prepare` and its collator, and its
-          own Trainer (`speech_trainer`: Seq2SeqTrainer, word error rate at eval).
+          audio + transcript rows through `speech_data.prepare` and its collator, and
+          transformers' Seq2SeqTrainer with word error rate at eval (`speech_trainer`).
 `modality(raw)` names what the run trains on (events.MODALITIES), for the run's record.
-`build_trainer` is the SFT Trainer unless a family brings its own.
 `wrap` is the same for text and vision: the method's adapter on the family's targets, or full
-fine-tuning with what the switches turn off frozen.
+fine-tuning with what the switches turn off frozen; both train with TRL's SFTTrainer.
 The processing class (tokenizer or processor) is what the trainer gets and what is saved
 next to the weights, so a finished run reloads with AutoTokenizer / AutoProcessor.
 """
@@ -36,15 +38,6 @@ class Loaded:
 
 
 class _Family:
-    kind = ""  # how the configuring stage names the model ("of a <kind>"); empty for text
-
-    def build_trainer(self, config: dict[str, Any], ctx: Any, device: Any, model: Any, processing: Any, prepared: Any,
-                      output_dir: Any) -> tuple[Any, Any]:
-        """The Trainer for this family's rows, with the run's callbacks, and its stopper."""
-        from tunelab.worker.sft_trainer import build_sft_trainer
-
-        return build_sft_trainer(config, ctx, device, model, processing, prepared, output_dir)
-
     def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
         raise NotImplementedError
 
@@ -55,6 +48,17 @@ class _Family:
         if config.get("training_type") not in ("lora", "qlora") and not lora_targets.switches_at_default(config):
             lora_targets.freeze_switched_off(model, config)
         return model
+
+    def build_trainer(self, config: dict[str, Any], device: Any, model: Any, loaded: Loaded, prepared: Any,
+                      output_dir: Any, callbacks: list[Any]) -> Any:
+        from tunelab.worker.sft_trainer import build_sft_trainer
+
+        return build_sft_trainer(config, device, model, loaded.processing, prepared, output_dir, callbacks)
+
+    def save_final(self, trainer: Any, loaded: Loaded, output_dir: Any) -> None:
+        trainer.save_model(str(output_dir))  # every rank takes part (FSDP gathers); the Trainer writes from one
+        if trainer.args.should_save:
+            loaded.processing.save_pretrained(str(output_dir))  # the tokenizer, or the whole processor
 
 
 class TextFamily(_Family):
@@ -77,7 +81,6 @@ class TextFamily(_Family):
 
 class VisionFamily(_Family):
     name = "vision"
-    kind = "vision-language model"
 
     def load(self, config: dict[str, Any], device: Any) -> Loaded:
         from tunelab.worker import vision_model
@@ -105,7 +108,6 @@ class VisionFamily(_Family):
 
 class SpeechFamily(_Family):
     name = "speech"
-    kind = "speech-to-text model"
 
     def load(self, config: dict[str, Any], device: Any) -> Loaded:
         from tunelab.worker import speech_model
@@ -132,16 +134,23 @@ class SpeechFamily(_Family):
         # PEFT's plain wrapper: its SEQ_2_SEQ_LM one passes input_ids, which a speech encoder does not take.
         return model_setup.wrap_for_training(model, config, device, self.targets(model, config), task_type=None)
 
-    def build_trainer(self, config: dict[str, Any], ctx: Any, device: Any, model: Any, processing: Any, prepared: Any,
-                      output_dir: Any) -> tuple[Any, Any]:
+    def build_trainer(self, config: dict[str, Any], device: Any, model: Any, loaded: Loaded, prepared: Any,
+                      output_dir: Any, callbacks: list[Any]) -> Any:
         from tunelab.worker.speech_trainer import build_speech_trainer
 
-        return build_speech_trainer(config, ctx, device, model, processing, prepared, output_dir)
+        return build_speech_trainer(config, device, model, loaded.processing, prepared, output_dir, callbacks)
 
 
-def detect(config: dict[str, Any]) -> TextFamily | VisionFamily | SpeechFamily:
-    from tunelab.worker import speech_model, vision_model
+def detect(config: dict[str, Any]) -> Any:
+    """The run's family: speech-to-text, vision-language, embedding, or (otherwise) text."""
+    from tunelab.worker import embedding_model, speech_model, vision_model
 
     if speech_model.is_speech_model(config):
         return SpeechFamily()
-    return VisionFamily() if vision_model.is_vision_model(config) else TextFamily()
+    if vision_model.is_vision_model(config):
+        return VisionFamily()
+    if embedding_model.is_embedding_model(config):
+        from tunelab.worker.embedding_family import EmbeddingFamily
+
+        return EmbeddingFamily()
+    return TextFamily()

@@ -1,4 +1,5 @@
-"""TRL's SFTTrainer with a token count that is right for packed rows and cheap on a GPU.
+"""TRL's SFTTrainer with a token count that is right for packed rows and cheap on a GPU,
+and `build_sft_trainer`, the text and vision families' trainer.
 
 The Trainer's own count (`include_num_input_tokens_seen="non_padding"`) has two faults:
 on padding-free packed batches, which carry no attention mask, it counts tokens that
@@ -7,7 +8,6 @@ and it calls `.item()` on every micro-batch, a GPU sync that stalls the queue of
 each time. Here each micro-batch adds its real tokens to a counter that stays on the
 device, and the counter is folded into `state.num_input_tokens_seen` (saved with every
 checkpoint, so a resumed run keeps counting) only when the Trainer logs or saves.
-`build_sft_trainer` is how the text and vision families build theirs.
 """
 
 from __future__ import annotations
@@ -67,16 +67,14 @@ class TokenCountingSFTTrainer(SFTTrainer):
         self.state.num_input_tokens_seen += ranks.total(int(pending))
 
 
-def build_sft_trainer(config: dict[str, Any], ctx: Any, device: Any, model: Any, processing: Any, prepared: Any,
-                      output_dir: Any) -> tuple[Any, Any]:
-    """The SFT Trainer on the prepared rows, with the run's callbacks; and its stopper."""
-    from tunelab.worker.callbacks import quiet, run_callbacks
+def build_sft_trainer(config: dict[str, Any], device: Any, model: Any, processing: Any, prepared: Any,
+                      output_dir: Any, callbacks: list[Any]) -> TokenCountingSFTTrainer:
+    """The text and vision families' trainer: TRL's SFTTrainer on the prepared token rows."""
     from tunelab.worker.trainer_setup import build_sft_config
 
     args = build_sft_config(config, device, output_dir, has_eval=prepared.eval is not None)
     if prepared.collator is not None:
         args.remove_unused_columns = False  # the collator reads the text and image columns itself
-    callbacks, stopper = run_callbacks(ctx)
     trainer = TokenCountingSFTTrainer(
         model=model,
         args=args,
@@ -87,7 +85,7 @@ def build_sft_trainer(config: dict[str, Any], ctx: Any, device: Any, model: Any,
         callbacks=callbacks,
     )
     trainer.embedding_learning_rate = config.get("embedding_learning_rate")
-    return quiet(trainer), stopper
+    return trainer
 
 
 def _collator_columns(dataset: Any, config: dict[str, Any]) -> Any:

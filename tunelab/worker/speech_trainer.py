@@ -1,7 +1,7 @@
 """The speech-to-text family's Trainer: transformers' Seq2SeqTrainer, with word error rate at eval.
 
 Built from the same run settings as the SFT Trainer (`trainer_setup.training_arguments`)
-and with the same callbacks (`callbacks.run_callbacks`), so progress, stop-and-save,
+and with the same callbacks (the backend's), so progress, stop-and-save,
 cancel, checkpoints and resume behave exactly as for text runs. With an eval split
 every evaluation also transcribes the eval clips (`generate`, started as the labels
 start: `speech_model.generation_kwargs`) and scores them against their transcripts
@@ -59,9 +59,8 @@ def _longest_labels(prepared: Any) -> int:
     return max(len(labels) for rows in sets for labels in rows["labels"])
 
 
-def build_speech_trainer(config: dict[str, Any], ctx: Any, device: Any, model: Any, processing: Any, prepared: Any,
-                         output_dir: Any) -> tuple[Any, Any]:
-    from tunelab.worker.callbacks import quiet, run_callbacks
+def build_speech_trainer(config: dict[str, Any], device: Any, model: Any, processing: Any, prepared: Any,
+                         output_dir: Any, callbacks: list[Any]) -> Any:
     from tunelab.worker.trainer_setup import training_arguments
 
     settings = training_arguments(config, device, output_dir, has_eval=prepared.eval is not None)
@@ -74,7 +73,6 @@ def build_speech_trainer(config: dict[str, Any], ctx: Any, device: Any, model: A
         # Room for the longest transcript (prefix and end token included), and a little more.
         generation_max_length=_longest_labels(prepared) + 8,
     )
-    callbacks, stopper = run_callbacks(ctx)
     trainer = SpeechSeq2SeqTrainer(
         model=model,
         args=args,
@@ -86,4 +84,4 @@ def build_speech_trainer(config: dict[str, Any], ctx: Any, device: Any, model: A
         callbacks=callbacks,
     )
     trainer.generation_kwargs = generation_kwargs(model, processing.tokenizer)
-    return quiet(trainer), stopper
+    return trainer

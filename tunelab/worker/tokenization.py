@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunelab.worker.embedding_formats import EMBEDDING_FORMATS
 from tunelab.worker.formats import DataFormatError, to_messages, to_plain_text
 
 IGNORE_INDEX = -100
@@ -45,8 +46,9 @@ def ensure_chat_template(tokenizer: Any) -> bool:
 
 
 def uses_raw_text(fmt: str, config: dict[str, Any]) -> bool:
-    """Raw text is trained as is, without a chat template, on every token."""
-    return fmt == "text" or config.get("training_type") == "continued_pretraining"
+    """Raw text is trained as is, without a chat template, on every token; an embedding
+    model's texts (pairs, triplets, ...) are embedded as they are too."""
+    return fmt == "text" or fmt in EMBEDDING_FORMATS or config.get("training_type") == "continued_pretraining"
 
 
 def render(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool = False) -> str:

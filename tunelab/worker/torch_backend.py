@@ -1,10 +1,12 @@
-"""The torch backend: transformers + PEFT + the family's Trainer, reporting through events.
+"""The torch backend: transformers + PEFT + a family's trainer, reporting through events.
 
 `run(config, ctx)` reads top to bottom as the run's stages: load the model and its
-tokenizer or processor (`model_family`: text, vision-language or speech-to-text), load
-and tokenize the data (text rows shared with the mlx backend, so both train on the
-same tokens), build the adapter and the trainer (TRL's SFTTrainer, or the family's
-own: `sft_trainer.build_sft_trainer`, `speech_trainer.build_speech_trainer`), train, save. How the run ends:
+tokenizer or processor (`model_family`: text, vision-language, embedding or speech-to-text), load and
+tokenize the data (text rows shared with the mlx backend, so both train on the same
+tokens), build the adapter and the family's trainer (TRL's SFTTrainer; for embedders
+sentence-transformers' own; for speech-to-text transformers' Seq2SeqTrainer) with the same
+progress and stop callbacks, train, save.
+How the run ends:
   normal    the adapter (or full model) and tokenizer are saved in `output_dir`, next to
             the Trainer's final `checkpoint-<last step>`; `complete{output_dir}`.
   stop+save the Trainer saves `checkpoint-<current step>` and stops; the checkpoint is
@@ -24,6 +26,11 @@ from tunelab.run_facts import write_run_facts
 from tunelab.worker import data
 from tunelab.worker.context import WorkerContext
 from tunelab.worker.stall import DownloadStallWatch, hub_cache_folders
+
+
+# How the setup message names each family's model ("Setting up lora of a ... on CPU").
+FAMILY_WORDS = {"text": "", "vision": " of a vision-language model", "embedding": " of an embedding model",
+                "speech": " of a speech-to-text model"}
 
 
 def run(config: dict[str, Any], ctx: WorkerContext) -> None:
@@ -58,7 +65,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     for note in prepared.notes:
         ctx.emit(events.status(note))
 
-    ctx.stage("configuring", _describe_method(config, device, model, family.kind))
+    ctx.stage("configuring", _describe_method(config, device, model, family.name))
     # Adapter weights are drawn from the global generator: seed it, or two runs with the
     # same seed start from different adapters (the Trainer seeds only later).
     transformers.set_seed(seed_of(config))
@@ -67,14 +74,14 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
         from tunelab.worker.loftq_base import save_loftq_base
 
         save_loftq_base(model, output_dir)
-    trainer, stopper = family.build_trainer(config, ctx, device, model, loaded.processing, prepared, output_dir)
+    trainer, stopper = _build_trainer(config, ctx, device, model, family, loaded, prepared, output_dir)
     if prepared.eval is not None and trainer.args.eval_strategy != "no":
         ctx.emit(events.make(events.EVAL_CONFIGURED, eval_rows=len(prepared.eval)))
 
     resume = config.get("resume_from")
     ctx.stage("training", f"Training from step {_step_of(resume)}" if resume else "Training")
     trainer.train(resume_from_checkpoint=resume or None)
-    _finish(ctx, trainer, stopper, loaded.processing, output_dir)
+    _finish(ctx, trainer, stopper, family, loaded, output_dir)
 
 
 def _datasets_cache(output_dir: Path) -> Path:
@@ -109,20 +116,35 @@ def _stall_watch(config: dict[str, Any], ctx: WorkerContext) -> Any:
     return DownloadStallWatch(ctx, hub_cache_folders(config["model_name"]))
 
 
-def _describe_method(config: dict[str, Any], device: Any, model: Any, kind: str = "") -> str:
+def _describe_method(config: dict[str, Any], device: Any, model: Any, family: str = "text") -> str:
     method = config.get("training_type", "lora")
     extras = [name.removeprefix("use_") for name in ("use_dora", "use_rslora", "use_loftq") if config.get(name)]
     where = "CUDA" if device.cuda else "CPU"
-    attention = getattr(model.config, "_attn_implementation", None) or "default"
-    return (f"Setting up {method}{' (' + ', '.join(extras) + ')' if extras else ''}{' of a ' + kind if kind else ''} on {where} in {device.precision}, "
+    attention = getattr(getattr(model, "config", None), "_attn_implementation", None) or "default"
+    kind = FAMILY_WORDS.get(family, f" of a {family} model")
+    return (f"Setting up {method}{' (' + ', '.join(extras) + ')' if extras else ''}{kind} on {where} in {device.precision}, "
             f"{'packed, ' if config.get('packing') else ''}{attention} attention")
+
+
+def _build_trainer(config, ctx, device, model, family, loaded, prepared, output_dir) -> tuple[Any, Any]:
+    """The family's trainer (TRL's SFTTrainer, or sentence-transformers' own), reporting
+    through the same callbacks: progress events and stopping on request."""
+    from transformers import PrinterCallback
+
+    from tunelab.worker.callbacks import ProgressReporter, StopOnRequest
+
+    stopper = StopOnRequest(ctx)
+    trainer = family.build_trainer(config, device, model, loaded, prepared, output_dir, [ProgressReporter(ctx), stopper])
+    # With tqdm off the Trainer prints every log dict to stdout; progress events replace it.
+    trainer.remove_callback(PrinterCallback)
+    return trainer, stopper
 
 
 def _step_of(checkpoint: str) -> str:
     return Path(checkpoint).name.removeprefix("checkpoint-")
 
 
-def _finish(ctx: WorkerContext, trainer: Any, stopper: Any, processing: Any, output_dir: Path) -> None:
+def _finish(ctx: WorkerContext, trainer: Any, stopper: Any, family: Any, loaded: Any, output_dir: Path) -> None:
     from tunelab.worker import ranks
 
     step = trainer.state.global_step
@@ -135,9 +157,7 @@ def _finish(ctx: WorkerContext, trainer: Any, stopper: Any, processing: Any, out
         ctx.complete_stopped(output_dir, stopper.stopped_at)
         return
     ctx.stage("saving", "Saving the final model")
-    trainer.save_model(str(output_dir))  # every rank takes part (FSDP gathers); the Trainer writes from one
-    if trainer.args.should_save:
-        processing.save_pretrained(str(output_dir))  # the tokenizer, or the whole processor
+    family.save_final(trainer, loaded, output_dir)
     ranks.barrier()
     final_save = output_dir / f"checkpoint-{step}"  # the Trainer saves at the last step
     ctx.complete(str(output_dir), f"completed {step} steps{_final_loss(trainer)}", final_save if final_save.is_dir() else None)

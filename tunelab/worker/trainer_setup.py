@@ -1,5 +1,5 @@
-"""From a run config to the Trainer's arguments (TRL's `SFTConfig`, or what any other
-trainer takes: `training_arguments`), and the environment the tracking services read.
+"""From a run config to the Trainer's arguments (shared by every method; TRL's `SFTConfig`
+for the text and vision families), and the environment the tracking services read.
 
 Saving is always step-based so every run ends with a resumable `checkpoint-<last step>`:
 `save_steps` > 0 also saves every N steps, 0 saves only at the end. `eval_steps` keeps
@@ -68,21 +68,10 @@ def _eval_settings(config: dict[str, Any], has_eval: bool) -> dict[str, Any]:
     return {"eval_strategy": "steps", "eval_steps": every if every < 1 else int(every)}
 
 
-def build_sft_config(config: dict[str, Any], device: DeviceSettings, output_dir: Path, has_eval: bool) -> Any:
-    from trl import SFTConfig
-
-    return SFTConfig(
-        **training_arguments(config, device, output_dir, has_eval),
-        max_length=int(config.get("max_seq_length") or 2048),
-        packing=bool(config.get("packing")),
-        include_num_input_tokens_seen="no",  # counted by TokenCountingSFTTrainer, without a sync per step
-    )
-
-
 def training_arguments(config: dict[str, Any], device: DeviceSettings, output_dir: Path, has_eval: bool) -> dict[str, Any]:
-    """The Trainer settings every method shares (TRL's SFTConfig and transformers'
-    Seq2SeqTrainingArguments both take them): steps, batch, optimiser, precision, saving,
-    evaluation, logging, tracking and how ranks share the work."""
+    """The Trainer arguments every method shares (transformers' `TrainingArguments`
+    fields): schedule, batch, precision, logging, saving, eval and parallelism. Each
+    method adds its own on top (TRL's sequence settings, sentence-transformers' sampler)."""
     report_to = configure_tracking(config, output_dir)
     save_every = int(config.get("save_steps") or 0)
     return dict(
@@ -117,6 +106,17 @@ def training_arguments(config: dict[str, Any], device: DeviceSettings, output_di
         dataloader_num_workers=0,
         use_cpu=not device.cuda,
         **parallel_settings(config),
+    )
+
+
+def build_sft_config(config: dict[str, Any], device: DeviceSettings, output_dir: Path, has_eval: bool) -> Any:
+    from trl import SFTConfig
+
+    return SFTConfig(
+        **training_arguments(config, device, output_dir, has_eval),
+        max_length=int(config.get("max_seq_length") or 2048),
+        packing=bool(config.get("packing")),
+        include_num_input_tokens_seen="no",  # counted by TokenCountingSFTTrainer, without a sync per step
     )
 
 

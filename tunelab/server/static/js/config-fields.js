@@ -57,7 +57,7 @@ export const BASIC_FIELDS = [
   f("s3.access_key_id", "Access key id", "secret", "", { section: "data", source: "s3" }),
   f("s3.secret_access_key", "Secret access key", "secret", "", { section: "data", source: "s3" }),
   f("s3.session_token", "Session token", "secret", "", { section: "data", source: "s3" }),
-  f("format", "Format", "select", "auto", { section: "data", options: ["auto", "alpaca", "sharegpt", "chatml", "text", "caption"], help: "auto detects it from the columns (caption: an image column and a text column); “check dataset” shows what it found." }),
+  f("format", "Format", "select", "auto", { section: "data", options: ["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs"], help: "auto detects it from the columns (caption: an image column and a text column; pairs, triplets, scored_pairs, labelled_pairs: embedding models); “check dataset” shows what it found." }),
 
   f("learning_rate", "Learning rate", "float", 2e-4, { section: "train", help: "Between 0 and 1; LoRA usually 1e-4 to 3e-4." }),
   f("num_epochs", "Epochs", "float", 3, { section: "train", help: "Passes over the data (used when max steps is 0)." }),
@@ -76,7 +76,7 @@ export const ADVANCED_FIELDS = [
   f("eval_holdout", "Eval holdout share", "float", 0, { section: "Evaluation", help: "Share of training rows held out when there is no eval split (0–0.5)." }),
   f("eval_steps", "Eval every", "float", 0, { section: "Evaluation", help: "0 = no eval; N = every N steps; below 1 = that share of all steps." }),
 
-  f("column_mapping", "Column mapping", "map", {}, { section: "Data", placeholder: "instruction: question\noutput: answer", help: "One `target: your column` per line; targets: instruction, input, output, text, conversations, messages, system, images, image." }),
+  f("column_mapping", "Column mapping", "map", {}, { section: "Data", placeholder: "instruction: question\noutput: answer", help: "One `target: your column` per line; targets: instruction, input, output, text, conversations, messages, system, images, image; for embedding models anchor, positive, negative, sentence1, sentence2, score, query, document, label." }),
   f("role_mapping", "Role mapping", "map", {}, { section: "Data", placeholder: "function_call: tool", help: "One `your role: chat role` per line." }),
   f("train_on_completions", "Train on completions only", "bool", false, { section: "Data", help: "Loss on the assistant's tokens only." }),
   f("streaming", "Stream the dataset", "bool", false, { section: "Data" }),
@@ -94,6 +94,9 @@ export const ADVANCED_FIELDS = [
   f("finetune_attention_modules", "Train attention", "bool", true, { section: "Vision", help: "Train attention projections (text models too)." }),
   f("finetune_mlp_modules", "Train MLP", "bool", true, { section: "Vision", help: "Train MLP and other non-attention linear layers (text models too)." }),
   f("skip_bad_images", "Skip bad images", "bool", false, { section: "Vision", help: "Skip (and report) rows whose image is missing or unreadable instead of ending the run." }),
+
+  f("embedding_loss", "Embedding loss", "select", "auto", { section: "Embedding", options: ["auto", "mnrl", "cached_mnrl", "triplet", "cosent", "angle", "cosine", "contrastive", "online_contrastive"], help: "Embedding models only. auto: in-batch negatives ranking for pairs and triplets, CoSENT for scored pairs, online contrastive for labelled pairs." }),
+  f("matryoshka_dims", "Matryoshka dimensions", "intlist", null, { section: "Embedding", placeholder: "256, 128, 64", help: "Embedding models only: also train these leading dimensions to work alone." }),
 
   f("warmup_steps", "Warmup steps", "int", null, { section: "Optimiser", help: "Set this or the warmup ratio, not both." }),
   f("warmup_ratio", "Warmup ratio", "float", null, { section: "Optimiser" }),

@@ -1,0 +1,236 @@
+"""The model side of the inference child: load a run's weights, and stream one answer.
+
+An adapter run loads its base once with the PEFT adapter on top; its base answers come
+from the same weights with the adapter switched off (`disable_adapter()`), so compare
+costs no second copy. A full run loads its own folder, and for base answers its base
+model as well, on the first request for one. Every answer is bounded: max_new_tokens
+(clamped to the model's context), the time cap (`max_time`), and a stop flag checked at
+every token (`FlagStop`), which the parent sets to end it early.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+class LoadRefused(Exception):
+    """A model this child will not serve; the message says why and what to do."""
+
+
+class GenerationInputError(Exception):
+    """A request this model cannot answer; `field` names the request field at fault."""
+
+    def __init__(self, field_name: str, message: str):
+        self.field = field_name
+        super().__init__(message)
+
+
+@dataclass
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    kind: str
+    device: str
+    base_model: str
+    trust_remote_code: bool
+    base: Any = field(default=None)  # a full run's base model, once a base answer was asked for
+
+    def describe(self) -> dict[str, Any]:
+        return {"device": self.device, "dtype": str(self.model.dtype).removeprefix("torch."), "kind": self.kind}
+
+    def model_for(self, adapter: bool) -> tuple[Any, contextlib.AbstractContextManager]:
+        """The model to generate with and the context to do it in: the fine-tune, or its base."""
+        if adapter:
+            return self.model, contextlib.nullcontext()
+        if self.kind == "adapter":
+            return self.model, self.model.disable_adapter()
+        if self.base is None:
+            self.base = _causal_lm(self.base_model, self.trust_remote_code, self.device)
+        return self.base, contextlib.nullcontext()
+
+
+def _quiet_libraries() -> None:
+    import transformers
+
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    transformers.utils.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+
+
+def _causal_lm(source: str, remote_code: bool, device: str) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(source, dtype="auto", trust_remote_code=remote_code)
+    if device == "cpu" and model.dtype in (torch.float16, torch.bfloat16):
+        model = model.float()  # half precision on a CPU is slow, and some kernels lack it
+    return model.to(device).eval()
+
+
+def load_model(request: dict[str, Any]) -> LoadedModel:
+    _quiet_libraries()
+    import torch
+    from transformers import AutoConfig, AutoTokenizer
+
+    from tunelab.worker.tokenization import ensure_chat_template
+    from tunelab.worker.vision_model import is_vision_config
+
+    remote_code = bool(request["trust_remote_code"])
+    adapter = request["kind"] == "adapter"
+    config = AutoConfig.from_pretrained(request["base_model"] if adapter else request["weights"], trust_remote_code=remote_code)
+    if is_vision_config(config):
+        raise LoadRefused(f"run {request['run_id']} trained a vision-language model; chat and serving cover text models for now")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if adapter:
+        from peft import PeftModel
+
+        base = _causal_lm(request["base_model"], remote_code, device)
+        model = PeftModel.from_pretrained(base, request["weights"]).eval()
+    else:
+        model = _causal_lm(request["weights"], remote_code, device)
+    # The run saved its tokenizer (with the chat template it trained with) beside the weights.
+    tokenizer = AutoTokenizer.from_pretrained(request["weights"], trust_remote_code=remote_code)
+    ensure_chat_template(tokenizer)
+    return LoadedModel(model=model, tokenizer=tokenizer, kind=request["kind"], device=device,
+                       base_model=request["base_model"], trust_remote_code=remote_code)
+
+
+class StopStrings:
+    """Cuts the answer at the first stop string. Text that could still become one is held
+    back until it cannot, so no part of a stop string is ever sent."""
+
+    def __init__(self, stops: list[str] | tuple[str, ...]):
+        self.stops = [s for s in stops if s]
+        self.pending = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """(text safe to send now, whether a stop string was reached)."""
+        self.pending += text
+        if not self.stops:
+            out, self.pending = self.pending, ""
+            return out, False
+        found = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        if found:
+            out, self.pending = self.pending[:min(found)], ""
+            return out, True
+        keep = max((n for s in self.stops for n in range(1, len(s)) if self.pending.endswith(s[:n])), default=0)
+        cut = len(self.pending) - keep
+        out, self.pending = self.pending[:cut], self.pending[cut:]
+        return out, False
+
+    def flush(self) -> str:
+        out, self.pending = self.pending, ""
+        return out
+
+
+def _encode(loaded: LoadedModel, request: dict[str, Any]) -> Any:
+    from tunelab.worker.formats import DataFormatError
+    from tunelab.worker.tokenization import render
+
+    tokenizer = loaded.tokenizer
+    if request.get("messages") is not None:
+        try:
+            text = render(tokenizer, request["messages"], add_generation_prompt=True)
+        except DataFormatError as exc:
+            raise GenerationInputError("messages", exc.message) from None
+        # The template writes every special token itself, as in training.
+        return tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    return tokenizer(str(request.get("prompt") or ""), add_special_tokens=True, return_tensors="pt")["input_ids"]
+
+
+def _eos_ids(loaded: LoadedModel, model: Any) -> set[int]:
+    ids = getattr(model.generation_config, "eos_token_id", None)
+    found = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
+    if loaded.tokenizer.eos_token_id is not None:
+        found.add(loaded.tokenizer.eos_token_id)
+    return found
+
+
+def generate(loaded: LoadedModel, request: dict[str, Any], stop: threading.Event,
+             send: Callable[[dict[str, Any]], None]) -> None:
+    """Stream one answer as `token` messages, then one `done` message."""
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+
+    class FlagStop(StoppingCriteria):
+        """Ends generation at the next token once the stop flag (or a stop string) is set."""
+
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            ended = stop.is_set() or halted.is_set()
+            return torch.full((input_ids.shape[0],), ended, dtype=torch.bool, device=input_ids.device)
+
+    gen_id = request["id"]
+    sampling = request.get("sampling") or {}
+    input_ids = _encode(loaded, request)
+    prompt_tokens = int(input_ids.shape[1])
+    if prompt_tokens == 0:
+        raise GenerationInputError("prompt" if request.get("messages") is None else "messages", "the prompt is empty; send some text")
+    model, context = loaded.model_for(bool(request.get("adapter", True)))
+    window = getattr(model.config, "max_position_embeddings", None)
+    max_new = int(sampling.get("max_new_tokens", 256))
+    if window:
+        if prompt_tokens >= window:
+            raise GenerationInputError("messages" if request.get("messages") is not None else "prompt",
+                                       f"the prompt is {prompt_tokens} tokens and the model reads at most {window}; shorten it")
+        max_new = min(max_new, window - prompt_tokens)
+    max_time = float(request.get("max_time_s") or 300.0)
+    halted = threading.Event()
+    streamer = TextIteratorStreamer(loaded.tokenizer, skip_prompt=True, skip_special_tokens=True)
+    kwargs: dict[str, Any] = {
+        "input_ids": input_ids.to(loaded.device), "attention_mask": torch.ones_like(input_ids).to(loaded.device),
+        "streamer": streamer, "max_new_tokens": max_new, "min_new_tokens": min(int(sampling.get("min_new_tokens", 0)), max_new),
+        "max_time": max_time, "stopping_criteria": StoppingCriteriaList([FlagStop()]), "use_cache": True,
+        "pad_token_id": loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else loaded.tokenizer.eos_token_id,
+    }
+    temperature = float(sampling.get("temperature", 0.0))
+    if temperature > 0:
+        kwargs.update(do_sample=True, temperature=temperature, top_p=float(sampling.get("top_p", 1.0)), top_k=0)
+    else:
+        kwargs.update(do_sample=False)
+    if sampling.get("seed") is not None:
+        torch.manual_seed(int(sampling["seed"]))
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            with context, torch.inference_mode():
+                outcome["ids"] = model.generate(**kwargs)
+        except BaseException as exc:  # handed to the caller below
+            outcome["error"] = exc
+            streamer.end()
+
+    started = time.monotonic()
+    worker = threading.Thread(target=run, name=f"generate-{gen_id}", daemon=True)
+    worker.start()
+    stops = StopStrings(sampling.get("stop") or ())
+    for text in streamer:
+        if halted.is_set():
+            continue  # past a stop string: the rest is dropped while generation winds down
+        out, reached = stops.feed(text)
+        if out:
+            send({"type": "token", "id": gen_id, "text": out})
+        if reached:
+            halted.set()
+    worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    if not halted.is_set() and (rest := stops.flush()):
+        send({"type": "token", "id": gen_id, "text": rest})
+    new_ids = outcome["ids"][0][prompt_tokens:].tolist()
+    timed_out = time.monotonic() - started >= max_time
+    if halted.is_set() or (new_ids and new_ids[-1] in _eos_ids(loaded, model)):
+        reason = "stop"
+    elif len(new_ids) >= max_new or timed_out:
+        reason = "length"
+    elif stop.is_set():
+        reason = "cancelled"
+    else:
+        reason = "stop"
+    send({"type": "done", "id": gen_id, "finish_reason": reason, "prompt_tokens": prompt_tokens,
+          "completion_tokens": len(new_ids), "timed_out": timed_out})

@@ -1,0 +1,201 @@
+"""OpenAI-compatible serving of trained runs (`/v1/...`) and the inference status (`/api/inference`).
+
+`GET /v1/models` lists one id per run that can answer (`run-12`) and its base (`run-12-base`);
+`run-12-checkpoint-40` names a checkpoint. `POST /v1/chat/completions` renders the
+messages with the run's chat template; `POST /v1/completions` continues a plain prompt.
+Both stream (`stream: true`: Server-Sent Events in OpenAI's chunk format, ending with
+`data: [DONE]`) or answer at once. The model runs in the inference child
+(`tunelab.inference`), never in this process; a client that goes away stops its answer.
+The bearer token guards these routes like every other (OpenAI clients send their API key
+as `Authorization: Bearer <key>`: pass the tunelab token as the key).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Body, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from tunelab.inference.client import Generation, GenerationRefused, InferenceFailed
+from tunelab.inference.devices import DeviceBusy
+from tunelab.inference.host import HostBusy
+from tunelab.inference.target import InferenceError, ModelTarget, model_id, parse_model_id, resolve_target, servable_targets
+from tunelab.server.openai_schemas import ChatRequest, CompletionRequest, OpenAIError, parse
+from tunelab.server.schemas import error_responses
+
+router = APIRouter(prefix="/v1", tags=["openai"], responses=error_responses(400, 401, 404, 409, 422, 500))
+status_router = APIRouter(prefix="/api", tags=["inference"], responses=error_responses(401))
+# /v1/models lists the newest runs; a model id names any run, listed or not.
+LISTED_RUNS = 500
+SHOWN_IN_ERRORS = 20
+DISCONNECT_POLL_S = 0.25
+BODY_HELP = "OpenAI's request body (see docs/INFERENCE.md); fields that change nothing (user, metadata) are accepted."
+
+
+def install_openai_errors(app: Any) -> None:
+    @app.exception_handler(OpenAIError)
+    async def _openai_error(_: Request, exc: OpenAIError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+
+def _servable(request: Request) -> list[tuple[ModelTarget, dict[str, Any]]]:
+    """Each run among the newest that can answer now, with its record."""
+    return servable_targets(request.app.state.store.list_runs(limit=LISTED_RUNS))
+
+
+def _available(request: Request) -> str:
+    ids = [m for target, _ in _servable(request) for m in (target.model_id(), target.model_id(base=True))]
+    shown = ", ".join(ids[:SHOWN_IN_ERRORS]) + (f" and {len(ids) - SHOWN_IN_ERRORS} more" if len(ids) > SHOWN_IN_ERRORS else "")
+    return f"available models: {shown}" if ids else "no run can answer yet: train one to completion first (`tunelab demo`)"
+
+
+def _target(request: Request, name: str) -> tuple[ModelTarget, bool]:
+    """The target a model id names and whether its base was asked for; 404 naming the choices."""
+    parsed = parse_model_id(name)
+    if parsed is None:
+        raise OpenAIError(404, f"the model {name!r} does not exist; {_available(request)}", param="model", code="model_not_found")
+    run_id, step, base = parsed
+    try:
+        target = resolve_target(request.app.state.store.get_run(run_id), run_id, step)
+    except InferenceError as exc:
+        raise OpenAIError(404, f"the model {name!r} cannot answer: {exc}; {_available(request)}", param="model",
+                          code="model_not_found") from None
+    return target, base
+
+
+async def _start(request: Request, target: ModelTarget, base: bool, **ask: Any) -> Generation:
+    host = request.app.state.inference
+    try:
+        # Blocking (it may load the model first), so off the event loop.
+        return await asyncio.to_thread(host.start, target, adapter=not base, loop=asyncio.get_running_loop(), **ask)
+    except (DeviceBusy, HostBusy) as exc:
+        raise OpenAIError(409, str(exc), code="device_busy" if isinstance(exc, DeviceBusy) else "model_busy",
+                          kind="conflict_error") from None
+    except InferenceFailed as exc:
+        raise OpenAIError(500, str(exc), code="inference_failed", kind="server_error") from None
+
+
+def _failure(exc: Exception) -> OpenAIError:
+    if isinstance(exc, GenerationRefused):
+        return OpenAIError(400, str(exc), param=exc.field)
+    return OpenAIError(500, str(exc), code="inference_failed", kind="server_error")
+
+
+async def _stop_on_disconnect(request: Request, generation: Generation) -> None:
+    while not await request.is_disconnected():
+        await asyncio.sleep(DISCONNECT_POLL_S)
+    generation.stop()
+
+
+async def _whole_answer(request: Request, generation: Generation) -> str:
+    watcher = asyncio.create_task(_stop_on_disconnect(request, generation))
+    try:
+        return "".join([piece async for piece in generation.aevents()])
+    except InferenceError as exc:
+        raise _failure(exc) from None
+    finally:
+        watcher.cancel()
+
+
+def _usage(generation: Generation) -> dict[str, int]:
+    return {"prompt_tokens": generation.prompt_tokens, "completion_tokens": generation.completion_tokens,
+            "total_tokens": generation.prompt_tokens + generation.completion_tokens}
+
+
+def _finish(generation: Generation) -> str:
+    # "cancelled" only happens once the client has gone; OpenAI's vocabulary has stop and length.
+    return "length" if generation.finish_reason == "length" else "stop"
+
+
+def _sse(payload: Any) -> bytes:
+    return f"data: {json.dumps(payload)}\n\n".encode()
+
+
+async def _stream(generation: Generation, chunk: Any, include_usage: bool) -> AsyncIterator[bytes]:
+    """SSE chunks for each piece, the finish, optionally the usage, then [DONE]. Starlette
+    cancels this when the client disconnects; the `finally` then stops the answer."""
+    try:
+        async for piece in generation.aevents():
+            yield _sse(chunk(piece, None))
+        yield _sse(chunk(None, _finish(generation)))
+        if include_usage:
+            yield _sse({**chunk(None, None), "choices": [], "usage": _usage(generation)})
+    except InferenceError as exc:
+        yield _sse(_failure(exc).body())
+    finally:
+        if generation.finish_reason is None:
+            generation.stop()
+    yield b"data: [DONE]\n\n"
+
+
+def _event_stream(body: AsyncIterator[bytes]) -> StreamingResponse:
+    return StreamingResponse(body, media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@router.get("/models")
+def list_models(request: Request) -> dict[str, Any]:
+    """The runs that can answer now: `run-N` (the fine-tune) and `run-N-base` (its base model)."""
+    data = []
+    for target, run in _servable(request):
+        created = int(run.get("ended_at") or run.get("started_at") or 0)
+        for base in (False, True):
+            data.append({"id": target.model_id(base), "object": "model", "created": created, "owned_by": "tunelab",
+                         "root": target.base_model if base else str(target.weights),
+                         "parent": None if base else model_id(target.run_id, base=True)})
+    return {"object": "list", "data": data}
+
+
+@router.post("/chat/completions", response_model=None)
+async def chat_completions(request: Request, body: dict[str, Any] = Body(..., description=BODY_HELP)) -> Any:
+    """OpenAI's chat completion: the messages rendered with the run's chat template."""
+    ask = parse(ChatRequest, body)
+    target, base = _target(request, ask.model)
+    messages = [message.plain() for message in ask.messages]
+    generation = await _start(request, target, base, messages=messages, sampling=ask.sampling())
+    answer_id, created = f"chatcmpl-{secrets.token_hex(12)}", int(time.time())
+    if ask.stream:
+        first = [True]
+
+        def chunk(piece: str | None, finish: str | None) -> dict[str, Any]:
+            delta: dict[str, Any] = {} if piece is None else {"content": piece}
+            if first[0] and piece is not None:
+                delta["role"], first[0] = "assistant", False
+            return {"id": answer_id, "object": "chat.completion.chunk", "created": created, "model": ask.model,
+                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]}
+
+        include_usage = bool(ask.stream_options and ask.stream_options.include_usage)
+        return _event_stream(_stream(generation, chunk, include_usage))
+    text = await _whole_answer(request, generation)
+    return {"id": answer_id, "object": "chat.completion", "created": created, "model": ask.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                         "finish_reason": _finish(generation)}],
+            "usage": _usage(generation)}
+
+
+@router.post("/completions", response_model=None)
+async def completions(request: Request, body: dict[str, Any] = Body(..., description=BODY_HELP)) -> Any:
+    """OpenAI's (legacy) text completion: the prompt continued as it is, without a chat template."""
+    ask = parse(CompletionRequest, body)
+    target, base = _target(request, ask.model)
+    generation = await _start(request, target, base, prompt=ask.text(), sampling=ask.sampling())
+    answer_id, created = f"cmpl-{secrets.token_hex(12)}", int(time.time())
+
+    def chunk(piece: str | None, finish: str | None) -> dict[str, Any]:
+        return {"id": answer_id, "object": "text_completion", "created": created, "model": ask.model,
+                "choices": [{"index": 0, "text": piece or "", "logprobs": None, "finish_reason": finish}]}
+
+    if ask.stream:
+        return _event_stream(_stream(generation, chunk, bool(ask.stream_options and ask.stream_options.include_usage)))
+    text = await _whole_answer(request, generation)
+    return {**chunk(text, _finish(generation)), "usage": _usage(generation)}
+
+
+@status_router.get("/inference")
+def inference_status(request: Request) -> dict[str, Any]:
+    """The loaded model (if any), its device, answers in progress, and how the last ones ended."""
+    return request.app.state.inference.status()
