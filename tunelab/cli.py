@@ -355,16 +355,17 @@ def fields() -> None:
 def demo(
     backend: str = typer.Option("torch", help="torch or mlx."),
     steps: int = typer.Option(60, min=1, help="Training steps."),
-    modality: str = typer.Option("text", help="text (a tiny Llama on sample instructions), vision (a tiny LLaVA on images of coloured shapes) "
-                                         "or embedding (a tiny BERT-style encoder on query/passage pairs, with retrieval metrics)."),
+    modality: str = typer.Option("text", help="text (a tiny Llama on sample instructions), vision (a tiny LLaVA on images of coloured shapes), "
+                                         "embedding (a tiny BERT-style encoder on query/passage pairs, with retrieval metrics) "
+                                         "or speech (a tiny Whisper on clips of tones, one pitch per word)."),
     method: str = typer.Option("sft", help="The text demo's objective: sft, or dpo, orpo, simpo, kto on generated preference pairs "
                                           "whose chosen answer follows a rule the rejected one breaks."),
 ) -> None:
     """Fine-tune a built-in tiny model on generated sample data, offline, end to end."""
     from tunelab.demo import demo_config, ensure_demo_assets, print_demo_summary
 
-    if modality not in ("text", "vision", "embedding"):
-        raise _config_failure(ConfigError.single("--modality", f"'{modality}' is not a demo; use text, vision or embedding"))
+    if modality not in ("text", "vision", "embedding", "speech"):
+        raise _config_failure(ConfigError.single("--modality", f"'{modality}' is not a demo; use text, vision, embedding or speech"))
     if method not in ("sft", "dpo", "orpo", "simpo", "kto"):
         raise _config_failure(ConfigError.single("--method", f"'{method}' is not a demo method; use sft, dpo, orpo, simpo or kto"))
     if method != "sft" and (modality != "text" or backend != "torch"):
@@ -381,6 +382,10 @@ def demo(
             from tunelab.embedding_demo import embedding_demo_config, ensure_embedding_demo_assets
 
             cfg = embedding_demo_config(ensure_embedding_demo_assets(), steps=steps)
+        elif modality == "speech":
+            from tunelab.speech_demo import ensure_speech_demo_assets, speech_demo_config
+
+            cfg = speech_demo_config(ensure_speech_demo_assets(), steps=steps)
         elif method != "sft":
             from tunelab.preference_demo import preference_demo_config
 

@@ -24,8 +24,8 @@ from tunelab.layout import layout_errors
 from tunelab.text import char_name, first_unsafe_char, printable
 
 TrainingType = Literal["lora", "qlora", "full", "continued_pretraining"]
-DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs", "preference",
-                     "unpaired_preference"]
+DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs",
+                     "transcription", "preference", "unpaired_preference"]
 Backend = Literal["auto", "torch", "mlx"]
 ReportTo = Literal["none", "tensorboard", "wandb", "mlflow"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
@@ -183,6 +183,7 @@ class RunConfig(BaseModel):
     format: DataFormat = Field("auto", description="auto | alpaca | sharegpt | chatml | text | caption (an image column and a text column); "
                                "for embedding models pairs (anchor, positive) | triplets (anchor, positive, negative) | "
                                "scored_pairs (sentence1, sentence2, score) | labelled_pairs (query, document, label); "
+                               "for speech-to-text models transcription (an audio column and a transcript column); "
                                "for objective dpo/orpo/simpo/kto preference (prompt, chosen, rejected: strings or chat messages lists); "
                                "for kto also unpaired_preference (prompt, completion, label).")
     column_mapping: dict[Name, Name] = Field(default_factory=dict, description="Canonical column -> dataset column, e.g. {instruction: question}.")
@@ -211,6 +212,9 @@ class RunConfig(BaseModel):
     # --- embedding models (detected from the model's files; generative models ignore these)
     embedding_loss: EmbeddingLoss = Field("auto", description=EMBEDDING_LOSS_HELP)
     matryoshka_dims: list[int] | None = Field(None, description=MATRYOSHKA_HELP)
+
+    # --- speech-to-text models (detected from the model's config)
+    speech_language: Name | None = Field(None, max_length=40, description="Language of the transcripts for a multilingual speech model (e.g. en or english): Whisper's labels and its eval transcripts start with this language's token. None: the tokenizer's own setting.")
 
     # --- optimisation
     num_epochs: float = Field(3, ge=0, le=MAX_EPOCHS)

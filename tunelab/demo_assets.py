@@ -215,6 +215,16 @@ def build_atomically(target: Path, version: str, build: Callable[[Path], None]) 
     return target
 
 
+def ensure_built(root: Path | None, version: str, build: Callable[[Path], None]) -> Path:
+    """A demo's asset folder, built on first use (`build_atomically`); cached under the
+    home as `version` unless `root` is given."""
+    target = Path(root) if root else paths.cache_dir() / version
+    if (target / "READY").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return build_atomically(target, version, build)
+
+
 def ensure_demo_assets(root: Path | None = None) -> DemoAssets:
     """The demo assets, built on first use (cached under the home unless `root` is given)."""
     target = Path(root) if root else paths.cache_dir() / DEMO_VERSION

@@ -6,8 +6,9 @@ applied with PEFT and folded into the weights (PEFT's merge, in float32 per laye
 base stored quantised is refused, and a LoftQ run's adapted layers are first put back
 as it trained against them (`run_facts.LOFTQ_BASE`). A full run's weights are loaded as
 they are. The model is cast to the requested dtype and saved with its tokenizer, ready
-for `AutoModelForCausalLM.from_pretrained` — or, for a vision-language model (told from
-its config), with its processor, ready for `AutoModelForImageTextToText` + `AutoProcessor`. The parent hides the GPUs: all of it runs on the CPU.
+for `AutoModelForCausalLM.from_pretrained` — or, for a vision-language or speech-to-text
+model (told from its config), with its processor, ready for `AutoModelForImageTextToText`
+or `AutoModelForSpeechSeq2Seq` (and the automatic-speech-recognition pipeline) + `AutoProcessor`. The parent hides the GPUs: all of it runs on the CPU.
 `gguf`: the same merged model, written as one GGUF file (`gguf_writer`).
 The answer goes to the request's `result` file: `{"ok": true}` or `{"error", "field"?}`;
 exit code 0 on success, 2 for an option that cannot be honoured, 1 for anything else.
@@ -73,10 +74,12 @@ def _dtype(name: str) -> Any:
 def _model_class(config_source: str, remote_code: bool) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tunelab.worker.vision_model import is_vision_config, model_class
+    from tunelab.worker import speech_model, vision_model
 
     config = AutoConfig.from_pretrained(config_source, trust_remote_code=remote_code)
-    return model_class() if is_vision_config(config) else AutoModelForCausalLM
+    if speech_model.is_speech_config(config):
+        return speech_model.model_class()
+    return vision_model.model_class() if vision_model.is_vision_config(config) else AutoModelForCausalLM
 
 
 def _processing(source: str, remote_code: bool) -> Any:

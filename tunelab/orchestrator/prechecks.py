@@ -105,9 +105,9 @@ def model_problem(name: str) -> str | None:
 
 def mlx_model_problem(name: str) -> str | None:
     """The mlx backend trains generative text models only: a model whose config.json (local,
-    or in the hub cache) says vision-language, or a local sentence-transformers folder, is
-    refused before the run exists."""
-    from tunelab.worker import embedding_model  # torch-free
+    or in the hub cache) says vision-language or speech-to-text, or a local
+    sentence-transformers folder, is refused before the run exists."""
+    from tunelab.worker import embedding_model, speech_model  # torch-free
     from tunelab.worker.vision_model import MLX_REFUSAL, config_dict_is_vision  # torch-free
 
     if embedding_model.folder_is_sentence_transformers(name):
@@ -118,7 +118,11 @@ def mlx_model_problem(name: str) -> str | None:
         config = json.loads(Path(found).read_text()) if found else {}
     except (OSError, ValueError):
         return None  # the worker reports an unreadable config in its own words
-    return f"{name} {MLX_REFUSAL}" if isinstance(config, dict) and config_dict_is_vision(config) else None
+    if not isinstance(config, dict):
+        return None
+    if speech_model.config_dict_is_speech(config):
+        return f"{name} {speech_model.MLX_REFUSAL}"
+    return f"{name} {MLX_REFUSAL}" if config_dict_is_vision(config) else None
 
 
 def _cached_config(repo_id: str) -> str | None:

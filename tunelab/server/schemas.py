@@ -246,7 +246,7 @@ class PreviewRow(BaseModel):
 
 
 class DatasetPreview(BaseModel):
-    format: str = Field(description="alpaca, sharegpt, chatml, text or caption.")
+    format: str = Field(description="alpaca, sharegpt, chatml, text, caption or transcription.")
     columns: list[str]
     row_count: int | None = Field(description="Rows in the training split (null when unknown, e.g. streaming).")
     rendered_with: Literal["chat_template", "plain", "raw_text"] = Field(

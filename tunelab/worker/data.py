@@ -52,6 +52,9 @@ def prepare(config: dict[str, Any], tokenizer: Any, raw: RawData) -> PreparedDat
         raise DataFormatError("model_name", f"{raw.format} data (columns {raw.train.column_names}) trains an embedding model and "
                                             f"{config.get('model_name')} is a generative model; point model_name at an encoder "
                                             "or a sentence-transformers model, or give instruction or chat data")
+    if raw.format == "transcription":
+        raise DataFormatError("model_name", f"the dataset is audio with transcripts and {config.get('model_name')} is not a speech-to-text "
+                                            "model; use a speech-to-text model (e.g. Whisper), or give text data")
     _check_masking_applies(raw.format, config)
     if not uses_raw_text(raw.format, config):
         ensure_chat_template(tokenizer)

@@ -10,6 +10,8 @@ Four shapes are understood, named after the datasets that made them popular:
   pairs, triplets, scored_pairs, labelled_pairs
             what embedding models train on (`embedding_formats`: anchor/positive[/negative],
             sentence1/sentence2/score, query/document/label)
+  transcription  an audio column and a transcript column: speech-to-text data, read by
+            `speech_formats` / `speech_data`
   preference  prompt/chosen/rejected (strings or messages lists), what DPO, ORPO,
             SimPO and KTO train on; unpaired_preference prompt/completion/label, KTO's own
             (`preference_formats`; rendered by `worker/methods/preference`)
@@ -24,9 +26,10 @@ from typing import Any
 from tunelab.worker.context import RunSettingError
 from tunelab.worker import preference_formats
 from tunelab.worker.embedding_formats import EMBEDDING_FORMATS, describe_shapes, detect_embedding_format, missing_columns
+from tunelab.worker.speech_formats import TRANSCRIPTION, audio_column, transcript_column, transcription_shape
 
-FORMATS = ("alpaca", "sharegpt", "chatml", "text", "caption", *EMBEDDING_FORMATS, preference_formats.PREFERENCE_FORMAT,
-           preference_formats.UNPAIRED_FORMAT)
+FORMATS = ("alpaca", "sharegpt", "chatml", "text", "caption", *EMBEDDING_FORMATS, TRANSCRIPTION,
+           preference_formats.PREFERENCE_FORMAT, preference_formats.UNPAIRED_FORMAT)
 # Column names under which datasets commonly keep a conversation.
 CONVERSATION_COLUMNS = ("conversations", "messages", "conversation", "chat", "dialogue", "dialog")
 # Column names under which image-text datasets keep their images (paths or image features).
@@ -91,6 +94,8 @@ def detect_format(columns: list[str], sample_rows: list[dict[str, Any]]) -> str:
             "tunelab reads turns with from/value (sharegpt) or role/content (chatml) keys. "
             "Convert the turns, or map another column with column_mapping",
         )
+    if transcription_shape(columns, sample_rows):
+        return TRANSCRIPTION
     if image_column(columns):
         if "text" in columns:
             return "caption"
@@ -131,6 +136,8 @@ def required_columns(fmt: str, columns: list[str], sample_rows: list[dict[str, A
         return [c for c, ok in (("image", image_column(columns)), ("text", "text" in columns)) if not ok]
     if fmt in EMBEDDING_FORMATS:
         return missing_columns(fmt, columns)
+    if fmt == "transcription":
+        return [c for c, ok in (("audio", audio_column(columns)), ("text", transcript_column(columns))) if not ok]
     if fmt == preference_formats.PREFERENCE_FORMAT:
         return preference_formats.missing_columns(columns, sample_rows or [])
     if fmt == preference_formats.UNPAIRED_FORMAT:
@@ -199,6 +206,8 @@ def to_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> list[d
     if fmt in EMBEDDING_FORMATS:
         raise DataFormatError("model_name", f"{fmt} data trains an embedding model and {config.get('model_name')} is a generative "
                                             "model; point model_name at an encoder or a sentence-transformers model")
+    if fmt == "transcription":
+        raise DataFormatError("model_name", "transcription data pairs audio with its transcript; train it on a speech-to-text model (e.g. Whisper)")
     if fmt in (preference_formats.PREFERENCE_FORMAT, preference_formats.UNPAIRED_FORMAT):
         raise DataFormatError("objective", f"{fmt} data ({'/'.join(preference_formats.UNPAIRED_COLUMNS if fmt == preference_formats.UNPAIRED_FORMAT else preference_formats.PREFERENCE_COLUMNS)}) trains a preference objective and this run's objective is "
                                            f"{config.get('objective') or 'sft'}; set objective={'kto' if fmt == preference_formats.UNPAIRED_FORMAT else 'dpo (or orpo, simpo, kto)'}, or give instruction or chat data")

@@ -206,11 +206,13 @@ def _load_model(config: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]
         os.environ["HF_TOKEN"] = config["hf_token"]
     from mlx_lm import load
 
-    from tunelab.worker import embedding_model
+    from tunelab.worker import embedding_model, speech_model
     from tunelab.worker.vision_model import MLX_REFUSAL, is_vision_model
 
     if is_vision_model(config):  # the start checks catch most; a hub model not yet cached lands here
         raise RunSettingError("backend", f"{config['model_name']} {MLX_REFUSAL}")
+    if speech_model.is_speech_model(config):
+        raise RunSettingError("backend", f"{config['model_name']} {speech_model.MLX_REFUSAL}")
     if embedding_model.is_embedding_model(config):  # a plain encoder, or a hub embedder the start checks could not read
         raise RunSettingError("backend", f"{config['model_name']} {embedding_model.MLX_REFUSAL}")
     model, tokenizer, model_config = load(config["model_name"], return_config=True,

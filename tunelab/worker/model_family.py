@@ -1,16 +1,20 @@
-"""Model families: the few steps where a text, a vision-language and an embedding model differ.
+"""Model families: the few steps where text, vision-language, embedding and speech-to-text models differ.
 
 The torch backend runs one sequence of stages for every run; a family supplies what
 depends on the kind of model — how it and its processing class load, how the data
 becomes batches, which layers an adapter targets, which trainer trains it and how the
 result is saved. `detect(config)` picks the family from the model's own files
-(`vision_model.is_vision_model`, `embedding_model.is_embedding_model`), never from its name.
+(`speech_model.is_speech_model`, `vision_model.is_vision_model`,
+`embedding_model.is_embedding_model`), never from its name.
   text    tokenizer + AutoModelForCausalLM; data through `data.prepare` and TRL's collator.
   vision  AutoProcessor + AutoModelForImageTextToText; image rows through
           `vision_data.prepare` and its collator. A dataset without an image column trains
           the model as a language model, exactly as the text family would.
   embedding  a sentence-transformers model (`embedding_family`): pair/triplet/scored rows,
           sentence-transformers' own trainer and losses; saved as a sentence-transformers folder.
+  speech  AutoProcessor (feature extractor + tokenizer) + AutoModelForSpeechSeq2Seq;
+          audio + transcript rows through `speech_data.prepare` and its collator, and
+          transformers' Seq2SeqTrainer with word error rate at eval (`speech_trainer`).
 `modality(raw)` names what the run trains on (events.MODALITIES), for the run's record.
 `wrap` is the same for text and vision: the method's adapter on the family's targets, or full
 fine-tuning with what the switches turn off frozen; both train with TRL's SFTTrainer.
@@ -102,10 +106,47 @@ class VisionFamily(_Family):
         return lora_targets.select_targets(model, config)
 
 
-def detect(config: dict[str, Any]) -> Any:
-    """The run's family: vision-language, embedding, or (otherwise) text."""
-    from tunelab.worker import embedding_model, vision_model
+class SpeechFamily(_Family):
+    name = "speech"
 
+    def load(self, config: dict[str, Any], device: Any) -> Loaded:
+        from tunelab.worker import speech_model
+
+        speech_model.check_trainable(config)
+        processor = speech_model.load_processor(config)
+        model = model_setup.load_model(config, device, speech_model.model_class())
+        return Loaded(model, processor.tokenizer, processor)
+
+    def prepare(self, config: dict[str, Any], loaded: Loaded, raw: Any) -> data.PreparedData:
+        from tunelab.worker import speech_data
+
+        return speech_data.prepare(config, loaded.processing, raw, loaded.model.config)
+
+    def modality(self, raw: Any) -> str:
+        return "speech"
+
+    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
+        # Every linear layer of the encoder and the decoder; the output head stays as it is.
+        return sorted(lora_targets.classify_linear_layers(model))
+
+    def wrap(self, model: Any, config: dict[str, Any], device: Any) -> Any:
+        # The finetune_* switches speak of vision and language parts: nothing here to switch.
+        # PEFT's plain wrapper: its SEQ_2_SEQ_LM one passes input_ids, which a speech encoder does not take.
+        return model_setup.wrap_for_training(model, config, device, self.targets(model, config), task_type=None)
+
+    def build_trainer(self, config: dict[str, Any], device: Any, model: Any, loaded: Loaded, prepared: Any,
+                      output_dir: Any, callbacks: list[Any]) -> Any:
+        from tunelab.worker.speech_trainer import build_speech_trainer
+
+        return build_speech_trainer(config, device, model, loaded.processing, prepared, output_dir, callbacks)
+
+
+def detect(config: dict[str, Any]) -> Any:
+    """The run's family: speech-to-text, vision-language, embedding, or (otherwise) text."""
+    from tunelab.worker import embedding_model, speech_model, vision_model
+
+    if speech_model.is_speech_model(config):
+        return SpeechFamily()
     if vision_model.is_vision_model(config):
         return VisionFamily()
     if embedding_model.is_embedding_model(config):

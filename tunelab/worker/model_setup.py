@@ -164,10 +164,12 @@ def default_target_modules(model: Any) -> list[str] | str:
     return present or "all-linear"
 
 
-def wrap_for_training(model: Any, config: dict[str, Any], device: DeviceSettings, targets: list[str] | None = None) -> Any:
+def wrap_for_training(model: Any, config: dict[str, Any], device: DeviceSettings, targets: list[str] | None = None,
+                      task_type: str | None = "CAUSAL_LM") -> Any:
     """LoRA-family adapters for lora/qlora; full fine-tuning and continued pretraining train every weight.
     `targets` (the family's choice from the finetune_* switches) stands in for the default
-    targets; an explicit `target_modules` overrides both."""
+    targets; an explicit `target_modules` overrides both. `task_type` picks PEFT's wrapper
+    (None: the plain one, which passes every input through to the model unchanged)."""
     if config.get("training_type") not in ("lora", "qlora"):
         for parameter in model.parameters():
             parameter.requires_grad_(True)
@@ -192,7 +194,7 @@ def wrap_for_training(model: Any, config: dict[str, Any], device: DeviceSettings
         # The embeddings and head train whole beside the adapter, at their own rate.
         whole = {"modules_to_save": modules_to_save(model), "ensure_weight_tying": ties_embeddings(model)}
     lora = LoraConfig(
-        task_type="CAUSAL_LM",
+        task_type=task_type,
         r=int(config.get("lora_r") or 16),
         lora_alpha=float(config.get("lora_alpha") or 16),
         lora_dropout=float(config.get("lora_dropout") or 0.0),

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tunelab.worker.formats import DataFormatError, detect_format, required_columns
+from tunelab.worker.speech_formats import undecoded_audio
 
 # File suffix -> `datasets` builder name.
 DATA_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -48,6 +49,7 @@ def load_raw(config: dict[str, Any], cache_dir: Path) -> RawData:
     # A streamed split was already cut to the slice while reading it.
     train = splits[train_name] if config.get("streaming") else _slice(splits[train_name], config)
     eval_set = _choose_eval(splits, train_name, config, cache_dir)
+    train, eval_set = undecoded_audio(train), undecoded_audio(eval_set) if eval_set is not None else None
     if eval_set is None and _wants_eval(config):
         train, eval_set = _hold_out(train, config)
 

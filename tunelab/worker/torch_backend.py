@@ -1,10 +1,11 @@
 """The torch backend: transformers + PEFT + a family's trainer, reporting through events.
 
 `run(config, ctx)` reads top to bottom as the run's stages: load the model and its
-tokenizer or processor (`model_family`: text, vision-language or embedding), load and
+tokenizer or processor (`model_family`: text, vision-language, embedding or speech-to-text), load and
 tokenize the data (text rows shared with the mlx backend, so both train on the same
 tokens), build the adapter and the family's trainer (TRL's SFTTrainer; for embedders
-sentence-transformers' own) with the same progress and stop callbacks, train, save.
+sentence-transformers' own; for speech-to-text transformers' Seq2SeqTrainer) with the same
+progress and stop callbacks, train, save.
 How the run ends:
   normal    the adapter (or full model) and tokenizer are saved in `output_dir`, next to
             the Trainer's final `checkpoint-<last step>`; `complete{output_dir}`.
@@ -28,7 +29,8 @@ from tunelab.worker.stall import DownloadStallWatch, hub_cache_folders
 
 
 # How the setup message names each family's model ("Setting up lora of a ... on CPU").
-FAMILY_WORDS = {"text": "", "vision": " of a vision-language model", "embedding": " of an embedding model"}
+FAMILY_WORDS = {"text": "", "vision": " of a vision-language model", "embedding": " of an embedding model",
+                "speech": " of a speech-to-text model"}
 
 
 def run(config: dict[str, Any], ctx: WorkerContext) -> None:

@@ -57,7 +57,7 @@ export const BASIC_FIELDS = [
   f("s3.access_key_id", "Access key id", "secret", "", { section: "data", source: "s3" }),
   f("s3.secret_access_key", "Secret access key", "secret", "", { section: "data", source: "s3" }),
   f("s3.session_token", "Session token", "secret", "", { section: "data", source: "s3" }),
-  f("format", "Format", "select", "auto", { section: "data", options: ["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs", "preference", "unpaired_preference"], help: "auto detects it from the columns (caption: an image column and a text column; pairs, triplets, scored_pairs, labelled_pairs: embedding models; preference: prompt, chosen, rejected for dpo/orpo/simpo/kto; unpaired_preference: prompt, completion, label for kto); “check dataset” shows what it found." }),
+  f("format", "Format", "select", "auto", { section: "data", options: ["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs", "transcription", "preference", "unpaired_preference"], help: "auto detects it from the columns (caption: an image column and a text column; pairs, triplets, scored_pairs, labelled_pairs: embedding models; preference: prompt, chosen, rejected for dpo/orpo/simpo/kto; unpaired_preference: prompt, completion, label for kto); “check dataset” shows what it found." }),
 
   f("objective", "Objective", "select", "sft", { section: "train", options: ["sft", "dpo", "orpo", "simpo", "kto"], help: "sft: learn the answers in the data. dpo, orpo, simpo: learn to prefer the chosen answer over the rejected one (prompt, chosen, rejected data). kto: also from completions labelled good or bad (prompt, completion, label)." }),
   f("learning_rate", "Learning rate", "float", 2e-4, { section: "train", help: "Between 0 and 1; LoRA usually 1e-4 to 3e-4." }),
@@ -97,6 +97,7 @@ export const ADVANCED_FIELDS = [
   f("skip_bad_images", "Skip bad images", "bool", false, { section: "Vision", help: "Skip (and report) rows whose image is missing or unreadable instead of ending the run." }),
 
   f("beta", "Preference beta", "float", null, { section: "Preference", help: "dpo, orpo, simpo, kto only: how strongly the preference counts. Empty: 0.1 (dpo, orpo, kto) or 2.0 (simpo)." }),
+  f("speech_language", "Transcript language", "text", null, { section: "Speech", placeholder: "en", help: "Speech-to-text models only: the transcripts' language for a multilingual model (e.g. en). Empty: the tokenizer's own setting." }),
   f("embedding_loss", "Embedding loss", "select", "auto", { section: "Embedding", options: ["auto", "mnrl", "cached_mnrl", "triplet", "cosent", "angle", "cosine", "contrastive", "online_contrastive"], help: "Embedding models only. auto: in-batch negatives ranking for pairs and triplets, CoSENT for scored pairs, online contrastive for labelled pairs." }),
   f("matryoshka_dims", "Matryoshka dimensions", "intlist", null, { section: "Embedding", placeholder: "256, 128, 64", help: "Embedding models only: also train these leading dimensions to work alone." }),
 

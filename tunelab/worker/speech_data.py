@@ -1,0 +1,127 @@
+"""Audio + transcript data for a speech-to-text model: rows in, clip references and label ids out.
+
+`prepare(config, processor, raw, model_config)` turns each `transcription` row into
+  audio   `{path, bytes}`: a file path (relative ones resolved against the dataset file's
+          folder, as `vision_data` does for images) or the bytes of an embedded clip
+  labels  the transcript's token ids as the tokenizer writes them for this model —
+          Whisper's prefix tokens (<|startoftranscript|><|lang|><|transcribe|><|notimestamps|>),
+          the words, then <|endoftext|>
+Every clip is decoded once here (one at a time) to check it before training: a missing
+file, one libsndfile cannot decode, an empty clip, or one longer than the feature
+extractor takes (30 s for Whisper) is an error naming the row, the path and the field.
+Samples are kept nowhere: `speech_collator` decodes again, batch by batch. In a run a
+server started (`paths.reads_confined`) a clip outside the data roots is refused.
+Torch-free apart from the collator it hands on.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from tunelab import paths
+from tunelab.worker.data import PreparedData, _check_batch_fits
+from tunelab.worker.formats import DataFormatError
+from tunelab.worker.sources import RawData
+from tunelab.worker.speech_formats import TRANSCRIPTION, WORKING_EXAMPLE, audio_column, transcript_column
+from tunelab.worker.vision_data import _source_field, data_folders, image_reference
+
+SPEECH_COLUMNS = ("audio", "labels")
+
+
+class BadClip(ValueError):
+    """A clip that cannot train: the message says what is wrong with it."""
+
+
+def longest_seconds(feature_extractor: Any) -> float | None:
+    """The longest clip the feature extractor takes whole (Whisper: its 30 s window), or
+    None for one that takes any length."""
+    samples = getattr(feature_extractor, "n_samples", None)
+    rate = getattr(feature_extractor, "sampling_rate", None)
+    return samples / rate if samples and rate else None
+
+
+def open_clip(ref: dict[str, Any]) -> Any:
+    import soundfile
+
+    return soundfile.SoundFile(io.BytesIO(ref["bytes"]) if ref.get("bytes") else ref["path"])
+
+
+def check_clip(ref: dict[str, Any], longest: float | None) -> float:
+    """Decode the whole clip (so a file with a good header and broken data is found now);
+    returns its length in seconds."""
+    from pathlib import Path
+
+    if not ref.get("bytes") and not Path(ref["path"]).is_file():
+        raise BadClip("does not exist; correct the path (relative paths are relative to the dataset file) or remove the row")
+    with open_clip(ref) as clip:
+        seconds = clip.frames / clip.samplerate
+        if longest is not None and seconds > longest + 1e-6:
+            raise BadClip(f"is {seconds:.1f} s long and the model's feature extractor takes at most {longest:g} s; "
+                          "cut the clip into shorter pieces or remove the row")
+        frames = len(clip.read(dtype="float32"))
+    if frames == 0:
+        raise BadClip("is empty (no audio samples); remove the row")
+    return frames / clip.samplerate
+
+
+def _rows(rows: Any, processor: Any, config: dict[str, Any], what: str, max_label_tokens: int | None) -> Any:
+    tokenizer = processor.tokenizer
+    folders = data_folders(config, what)
+    field = _source_field(config, what)
+    confined = paths.reads_confined()
+    longest = longest_seconds(processor.feature_extractor)
+    audio_name, text_name = audio_column(rows.column_names), transcript_column(rows.column_names)
+
+    def convert(row: dict[str, Any], index: int) -> dict[str, Any]:
+        raw_ref, ref = row.get(audio_name), None
+        try:
+            ref = image_reference(raw_ref, folders)
+            if confined and not ref["bytes"]:
+                paths.check_readable(ref["path"], field)
+            check_clip(ref, longest)
+        except paths.PathNotAllowed as exc:
+            raise DataFormatError(field, f"row {index} of the {what} data: audio {exc}") from exc
+        except BadClip as exc:
+            raise DataFormatError(field, f"row {index} of the {what} data: audio {_shown(ref, raw_ref)} (column '{audio_name}') {exc}") from exc
+        except Exception as exc:  # missing file, not audio, truncated data, bad reference
+            raise DataFormatError(field, f"row {index} of the {what} data: audio {_shown(ref, raw_ref)} (column '{audio_name}') cannot be read "
+                                         f"({exc}); fix or remove the row, or correct the path (relative paths are relative to the dataset file)") from exc
+        text = row.get(text_name)
+        if not isinstance(text, str):
+            raise DataFormatError(field, f"row {index} of the {what} data: the transcript (column '{text_name}') is {text!r}, not text; "
+                                         f"every row needs one, e.g. {WORKING_EXAMPLE}")
+        labels = tokenizer(text).input_ids
+        if max_label_tokens is not None and len(labels) > max_label_tokens:
+            raise DataFormatError(field, f"row {index} of the {what} data: the transcript is {len(labels)} tokens and the model's decoder "
+                                         f"takes at most {max_label_tokens}; split the clip and its transcript, or remove the row")
+        return {"audio": ref, "labels": labels}
+
+    # Never from the cache: a resumed run must find a deleted clip now, not halfway through.
+    return rows.map(convert, with_indices=True, remove_columns=rows.column_names, load_from_cache_file=False,
+                    desc=f"Checking {what} audio")
+
+
+def _shown(ref: dict[str, Any] | None, raw: Any) -> str:
+    return (ref or {}).get("path") or (raw if isinstance(raw, str) else "(embedded clip)")
+
+
+def prepare(config: dict[str, Any], processor: Any, raw: RawData, model_config: Any) -> PreparedData:
+    """Clips checked and transcripts tokenized, with the collator that decodes the audio."""
+    from tunelab.worker.speech_collator import SpeechCollator
+
+    if raw.format != TRANSCRIPTION:
+        raise DataFormatError("format", f"{config.get('model_name')} is a speech-to-text model and trains on audio with its transcript; "
+                                        f"the data reads as {raw.format} with columns {raw.train.column_names}. Give an audio column "
+                                        f"(file paths or an audio feature) and a transcript column, e.g. {WORKING_EXAMPLE}")
+    for name in ("packing", "train_on_completions"):
+        if config.get(name):
+            raise DataFormatError(name, f"{name} does not apply to speech-to-text rows (the loss is on the transcript only); set {name}=false")
+    if config.get("training_type") == "continued_pretraining":
+        raise DataFormatError("training_type", "continued pretraining reads raw text; speech-to-text trains with training_type=lora or full")
+    # Whisper's decoder has `max_target_positions`; other decoders name their length as text models do.
+    max_label_tokens = getattr(model_config, "max_target_positions", None) or getattr(model_config, "max_position_embeddings", None)
+    train = _rows(raw.train, processor, config, "training", max_label_tokens)
+    _check_batch_fits(len(train), config)
+    eval_set = _rows(raw.eval, processor, config, "eval", max_label_tokens) if raw.eval is not None else None
+    return PreparedData(train=train, eval=eval_set, format=raw.format, collator=SpeechCollator(processor, model_config.decoder_start_token_id))
