@@ -28,6 +28,7 @@ class ProgressView:
         self.task = self.bar.add_task("starting", total=None, loss="-", lr="-")
         self.first_loss: float | None = None
         self.last_loss: float | None = None
+        self.last_lr: float | None = None
         self.steps_seen = 0
 
     def __enter__(self) -> "ProgressView":
@@ -49,6 +50,9 @@ class ProgressView:
                 self.first_loss = loss if self.first_loss is None else self.first_loss
                 self.last_loss = loss
             self.steps_seen = max(self.steps_seen, event["step"])
-            lr = event.get("learning_rate")
+            if event.get("learning_rate") is not None:
+                self.last_lr = event["learning_rate"]
+            # An eval-only step or one between logging steps carries no loss: keep showing the last one.
             self.bar.update(self.task, description="training", completed=event["step"], total=event.get("total_steps"),
-                            loss=f"{loss:.4f}" if loss is not None else "nan", lr=f"{lr:.2e}" if lr is not None else "-")
+                            loss=f"{self.last_loss:.4f}" if self.last_loss is not None else "-",
+                            lr=f"{self.last_lr:.2e}" if self.last_lr is not None else "-")
