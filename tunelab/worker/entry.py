@@ -44,6 +44,9 @@ QUIET_ENVIRONMENT = {
     "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
     "TOKENIZERS_PARALLELISM": "false",
     "HF_HUB_DISABLE_TELEMETRY": "1",
+    # Other libraries' own bars (sentence-transformers' model card) would draw over the
+    # parent's progress bar; progress reaches the user as events.
+    "TQDM_DISABLE": "1",
 }
 
 
