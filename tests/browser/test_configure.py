@@ -51,7 +51,7 @@ def test_check_dataset_shows_format_columns_and_rendered_rows(server, open_page,
 def test_bad_learning_rate_is_shown_beside_its_field(server, open_page, demo_assets, fill_demo_config, shoot):
     page = open_page()
     fill_demo_config(page)
-    lr = page.get_by_label("Learning rate")
+    lr = page.get_by_label("Learning rate", exact=True)
 
     # Out of range: the server answers 422 naming the field; the page puts it there.
     lr.fill("5")
@@ -94,7 +94,7 @@ def test_config_saves_to_and_loads_from_yaml(server, open_page, demo_assets, fil
     page = open_page()
     fill_demo_config(page, max_steps=7, name="yaml run")
     page.get_by_label("Method").select_option("dora")
-    page.get_by_label("Learning rate").fill("1e-4")
+    page.get_by_label("Learning rate", exact=True).fill("1e-4")
     page.get_by_text("Advanced settings").click()
     page.get_by_label("Column mapping").fill("instruction: question")
     page.get_by_label("Hub token").fill("hf_secret_value")
@@ -133,6 +133,6 @@ def test_config_saves_to_and_loads_from_yaml(server, open_page, demo_assets, fil
     expect(page.get_by_label("LoRA rank")).to_have_value("32")
     expect(page.get_by_label("Gradient checkpointing")).to_have_value("false")
     expect(page.get_by_label("GPU ids")).to_have_value("0, 1")
-    expect(page.get_by_label("Learning rate")).to_have_value("0.0003")
+    expect(page.get_by_label("Learning rate", exact=True)).to_have_value("0.0003")
     expect(page.locator("#config-errors")).to_contain_text("no_such_setting")
     shoot(page, "configure-4-loaded-yaml")
