@@ -186,14 +186,14 @@ def _build_model(model_dir: Path, data_dir: Path) -> None:
     fast.save_pretrained(model_dir)
 
 
+def _build(folder: Path) -> None:
+    _write_datasets(folder / "data")
+    _build_model(folder / "model", folder / "data")
+
+
 def build_demo_assets(target: Path) -> DemoAssets:
     """Build the model and data into `target` atomically (temp folder, then rename)."""
-
-    def build(folder: Path) -> None:
-        _write_datasets(folder / "data")
-        _build_model(folder / "model", folder / "data")
-
-    return DemoAssets(build_atomically(target, DEMO_VERSION, build))
+    return DemoAssets(build_atomically(target, DEMO_VERSION, _build))
 
 
 def build_atomically(target: Path, version: str, build: Callable[[Path], None]) -> Path:
@@ -227,8 +227,4 @@ def ensure_built(root: Path | None, version: str, build: Callable[[Path], None])
 
 def ensure_demo_assets(root: Path | None = None) -> DemoAssets:
     """The demo assets, built on first use (cached under the home unless `root` is given)."""
-    target = Path(root) if root else paths.cache_dir() / DEMO_VERSION
-    if (target / "READY").exists():
-        return DemoAssets(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return build_demo_assets(target)
+    return DemoAssets(ensure_built(root, DEMO_VERSION, _build))

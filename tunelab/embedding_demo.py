@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tunelab import paths
-from tunelab.demo_assets import build_atomically
+from tunelab.demo_assets import build_atomically, ensure_built
 
 EMBEDDING_DEMO_VERSION = "embedding-demo-v1"
 # attribute -> (query words, passage words): the i-th query word means the i-th passage word.
@@ -162,22 +161,18 @@ def _build_model(root: Path, corpus: list[str]) -> None:
     SentenceTransformer(str(encoder), device="cpu").save_pretrained(str(root / "model"))
 
 
+def _build(folder: Path) -> None:
+    _build_model(folder, _write_datasets(folder / "data"))
+
+
 def build_embedding_demo_assets(target: Path) -> EmbeddingDemoAssets:
     """Build the model and data into `target` atomically (temp folder, then rename)."""
-
-    def build(folder: Path) -> None:
-        _build_model(folder, _write_datasets(folder / "data"))
-
-    return EmbeddingDemoAssets(build_atomically(target, EMBEDDING_DEMO_VERSION, build))
+    return EmbeddingDemoAssets(build_atomically(target, EMBEDDING_DEMO_VERSION, _build))
 
 
 def ensure_embedding_demo_assets(root: Path | None = None) -> EmbeddingDemoAssets:
     """The embedding demo assets, built on first use (cached under the home unless `root` is given)."""
-    target = Path(root) if root else paths.cache_dir() / EMBEDDING_DEMO_VERSION
-    if (target / "READY").exists():
-        return EmbeddingDemoAssets(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return build_embedding_demo_assets(target)
+    return EmbeddingDemoAssets(ensure_built(root, EMBEDDING_DEMO_VERSION, _build))
 
 
 def eval_history(output_dir: str | Path | None, metric: str = DEMO_METRIC) -> list[tuple[int, float]]:

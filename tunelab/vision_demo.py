@@ -15,8 +15,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunelab import paths
-from tunelab.demo_assets import DEMO_TRAINING, build_atomically
+from tunelab.demo_assets import DEMO_TRAINING, build_atomically, ensure_built
 
 VISION_DEMO_VERSION = "vision-demo-v1"
 IMAGE_TOKEN = "<image>"
@@ -154,23 +153,19 @@ def _build_model(model_dir: Path, corpus: list[str]) -> None:
     processor.save_pretrained(model_dir)
 
 
+def _build(folder: Path) -> None:
+    corpus = _write_datasets(folder / "data")
+    _build_model(folder / "model", corpus)
+
+
 def build_vision_demo_assets(target: Path) -> VisionDemoAssets:
     """Build the model and data into `target` atomically (temp folder, then rename)."""
-
-    def build(folder: Path) -> None:
-        corpus = _write_datasets(folder / "data")
-        _build_model(folder / "model", corpus)
-
-    return VisionDemoAssets(build_atomically(target, VISION_DEMO_VERSION, build))
+    return VisionDemoAssets(build_atomically(target, VISION_DEMO_VERSION, _build))
 
 
 def ensure_vision_demo_assets(root: Path | None = None) -> VisionDemoAssets:
     """The vision demo assets, built on first use (cached under the home unless `root` is given)."""
-    target = Path(root) if root else paths.cache_dir() / VISION_DEMO_VERSION
-    if (target / "READY").exists():
-        return VisionDemoAssets(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    return build_vision_demo_assets(target)
+    return VisionDemoAssets(ensure_built(root, VISION_DEMO_VERSION, _build))
 
 
 def vision_demo_config(assets: VisionDemoAssets, *, steps: int = 60, data: Path | None = None, **overrides):
