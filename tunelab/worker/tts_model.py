@@ -8,7 +8,9 @@ its tokenizer; `Layout` holds the ids the rows and the sample synthesis need.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tunelab.worker import tts_layout
@@ -26,11 +28,8 @@ def _hub_file(config: dict[str, Any], name: str) -> str | None:
 
 
 def model_config_dict(config: dict[str, Any]) -> dict[str, Any]:
-    from pathlib import Path
-
+    """The model's config.json as it is on disk (the marker is not a transformers field)."""
     found = _hub_file(config, "config.json")
-    import json
-
     try:
         loaded = json.loads(Path(found).read_text()) if found else {}
     except (OSError, ValueError):
