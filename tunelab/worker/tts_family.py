@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tunelab.worker import model_setup, tts_layout
+from tunelab.worker import model_setup
 from tunelab.worker.model_family import Loaded, TextFamily
 
 
@@ -53,6 +53,3 @@ class TtsFamily(TextFamily):
         from tunelab.worker.tts_trainer import build_tts_trainer
 
         return build_tts_trainer(config, device, model, loaded.tokenizer, self.layout, self.codec, prepared, output_dir, callbacks)
-
-
-MLX_REFUSAL = tts_layout.MLX_REFUSAL
