@@ -122,7 +122,6 @@ def send(page, text: str) -> None:
 def test_the_model_picker_offers_the_demo_and_the_hugging_face_cache(server, open_page, demo_assets):
     page = open_page()
     options = page.locator("#local-models option")
-    expect(options.filter(has=page.locator(f'[value="{demo_assets.model_dir}"]'))).to_have_count(0)  # options hold no children
     expect(page.locator(f'#local-models option[value="{demo_assets.model_dir}"]')).to_have_attribute("data-kind", "demo")
     expect(page.locator('#local-models option[value="acme/tiny-chat"]')).to_have_attribute("data-kind", "hf_cache")
     assert page.get_by_label("Model", exact=True).get_attribute("list") == "local-models"
@@ -149,8 +148,7 @@ def test_chat_streams_the_runs_answers_and_stop_stops_the_generation(server, ope
     expect(reply).not_to_have_attribute("data-state", "streaming", timeout=LOAD_MS)
     expected = server.answer("run-1", [{"role": "system", "content": "Answer briefly."},
                                        {"role": "user", "content": "What is 2 + 3?"}], 12)
-    assert expected and reply.locator(".chat-text").inner_text() == expected.strip() or \
-        reply.locator(".chat-text").text_content() == expected
+    assert reply.locator(".chat-text").text_content() == expected
 
     # A long answer (no early end token): text arrives while it is still streaming; Stop ends it on the server.
     page.route("**/v1/chat/completions", lambda route: route.continue_(
