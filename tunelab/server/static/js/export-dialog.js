@@ -19,9 +19,17 @@ function el(tag, attrs = {}, text) {
   return node;
 }
 
+/** A schema with its `$ref` (or single-entry allOf, as older pydantic writes) looked up in `schemas`. */
+function resolve(schema, schemas) {
+  let found = schema;
+  if (found.allOf && found.allOf.length === 1) found = { ...found, ...found.allOf[0] };
+  if (found.$ref) found = { ...(schemas[found.$ref.split("/").pop()] || {}), ...found };
+  return found;
+}
+
 /** The choices a schema property allows (its enum, or the enums of its anyOf), and whether it may be null. */
-function choicesOf(prop) {
-  const variants = prop.anyOf || [prop];
+function choicesOf(prop, schemas) {
+  const variants = (prop.anyOf || [prop]).map((v) => resolve(v, schemas));
   const choices = variants.flatMap((v) => v.enum || (v.const !== undefined ? [v.const] : []));
   const nullable = variants.some((v) => v.type === "null");
   return { choices, nullable };
@@ -33,6 +41,7 @@ export class ExportDialog {
   constructor() {
     this.run = null;
     this.schema = null;
+    this.schemas = {};
     this.busy = false;
     $("export-form").addEventListener("submit", (event) => {
       event.preventDefault();
@@ -61,16 +70,18 @@ export class ExportDialog {
 
   async #loadSchema() {
     const doc = await api.openapi();
-    const schema = doc && doc.components && doc.components.schemas && doc.components.schemas[SCHEMA];
+    this.schemas = (doc && doc.components && doc.components.schemas) || {};
+    const schema = this.schemas[SCHEMA];
     if (!schema || !schema.properties) throw new Error(`the server describes no ${SCHEMA}`);
     return schema;
   }
 
   #fields() {
-    return Object.entries(this.schema.properties).map(([name, prop]) => {
+    return Object.entries(this.schema.properties).map(([name, raw]) => {
+      const prop = resolve(raw, this.schemas);
       const id = fieldId(name);
-      const label = prop.title || name;
-      const { choices, nullable } = choicesOf(prop);
+      const label = raw.title || name;  // a referenced enum's own title is its class name
+      const { choices, nullable } = choicesOf(prop, this.schemas);
       let control;
       if (choices.length) {
         control = el("select", { id, name });
