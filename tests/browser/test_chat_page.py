@@ -21,7 +21,9 @@ import pytest
 import yaml
 from playwright.sync_api import expect
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+# The first test's setup trains the run and loads it for inference; on a busy 2-core machine
+# that alone has taken over 250 s, so the hang guard is 600 s as in the other training modules.
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600)]
 
 LOAD_MS = 120_000  # the first answer waits for the inference child to load the model
 STOP_BOUND_S = 60  # a stopped answer ends at its next token; this is only a hang guard
