@@ -47,8 +47,8 @@ class ChatServer:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, demo_assets) -> Iterator[ChatServer]:
-    """A server whose history holds run 1, a finished two-step LoRA run on the demo model,
-    and whose HOME holds a Hugging Face cache with one model in it."""
+    """A server whose history holds run 1, a finished two-step LoRA run on the demo model
+    (with checkpoints at steps 1 and 2), and whose HOME holds a Hugging Face cache with one model in it."""
     base = tmp_path_factory.mktemp("chat-page")
     home, user_home = base / "tunelab", base / "user"
     snapshot = user_home / ".cache" / "huggingface" / "hub" / "models--acme--tiny-chat" / "snapshots" / "0123abcd"
@@ -57,7 +57,7 @@ def server(tmp_path_factory, demo_assets) -> Iterator[ChatServer]:
     env = {k: v for k, v in os.environ.items() if k not in HF_ENV and k != "TUNELAB_TOKEN"}
     env.update(TUNELAB_HOME=str(home), HOME=str(user_home), TUNELAB_DATA_ROOTS=str(demo_assets.root), PYTHONUNBUFFERED="1")
     config = {"model_name": str(demo_assets.model_dir), "local_datasets": [str(demo_assets.alpaca)], "max_steps": 2,
-              "max_seq_length": 96, "batch_size": 2, "gradient_accumulation_steps": 1, "learning_rate": 1e-2,
+              "save_steps": 1, "max_seq_length": 96, "batch_size": 2, "gradient_accumulation_steps": 1, "learning_rate": 1e-2,
               "lora_r": 8, "lora_alpha": 16}
     (base / "run.yaml").write_text(yaml.safe_dump(config))
     trained = subprocess.run([sys.executable, "-m", "tunelab.cli", "train", str(base / "run.yaml")], env=env,
@@ -207,3 +207,17 @@ def test_export_offers_the_servers_formats_and_writes_the_adapter(server, open_p
     dest = Path(run["output_dir"]) / "export-adapter"
     assert (dest / "adapter_model.safetensors").is_file()
     expect(dialog.locator(".export-files")).to_contain_text("adapter_model.safetensors")
+
+
+def test_a_checkpoint_can_answer_instead_of_the_final_weights(server, open_page):
+    page = open_page()
+    page.locator('#runs-list li[data-run-id="1"]').get_by_role("button", name="Chat with Run #1").click()
+    weights = page.get_by_label("Weights")
+    assert weights.locator("option").all_text_contents() == ["final weights", "checkpoint 1", "checkpoint 2"]
+    weights.select_option(label="checkpoint 1")
+    expect(page.locator("#chat-about")).to_contain_text("run-1-checkpoint-1 (its checkpoint at step 1)")
+    settings(page, temperature="0", max_tokens="6")
+    send(page, "Hello")
+    reply = page.locator("#chat-log-tuned .chat-turn.assistant").last
+    expect(reply).not_to_have_attribute("data-state", "streaming", timeout=LOAD_MS)
+    assert reply.locator(".chat-text").text_content() == server.answer("run-1-checkpoint-1", [{"role": "user", "content": "Hello"}], 6)

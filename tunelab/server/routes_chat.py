@@ -2,8 +2,9 @@
 
 It answers the model ids to send to `/v1/chat/completions` (the fine-tune, and its base
 for Compare), which weights they mean (a stopped run answers from its saved
-checkpoint), and the chat template the answers are rendered with — the one the run
-saved with its tokenizer, or tunelab's fallback when it saved none. Generation itself
+checkpoint; `?checkpoint=N` picks any valid one, listed in `checkpoints`), and the chat
+template the answers are rendered with — the one the run saved with its tokenizer, or
+tunelab's fallback when it saved none. Generation itself
 stays in the OpenAI routes (`routes_inference`); this route loads nothing.
 """
 
@@ -13,10 +14,10 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Path as PathParam, Request
+from fastapi import APIRouter, Path as PathParam, Query, Request
 from pydantic import BaseModel, Field
 
-from tunelab.inference.target import TargetInputError, TargetNotFound, TargetRefused, resolve_target
+from tunelab.inference.target import TargetInputError, TargetNotFound, TargetRefused, resolve_target, valid_checkpoint_steps
 from tunelab.server.errors import ApiError
 from tunelab.server.schemas import error_responses
 
@@ -32,7 +33,8 @@ class ChatTarget(BaseModel):
     base_model_id: str = Field(description="The model id of its base (e.g. run-3-base), for Compare.")
     base_model: str = Field(description="The run's model_name: what 'base' means.")
     kind: str = Field(description="adapter (the base is the same weights with the adapter off) or full.")
-    step: int | None = Field(description="The checkpoint answering for a stopped run; null for final weights.")
+    step: int | None = Field(description="The checkpoint answering (the one asked for, or a stopped run's saved one); null for final weights.")
+    checkpoints: list[int] = Field(description="The steps of the run's valid checkpoints, any of which can answer instead (?checkpoint=N).")
     chat_template: str = Field(description="The template the messages are rendered with.")
     template_source: str = Field(description="tokenizer (saved with the run) or fallback (tunelab's, the run saved none).")
 
@@ -55,10 +57,12 @@ def saved_template(folder: Path) -> str | None:
 
 
 @router.get("/{run_id}/chat", response_model=ChatTarget, responses=error_responses(422))
-def chat_target(request: Request, run_id: RunId) -> ChatTarget:
-    """The model ids and chat template for chatting with a finished or stopped run."""
+def chat_target(request: Request, run_id: RunId,
+                checkpoint: Annotated[int | None, Query(ge=0, le=2**62, description="A checkpoint's step instead of the final weights.")] = None) -> ChatTarget:
+    """The model ids and chat template for chatting with a finished or stopped run, or one of its checkpoints."""
+    run = request.app.state.store.get_run(run_id)
     try:
-        target = resolve_target(request.app.state.store.get_run(run_id), run_id)
+        target = resolve_target(run, run_id, checkpoint)
     except TargetNotFound as exc:
         raise ApiError(404, "run_not_found", str(exc)) from None
     except TargetRefused as exc:
@@ -70,5 +74,6 @@ def chat_target(request: Request, run_id: RunId) -> ChatTarget:
     template = saved_template(target.weights)
     return ChatTarget(run_id=run_id, model=target.model_id(), base_model_id=target.model_id(base=True),
                       base_model=target.base_model, kind=target.kind, step=target.step,
+                      checkpoints=valid_checkpoint_steps(run.get("output_dir")),
                       chat_template=(template or FALLBACK_CHAT_TEMPLATE)[:TEMPLATE_SHOWN_CHARS],
                       template_source="tokenizer" if template else "fallback")

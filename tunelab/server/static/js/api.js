@@ -104,7 +104,7 @@ export const api = {
   renameRun: (id, displayName) => request("PATCH", `/api/runs/${encodeURIComponent(id)}`, { display_name: displayName }),
   deleteRun: (id, deleteArtifacts) => request("DELETE", `/api/runs/${encodeURIComponent(id)}?delete_artifacts=${deleteArtifacts}`),
   resumeRun: (id) => request("POST", `/api/runs/${encodeURIComponent(id)}/resume`),
-  chatTarget: (id) => request("GET", `/api/runs/${encodeURIComponent(id)}/chat`),
+  chatTarget: (id, checkpoint) => request("GET", `/api/runs/${encodeURIComponent(id)}/chat${checkpoint == null ? "" : `?checkpoint=${checkpoint}`}`),
   exportRun: (id, body) => request("POST", `/api/runs/${encodeURIComponent(id)}/export`, body),
   localModels: () => request("GET", "/api/models/local"),
   /** The server's OpenAPI document (public): the export options are read from it. */

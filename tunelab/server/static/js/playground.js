@@ -2,9 +2,10 @@
  * The Chat and Compare panel for one finished or stopped run. Chat streams the
  * fine-tune's answers; Compare sends each message to the base model and the fine-tune
  * side by side, each side keeping its own conversation (for an adapter run the server
- * switches the adapter off for the base: one copy of the weights). Generation is the
- * server's OpenAI-style route (chat-stream.js); Stop closes the connections, which
- * stops the generation on the server.
+ * switches the adapter off for the base: one copy of the weights). Any valid checkpoint
+ * of the run can answer instead of its final weights. Generation is the server's
+ * OpenAI-style route (chat-stream.js); Stop closes the connections, which stops the
+ * generation on the server.
  */
 
 import { api } from "./api.js";
@@ -29,6 +30,7 @@ function el(tag, className, text) {
 
 export class PlaygroundPanel {
   constructor() {
+    this.run = null;
     this.target = null;
     this.sides = [];
     this.history = {};
@@ -45,6 +47,11 @@ export class PlaygroundPanel {
       }
     });
     $("chat-stop").addEventListener("click", () => this.stop());
+    // Other weights are another model: the conversation starts over with them.
+    $("chat-weights").addEventListener("change", (event) => {
+      this.stop();
+      this.#load(event.target.value === "" ? null : Number(event.target.value));
+    });
     $("chat-clear").addEventListener("click", () => this.#clear());
     $("chat-close").addEventListener("click", () => {
       this.stop();
@@ -55,32 +62,42 @@ export class PlaygroundPanel {
   /** Open the panel on `run`; `compare` puts the base model beside the fine-tune. */
   async open(run, compare) {
     this.stop();
+    this.run = run;
+    this.sides = compare ? ["base", "tuned"] : ["tuned"];
+    if (!(await this.#load(null))) return;
+    const weights = $("chat-weights");
+    const latest = this.target.step === null ? "final weights" : `saved checkpoint (step ${this.target.step})`;
+    weights.replaceChildren(new Option(latest, ""), ...this.target.checkpoints.map((step) => new Option(`checkpoint ${step}`, String(step))));
+    $("playground-title").textContent = compare ? `Compare ${runName(run)} with its base` : `Chat with ${runName(run)}`;
+    $("chat-side-base").hidden = !compare;
+    $("chat-sides").classList.toggle("compare", compare);
+    $("playground").hidden = false;
+    $("playground").scrollIntoView({ block: "start" });
+    $("chat-input").focus();
+  }
+
+  /** Ask the server which model ids and template answer for the run (at `checkpoint`, or its default weights). */
+  async #load(checkpoint) {
     let target;
     try {
-      target = await api.chatTarget(run.id);
+      target = await api.chatTarget(this.run.id, checkpoint);
     } catch (err) {
-      if (err.status !== 401) notify(`Cannot chat with ${runName(run)}: ${err.message}`, "error");
-      return;
+      if (err.status !== 401) notify(`Cannot chat with ${runName(this.run)}: ${err.message}`, "error");
+      return false;
     }
     this.target = target;
-    this.sides = compare ? ["base", "tuned"] : ["tuned"];
-    $("playground-title").textContent = compare ? `Compare ${runName(run)} with its base` : `Chat with ${runName(run)}`;
     const weights = target.step === null ? "its final weights" : `its checkpoint at step ${target.step}`;
     const base = target.kind === "adapter"
       ? "the base is the same model with the adapter switched off"
       : "the base model is loaded beside it";
     $("chat-about").textContent = `Answers from ${target.model} (${weights}), trained on ${target.base_model}`
-      + (compare ? `; ${base}.` : ".");
+      + (this.sides.includes("base") ? `; ${base}.` : ".");
     $("chat-template").textContent = target.chat_template;
     $("chat-template-source").textContent = target.template_source === "tokenizer"
       ? "the template the run saved with its tokenizer"
       : "tunelab's fallback template (the run saved none)";
-    $("chat-side-base").hidden = !compare;
-    $("chat-sides").classList.toggle("compare", compare);
     this.#clear();
-    $("playground").hidden = false;
-    $("playground").scrollIntoView({ block: "start" });
-    $("chat-input").focus();
+    return true;
   }
 
   /** Stop the answers in progress (the server stops generating when the connection closes). */
