@@ -10,7 +10,7 @@
 
 const TOKEN_KEY = "tunelab.token";
 
-class ApiError extends Error {
+export class ApiError extends Error {
   constructor(status, body) {
     const err = (body && body.error) || {};
     super(err.message || `request failed with HTTP ${status}`);
@@ -112,6 +112,11 @@ export const api = {
     if (!response.ok) throw new ApiError(response.status, null);
     return response.blob();
   },
+  chatTarget: (id, checkpoint) => request("GET", `/api/runs/${encodeURIComponent(id)}/chat${checkpoint == null ? "" : `?checkpoint=${checkpoint}`}`),
+  exportRun: (id, body) => request("POST", `/api/runs/${encodeURIComponent(id)}/export`, body),
+  localModels: () => request("GET", "/api/models/local"),
+  /** The server's OpenAPI document (public): the export options are read from it. */
+  openapi: () => request("GET", "/openapi.json"),
   /**
    * The progress stream. EventSource cannot send headers, so the token rides in the
    * query; `runId` and `afterStep` (the event id `<run>:<step>`) ask the server to replay
