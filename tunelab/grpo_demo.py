@@ -2,10 +2,13 @@
 and built-in rewards a tiny random model can learn to earn within a few minutes on CPU.
 
 Each prompt names a colour and asks for it back (`The colour is red.` -> `red`); the
-`reference` column holds the answer. The rewards are `contains` (the answer appears in
-the completion) and `length` (short answers; a random model rambles to the token limit),
-so the mean reward starts low and rises as the model learns to answer briefly and to name
-the colour. `tunelab demo --method grpo` prints it at the start against the end.
+`reference` column holds the answer. The rewards are `regex` (any colour word appears: a
+format check the random model already meets about one time in five, so every group of
+completions has some to learn from) and `contains` (the right colour appears), each worth
+1. The demo trains every weight of the tiny model (training_type full): GRPO's signal is
+sparse, and a LoRA adapter, which cannot reach the output head TRL reads log-probabilities
+from, learns it several times slower. The mean reward starts near 0.25 and climbs past 1
+within about 30 steps; `tunelab demo --method grpo` prints it at the start against the end.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 
 from tunelab.demo_assets import COLOURS, DemoAssets
 
-DEMO_REWARDS = [{"name": "contains", "weight": 1.0}, {"name": "length", "max_chars": 12, "weight": 1.0}]
+DEMO_REWARDS = [{"name": "regex", "pattern": "|".join(COLOURS), "weight": 1.0}, {"name": "contains", "weight": 1.0}]
 # Completions per prompt and their length: enough spread in each group to learn from,
 # short enough that a step takes seconds on two CPU cores.
 DEMO_GENERATION = {"num_generations": 8, "max_completion_length": 16, "temperature": 1.0}
@@ -45,14 +48,14 @@ def write_prompt_data(path: Path, n: int = 64, conversational: bool = False) -> 
 
 
 def grpo_demo_config(assets: DemoAssets, steps: int, **overrides: Any) -> Any:
-    """The text demo's LoRA recipe on the colour prompts, with objective grpo and the demo rewards."""
+    """The text demo's recipe on the colour prompts, with objective grpo, the demo rewards and full fine-tuning."""
     from tunelab.demo import demo_config
 
     data = assets.data_dir / "grpo_prompts.jsonl"
     if not data.is_file():
         write_prompt_data(data)
-    settings = {"objective": "grpo", "rewards": DEMO_REWARDS, **DEMO_GENERATION, "batch_size": 16,
-                "gradient_accumulation_steps": 1, "learning_rate": 1e-2, "warmup_steps": 0,
+    settings = {"objective": "grpo", "rewards": DEMO_REWARDS, **DEMO_GENERATION, "training_type": "full", "batch_size": 16,
+                "gradient_accumulation_steps": 1, "learning_rate": 2e-3, "warmup_steps": 0,
                 "local_datasets": [str(data)], "display_name": "demo (grpo)", **overrides}
     return demo_config(assets, steps=steps, **settings)
 

@@ -197,3 +197,15 @@ def test_the_dataset_preview_shows_the_prompt_and_its_reference(prompt_messages,
     first = json.loads(prompt_messages.read_text().splitlines()[0])
     assert preview["format"] == "prompt_only" and preview["rendered_with"] == "chat_template"
     assert preview["rows"][0]["text"] == f"<|user|>\n{first['prompt'][0]['content']}<|end|>\n\n[reference]\n{first['answer']}"
+
+
+def test_the_demo_config_is_a_valid_grpo_run_and_its_summary_compares_start_and_end(demo_assets):
+    from tunelab.grpo_demo import grpo_demo_config, reward_summary
+
+    config = grpo_demo_config(demo_assets, steps=30)
+    assert (config.objective, config.training_type, config.max_steps) == ("grpo", "full", 30)
+    assert [r.name for r in config.rewards] == ["regex", "contains"]
+    extras = {"reward": {"steps": list(range(1, 11)), "values": [0.2] * 5 + [1.2] * 5},
+              "rewards/contains/mean": {"steps": list(range(1, 11)), "values": [0.0] * 5 + [0.5] * 5}}
+    assert reward_summary(extras) == ["reward:     0.200 -> 1.200 (mean of the first and last 5 steps)",
+                                      "contains:   0.000 -> 0.500 (mean of the first and last 5 steps)"]

@@ -37,7 +37,7 @@ def test_grpo_streams_its_rewards_stops_saves_and_resumes(demo_assets, prompt_da
         orchestrator.subscribe(recorder)
         try:
             first = orchestrator.start(config)
-            progress = recorder.wait_for(lambda e: e["type"] == "progress" and e["step"] >= 2, timeout=240)
+            progress = recorder.wait_for(lambda e: e["type"] == "progress" and e["step"] >= 2, timeout=RUN_WAIT_S)
             assert set(STREAMED) <= set(progress["extra"]), progress["extra"]
             assert progress["extra"]["rewards/has_reference/mean"] == 0.25  # the user's function ran on the rows' references
             orchestrator.stop(save=True, expected_run_id=first)
