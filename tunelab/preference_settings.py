@@ -44,7 +44,7 @@ def objective_errors(cfg: Any) -> list[tuple[str, str]]:
     errs: list[tuple[str, str]] = []
     if cfg.objective == "sft":
         if cfg.beta is not None:
-            errs.append(("beta", "beta is a preference setting and objective=sft does not read it; remove beta or set objective=dpo, orpo, simpo or kto"))
+            errs.append(("beta", "beta is a preference setting and objective=sft does not read it; remove beta or set objective=dpo, orpo, simpo, kto or grpo"))
         if cfg.format in ("preference", "unpaired_preference"):
             errs.append(("objective", f"format={cfg.format} trains a preference objective; set objective=dpo, orpo, simpo or kto"))
         if cfg.format == "prompt_only":
