@@ -323,6 +323,7 @@ def serve(
                                                help="Let API callers set allow_output_outside_root (write outside the outputs root)."),
     allow_ray: bool = typer.Option(False, "--allow-ray", help="Let API callers set ray_address (sends the run's config, secrets included, to a Ray cluster)."),
     allow_multi_node: bool = typer.Option(False, "--allow-multi-node", help="Let API callers set nodes (opens torchrun's unauthenticated rendezvous port to the network)."),
+    allow_reward_code: bool = typer.Option(False, "--allow-reward-code", help="Let API callers name a python reward file inside the data roots (objective grpo; runs that code in the worker)."),
     allowed_host: list[str] = typer.Option([], "--allowed-host", metavar="NAME",
                                            help="Also answer to this Host name (repeatable; '*' answers to any)."),
 ) -> None:
@@ -330,7 +331,8 @@ def serve(
     from tunelab.server.main import serve as run_server
 
     run_server(host=host, port=port, allow_remote_code=allow_remote_code, allow_output_anywhere=allow_output_anywhere,
-               allow_ray=allow_ray, allow_multi_node=allow_multi_node, allowed_hosts=allowed_host)
+               allow_ray=allow_ray, allow_multi_node=allow_multi_node, allow_reward_code=allow_reward_code,
+               allowed_hosts=allowed_host)
 
 
 @app.command()
@@ -360,15 +362,16 @@ def demo(
                                          "speech (a tiny Whisper on clips of tones, one pitch per word) or tts (a tiny Orpheus-style Llama with a tiny SNAC codec "
                                          "learning to speak the speech demo's clips, with a spoken sample per eval)."),
     method: str = typer.Option("sft", help="The text demo's objective: sft, or dpo, orpo, simpo, kto on generated preference pairs "
-                                          "whose chosen answer follows a rule the rejected one breaks."),
+                                          "whose chosen answer follows a rule the rejected one breaks, or grpo on prompts with a "
+                                          "checkable answer and built-in rewards."),
 ) -> None:
     """Fine-tune a built-in tiny model on generated sample data, offline, end to end."""
     from tunelab.demo import demo_config, ensure_demo_assets, print_demo_summary
 
     if modality not in ("text", "vision", "embedding", "speech", "tts"):
         raise _config_failure(ConfigError.single("--modality", f"'{modality}' is not a demo; use text, vision, embedding, speech or tts"))
-    if method not in ("sft", "dpo", "orpo", "simpo", "kto"):
-        raise _config_failure(ConfigError.single("--method", f"'{method}' is not a demo method; use sft, dpo, orpo, simpo or kto"))
+    if method not in ("sft", "dpo", "orpo", "simpo", "kto", "grpo"):
+        raise _config_failure(ConfigError.single("--method", f"'{method}' is not a demo method; use sft, dpo, orpo, simpo, kto or grpo"))
     if method != "sft" and (modality != "text" or backend != "torch"):
         raise _config_failure(ConfigError.single("--method", f"the {method} demo trains the text model with backend torch; drop --modality and --backend"))
     console.print("preparing the demo model and data (built once, then cached)…")
@@ -393,6 +396,10 @@ def demo(
 
             clips = ensure_speech_demo_assets().transcripts
             cfg = tts_demo_config(ensure_tts_demo_assets(clips), clips, steps=steps)
+        elif method == "grpo":
+            from tunelab.grpo_demo import grpo_demo_config
+
+            cfg = grpo_demo_config(ensure_demo_assets(), steps)
         elif method != "sft":
             from tunelab.preference_demo import preference_demo_config
 
@@ -408,7 +415,11 @@ def demo(
         raise _config_failure(exc)
     outcome = watch_run(orchestrator, run_id, console)
     rewards = []
-    if method != "sft":
+    if method == "grpo":
+        from tunelab.grpo_demo import reward_summary as grpo_summary
+
+        rewards = grpo_summary(orchestrator.store.get_metric_extras(run_id))
+    elif method != "sft":
         from tunelab.preference_demo import reward_summary
 
         rewards = reward_summary(orchestrator.store.get_metric_extras(run_id))
