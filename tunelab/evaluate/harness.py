@@ -37,7 +37,7 @@ def _numbers(metrics: dict[str, Any]) -> dict[str, float | None]:
     """A task's metrics as JSON numbers (`acc,none` -> `acc`; NaN and infinities -> None)."""
     out: dict[str, float | None] = {}
     for name, value in metrics.items():
-        if name == "alias" or isinstance(value, bool) or not isinstance(value, (int, float)):
+        if name in ("alias", "sample_len") or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         key = name.removesuffix(",none")
         out[key] = float(value) if math.isfinite(value) else None

@@ -1,10 +1,11 @@
 /**
  * The run history: a paged list, newest first, with each run's status, loss sparkline,
- * final loss and duration, and the actions on it (rename, resume, delete, select for
- * comparison). The selection survives paging and refreshes.
+ * final loss and duration, and the actions on it (rename, resume, evaluate, delete, select
+ * for comparison; a finished run's evaluations fold out below it). The selection survives paging and refreshes.
  */
 
 import { api } from "./api.js";
+import { evalSection } from "./evals.js";
 import { fmtDuration, fmtInt, fmtNumber, fmtTime, sparkline } from "./format.js";
 import { notify } from "./notice.js";
 
@@ -128,9 +129,12 @@ export class HistoryPanel {
     const actions = el("div", "run-actions");
     actions.append(button("Rename", "quiet", `Rename ${name}`, () => this.#rename(run)));
     if (run.can_resume) actions.append(button("Resume", "secondary", `Resume ${name}`, () => this.#resume(run)));
+    const evals = evalSection(run, name);
+    if (evals) actions.append(evals.button);
     actions.append(button("Delete", "quiet danger-text", `Delete ${name}`, () => this.#delete(run)));
 
     item.append(pick, title, badge, facts, spark, actions);
+    if (evals) item.append(evals.details);
     return item;
   }
 
