@@ -80,7 +80,7 @@ class EvalOptions(BaseModel):
     """What to evaluate. With none of perplexity, generations and tasks there is nothing to do."""
 
     model_config = ConfigDict(extra="forbid")
-    checkpoint: int | None = Field(None, ge=0, description="Evaluate checkpoint-N of the run instead of its final weights.")
+    checkpoint: int | None = Field(None, ge=0, le=2**62, description="Evaluate checkpoint-N of the run instead of its final weights.")
     perplexity: bool = Field(True, description="Loss and perplexity of the fine-tune and the base on the run's eval split.")
     generations: bool = Field(True, description="Answers of the base and the fine-tune to a prompt set, stored side by side.")
     prompts_file: str | None = Field(None, min_length=1, max_length=4096, description=(
