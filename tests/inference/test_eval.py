@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,16 @@ from tunelab.evaluate.runner import EvalInputError, EvalOptions, build_request, 
 from tunelab.store import Store
 
 TOKEN = "eval-test-token"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def server(trained):
+    server = start_server(trained.home, TOKEN)
+    yield server
+    server.stop()
 
 
 def _records(stdout: str) -> dict[str, dict]:
@@ -48,26 +59,22 @@ def test_cli_measures_base_and_fine_tune_on_the_eval_split_and_stores_it(trained
     assert "fine-tune:" in shown.stdout and "reference:" in shown.stdout
 
 
-def test_api_evaluates_a_prompts_file_and_returns_the_answers(trained, reference):
+def test_api_evaluates_a_prompts_file_and_returns_the_answers(trained, reference, server):
     prompts = trained.home / "datasets" / "prompts.jsonl"
     prompts.parent.mkdir(exist_ok=True)
     questions = ["Add the two numbers.\n\n2 and 3", {"messages": [{"role": "user", "content": "Name the colour.\n\nIt is blue."}],
                                                     "reference": "You gave me blue."}]
     prompts.write_text("".join(json.dumps(q) + "\n" for q in questions))
-    server = start_server(trained.home, TOKEN)
-    try:
-        with server.client() as client:
-            answer = client.post(f"/api/runs/{trained.run_id}/eval",
-                                 json={"perplexity": False, "prompts_file": "prompts.jsonl", "max_new_tokens": 5})
-            assert answer.status_code == 200, answer.text
-            [posted] = answer.json()["evals"]
-            listed = client.get(f"/api/runs/{trained.run_id}/evals").json()
-            outside = client.post(f"/api/runs/{trained.run_id}/eval", json={"perplexity": False, "prompts_file": "/etc/hosts"})
-            missing = client.post("/api/runs/999/eval", json={})
-            unknown = client.get("/api/runs/999/evals")
-            empty = client.post(f"/api/runs/{trained.run_id}/eval", json={"perplexity": False, "generations": False})
-    finally:
-        server.stop()
+    with server.client() as client:
+        answer = client.post(f"/api/runs/{trained.run_id}/eval",
+                             json={"perplexity": False, "prompts_file": "prompts.jsonl", "max_new_tokens": 5})
+        assert answer.status_code == 200, answer.text
+        [posted] = answer.json()["evals"]
+        listed = client.get(f"/api/runs/{trained.run_id}/evals").json()
+        outside = client.post(f"/api/runs/{trained.run_id}/eval", json={"perplexity": False, "prompts_file": "/etc/hosts"})
+        missing = client.post("/api/runs/999/eval", json={})
+        unknown = client.get("/api/runs/999/evals")
+        empty = client.post(f"/api/runs/{trained.run_id}/eval", json={"perplexity": False, "generations": False})
     assert posted["kind"] == "generations" and posted["payload"]["source"] == str(prompts.resolve())
     assert listed["evals"][0] == posted and listed["running"] is False
     first, second = posted["payload"]["items"]
@@ -81,6 +88,41 @@ def test_api_evaluates_a_prompts_file_and_returns_the_answers(trained, reference
     assert missing.status_code == 404 and "there is no run 999" in missing.json()["error"]["message"]
     assert unknown.status_code == 404
     assert empty.status_code == 422 and "nothing to evaluate" in empty.json()["error"]["message"]
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason=f"the page test needs Chromium at {CHROMIUM}")
+def test_the_history_evaluates_a_run_and_shows_base_and_fine_tune_side_by_side(trained, server):
+    from playwright.sync_api import expect, sync_playwright
+
+    errors: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.set_default_timeout(300_000)
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(f"{server.base_url}/#token={TOKEN}")
+            row = page.locator(f'li.run[data-run-id="{trained.run_id}"]')
+            row.get_by_role("button", name="Evaluate").click()
+            evals = row.locator("details.run-evals")
+            expect(evals).to_have_attribute("open", "")
+            perplexity = evals.locator('section.eval-record[data-kind="perplexity"]').first
+            expect(perplexity).to_contain_text("Fine-tune")
+            expect(perplexity).to_contain_text("Base")
+            generations = evals.locator('section.eval-record[data-kind="generations"]').first
+            expect(generations).to_contain_text("from eval split")
+            expect(generations.locator(".eval-sides").first.locator("h4")).to_have_text(["Base", "Fine-tune", "Reference"])
+            shown = perplexity.inner_text()
+        finally:
+            browser.close()
+    assert not errors, errors
+    with server.client() as client:
+        newest = client.get(f"/api/runs/{trained.run_id}/evals").json()["evals"][:2]
+    assert [record["kind"] for record in newest] == ["generations", "perplexity"]
+    losses = newest[1]["payload"]["base"]["loss"], newest[1]["payload"]["fine_tune"]["loss"]
+    assert losses[1] < losses[0]
+    for loss in losses:  # the page shows the stored numbers (to 4 significant digits)
+        assert f"{float(f'{loss:.4g}'):g}" in shown
 
 
 def test_a_run_without_an_eval_split_and_bad_options_are_refused_by_name(trained):
