@@ -105,9 +105,9 @@ def test_the_history_evaluates_a_run_and_shows_base_and_fine_tune_side_by_side(t
             row = page.locator(f'li.run[data-run-id="{trained.run_id}"]')
             row.get_by_role("button", name="Evaluate").click()
             evals = row.locator("details.run-evals")
-            expect(evals).to_have_attribute("open", "")
+            expect(evals).to_have_attribute("open", "", timeout=300_000)  # the evaluation runs first
             perplexity = evals.locator('section.eval-record[data-kind="perplexity"]').first
-            expect(perplexity).to_contain_text("Fine-tune")
+            expect(perplexity).to_contain_text("Fine-tune", timeout=60_000)
             expect(perplexity).to_contain_text("Base")
             generations = evals.locator('section.eval-record[data-kind="generations"]').first
             expect(generations).to_contain_text("from eval split")
@@ -162,6 +162,3 @@ def test_lm_eval_runs_a_local_task_offline_and_stores_its_scores(trained, tmp_pa
     payload = _records(done.stdout)["lm_eval"]["payload"]
     assert payload["tasks"] == ["tiny_sum"] and payload["samples"] == {"tiny_sum": 3}
     assert 0.0 <= payload["scores"]["tiny_sum"]["acc"] <= 1.0
-    unknown = run_cli(["eval", trained.run_id, "--no-perplexity", "--no-generations", "--tasks", "no_such_task",
-                       "--task-path", tasks], trained.home)
-    assert unknown.returncode == 2 and "--tasks" in unknown.stderr and "unknown task(s) no_such_task" in unknown.stderr

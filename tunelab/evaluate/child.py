@@ -38,6 +38,12 @@ def evaluate(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) ->
         send({"type": "progress", "message": message})
 
     config = request["config"]
+    manager = None
+    if request.get("tasks"):
+        from tunelab.evaluate.harness import find_tasks
+
+        progress("finding the lm-eval tasks")
+        manager = find_tasks(request["tasks"], request.get("task_path"))  # a misspelt task fails before the model loads
     progress("loading the model")
     loaded = load_model(request["target"])
     raw = None
@@ -60,7 +66,7 @@ def evaluate(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) ->
         from tunelab.evaluate.harness import run_tasks
 
         progress(f"running lm-eval tasks {', '.join(request['tasks'])}")
-        send({"type": "result", "kind": "lm_eval", "payload": run_tasks(loaded, request["tasks"], request.get("task_path"), request.get("limit"))})
+        send({"type": "result", "kind": "lm_eval", "payload": run_tasks(loaded, manager, request["tasks"], request.get("task_path"), request.get("limit"))})
 
 
 def main() -> int:

@@ -44,16 +44,33 @@ def _numbers(metrics: dict[str, Any]) -> dict[str, float | None]:
     return out
 
 
-def run_tasks(loaded: Any, tasks: list[str], task_path: str | None, limit: int | None) -> dict[str, Any]:
-    from lm_eval import simple_evaluate
-    from lm_eval.models.huggingface import HFLM
+def _task_manager(manager_class: Any, tasks: list[str], task_path: str | None) -> Any:
+    """The user's folder alone when it holds every task asked for: indexing lm-eval's own
+    thousands of task files takes many seconds, and a local task needs none of them."""
+    if task_path:
+        local = manager_class(include_path=task_path, include_defaults=False)
+        if all(task in local.all_tasks for task in tasks):
+            return local
+        return manager_class(include_path=task_path)
+    return manager_class()
+
+
+def find_tasks(tasks: list[str], task_path: str | None) -> Any:
+    """lm-eval's task manager holding every task asked for; a field error names the missing ones."""
     from lm_eval.tasks import TaskManager
 
-    manager = TaskManager(include_path=task_path) if task_path else TaskManager()
+    manager = _task_manager(TaskManager, tasks, task_path)
     unknown = [task for task in tasks if task not in manager.all_tasks]
     if unknown:
         where = f"lm-eval's tasks or the YAML tasks under {task_path}" if task_path else "lm-eval's tasks (pass a task path for local ones)"
         raise DataFormatError("tasks", f"unknown task(s) {', '.join(unknown)}: not among {where}")
+    return manager
+
+
+def run_tasks(loaded: Any, manager: Any, tasks: list[str], task_path: str | None, limit: int | None) -> dict[str, Any]:
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+
     model = HFLM(pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=4, device=loaded.device)
     try:
         with _working_dir(task_path):
