@@ -185,7 +185,8 @@ def build_request(run: dict[str, Any] | None, run_id: int, options: EvalOptions,
     except TargetInputError as exc:
         raise EvalInputError(exc.field or "checkpoint", str(exc)) from None
     except InferenceError as exc:
-        raise EvalRefused(str(exc).replace("chat with it", "evaluate it")) from None
+        message = str(exc).replace("chat with it", "evaluate it").replace("chat and serving cover", "evaluation covers")
+        raise EvalRefused(message) from None
     config = dict(run.get("config") or {})
     prompts, prompts_file = None, None
     if options.generations and options.prompts_file:
