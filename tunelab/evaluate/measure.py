@@ -74,6 +74,8 @@ def mean_loss(model: Any, rows: list[dict[str, list[int]]], batch_size: int, dev
         counted += len(batch)
         tokens += int((labels[:, 1:] != IGNORE_INDEX).sum())  # the model predicts each label from the tokens before it
     loss = weighted / counted
+    if not math.isfinite(loss):  # a diverged model; JSON has no NaN, and null says "not measurable"
+        return {"loss": None, "perplexity": None, "rows": counted, "tokens": tokens}
     return {"loss": loss, "perplexity": math.exp(loss) if loss < 700 else None, "rows": counted, "tokens": tokens}
 
 
