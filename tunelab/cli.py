@@ -415,7 +415,9 @@ def demo(
 
             cfg = preference_demo_config(ensure_demo_assets(), method, steps)
         else:
-            cfg = demo_config(ensure_demo_assets(), backend=backend, steps=steps)
+            # 5% held out and measured at the end, so `tunelab eval` has an eval split to compare base and fine-tune on.
+            held_out = {"eval_steps": steps, "eval_holdout": 0.05} if backend == "torch" else {}
+            cfg = demo_config(ensure_demo_assets(), backend=backend, steps=steps, **held_out)
     except ConfigError as exc:
         raise _config_failure(exc)
     orchestrator = _orchestrator()
