@@ -33,6 +33,7 @@ def _sender(stream: Any) -> Callable[[dict[str, Any]], None]:
 def evaluate(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
     from tunelab.evaluate import measure
     from tunelab.inference.generate import load_model
+    from tunelab.worker.formats import DataFormatError
 
     def progress(message: str) -> None:
         send({"type": "progress", "message": message})
@@ -59,6 +60,8 @@ def evaluate(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) ->
         source = "file" if prompts is not None else "eval split"
         if prompts is None:
             prompts = measure.default_prompts(raw, config, int(request.get("max_prompts") or measure.DEFAULT_PROMPTS))
+            if not prompts:
+                raise DataFormatError("prompts_file", "no eval row has an assistant turn to cut a prompt from; give a prompts file")
         items = measure.generations(loaded, prompts, request["sampling"], float(request["max_time_s"]), progress)
         send({"type": "result", "kind": "generations",
               "payload": {"source": request.get("prompts_file") or source, "sampling": request["sampling"], "items": items}})
