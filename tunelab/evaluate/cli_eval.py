@@ -19,7 +19,7 @@ from tunelab import paths
 from tunelab.foreground import EXIT_BAD_CONFIG, EXIT_ERROR, EXIT_OK
 
 # EvalOptions fields whose CLI option has another name.
-OPTION_NAMES = {"prompts_file": "--prompts", "perplexity": "--no-perplexity"}
+OPTION_NAMES = {"prompts_file": "--prompts"}
 
 
 def _option(field: str) -> str:
