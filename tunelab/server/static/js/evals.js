@@ -9,7 +9,6 @@ import { request } from "./api.js";
 import { fmtNumber, fmtTime } from "./format.js";
 import { notify } from "./notice.js";
 
-const EVALUABLE = new Set(["completed", "stopped"]);
 const path = (id) => `/api/runs/${encodeURIComponent(id)}`;
 
 function el(tag, className, text) {
@@ -89,9 +88,8 @@ function render(body, evals) {
   }));
 }
 
-/** { button, details } for a run that can be evaluated, or null. */
+/** { button, details } for a run with weights to evaluate (the history decides which). */
 export function evalSection(run, name) {
-  if (!EVALUABLE.has(run.status)) return null;
   const details = el("details", "run-evals");
   const summary = el("summary", "", "Evaluations");
   const body = el("div", "run-evals-body");
