@@ -1,4 +1,4 @@
-"""The `tunelab` command line: serve, train, resume, runs, show, export, chat, token, fields, demo.
+"""The `tunelab` command line: serve, train, resume, runs, show, export, chat, eval, token, fields, demo.
 
 Bad input exits with code 2 and a message naming the field — never a traceback.
 Heavy libraries are never imported here; training happens in a child process.
@@ -313,6 +313,30 @@ def chat(
         raise _fail(code, f"--{exc.field}: {exc}" if exc.field else str(exc))
 
 
+@app.command("eval")
+def eval_(
+    run: int = typer.Argument(..., help="Run id (see `tunelab runs`)."),
+    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Evaluate checkpoint-N of the run instead of its final weights."),
+    perplexity: bool = typer.Option(True, "--perplexity/--no-perplexity", help="Loss and perplexity of base and fine-tune on the run's eval split."),
+    generations: bool = typer.Option(True, "--generations/--no-generations", help="Answers of base and fine-tune to a prompt set."),
+    prompts: Optional[str] = typer.Option(None, "--prompts", help="Prompt set: .jsonl/.json (strings or {\"messages\": [...]}) or .txt (a prompt a line). Default: the eval split's first rows."),
+    max_prompts: int = typer.Option(5, "--max-prompts", help="How many prompts (1-50)."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Longest answer per prompt, in tokens (1-1024, greedy)."),
+    tasks: Optional[str] = typer.Option(None, "--tasks", help="lm-eval tasks, comma-separated (needs `pip install 'tunelab[eval]'`)."),
+    task_path: Optional[str] = typer.Option(None, "--task-path", help="Folder of local lm-eval task YAML files (offline tasks)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="lm-eval: at most N examples per task."),
+    show: bool = typer.Option(False, "--show", help="Print the run's stored evaluations instead of running one."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
+    """Evaluate a finished or stopped run against its base and store the results with it. See docs/INFERENCE.md."""
+    from tunelab.evaluate.cli_eval import eval_command
+
+    raise typer.Exit(eval_command(run, dict(checkpoint=checkpoint, perplexity=perplexity, generations=generations,
+                                            prompts_file=prompts, max_prompts=max_prompts, max_new_tokens=max_new_tokens,
+                                            tasks=[t for t in (tasks or "").split(",") if t.strip()], task_path=task_path,
+                                            limit=limit), show, as_json, console, _fail))
+
+
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind; anything but loopback prints a warning."),
@@ -405,7 +429,9 @@ def demo(
 
             cfg = preference_demo_config(ensure_demo_assets(), method, steps)
         else:
-            cfg = demo_config(ensure_demo_assets(), backend=backend, steps=steps)
+            # 5% held out and measured at the end, so `tunelab eval` has an eval split to compare base and fine-tune on.
+            held_out = {"eval_steps": steps, "eval_holdout": 0.05} if backend == "torch" else {}
+            cfg = demo_config(ensure_demo_assets(), backend=backend, steps=steps, **held_out)
     except ConfigError as exc:
         raise _config_failure(exc)
     orchestrator = _orchestrator()

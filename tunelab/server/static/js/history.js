@@ -1,11 +1,13 @@
 /**
  * The run history: a paged list, newest first, with each run's status, loss sparkline,
  * final loss and duration, and the actions on it (rename, resume, delete, select for
- * comparison; chat, compare with its base and export, for a run with weights to use).
- * The selection survives paging and refreshes.
+ * comparison; chat, compare with its base and export, for a run with weights to use;
+ * evaluate, with the run's evaluations folding out below it). The selection survives
+ * paging and refreshes.
  */
 
 import { api } from "./api.js";
+import { evalSection } from "./evals.js";
 import { fmtDuration, fmtInt, fmtNumber, fmtTime, sparkline } from "./format.js";
 import { notify } from "./notice.js";
 
@@ -145,9 +147,13 @@ export class HistoryPanel {
       }
       actions.append(button("Export", "quiet", `Export ${name}`, () => this.onExport(run)));
     }
+    // Evaluation loads the weights as chat does, so it is offered to the same runs.
+    const evals = hasWeights(run) && !NO_CHAT_MODALITIES.has(run.modality) ? evalSection(run, name) : null;
+    if (evals) actions.append(evals.button);
     actions.append(button("Delete", "quiet danger-text", `Delete ${name}`, () => this.#delete(run)));
 
     item.append(pick, title, badge, facts, spark, actions);
+    if (evals) item.append(evals.details);
     return item;
   }
 
