@@ -357,7 +357,7 @@ def demo(
     steps: int = typer.Option(60, min=1, help="Training steps."),
     modality: str = typer.Option("text", help="text (a tiny Llama on sample instructions), vision (a tiny LLaVA on images of coloured shapes), "
                                          "embedding (a tiny BERT-style encoder on query/passage pairs, with retrieval metrics) "
-                                         "or speech (a tiny Whisper on clips of tones, one pitch per word)."),
+                                         "or speech (a tiny Whisper on number words spoken by espeak-ng)."),
     method: str = typer.Option("sft", help="The text demo's objective: sft, or dpo, orpo, simpo, kto on generated preference pairs "
                                           "whose chosen answer follows a rule the rejected one breaks."),
 ) -> None:
@@ -383,9 +383,12 @@ def demo(
 
             cfg = embedding_demo_config(ensure_embedding_demo_assets(), steps=steps)
         elif modality == "speech":
-            from tunelab.speech_demo import ensure_speech_demo_assets, speech_demo_config
+            from tunelab.speech_demo import MissingSynthesiser, ensure_speech_demo_assets, speech_demo_config
 
-            cfg = speech_demo_config(ensure_speech_demo_assets(), steps=steps)
+            try:
+                cfg = speech_demo_config(ensure_speech_demo_assets(), steps=steps)
+            except MissingSynthesiser as exc:
+                raise ConfigError.single("--modality", str(exc)) from exc
         elif method != "sft":
             from tunelab.preference_demo import preference_demo_config
 
@@ -413,6 +416,14 @@ def demo(
         evals = eval_history(outcome.run.get("output_dir"))
         if evals:
             console.print(f"nDCG@10:    {evals[0][1]:.3f} (step {evals[0][0]}) -> {evals[-1][1]:.3f} (step {evals[-1][0]}) on held-out pairs")
+    if modality == "speech":
+        from tunelab.embedding_demo import eval_history
+        from tunelab.speech_demo import N_SCORED
+
+        evals = eval_history(outcome.run.get("output_dir"), "eval_wer")
+        if evals:
+            console.print(f"WER:        {evals[0][1]:.3f} (step {evals[0][0]}) -> {evals[-1][1]:.3f} (step {evals[-1][0]}) "
+                          f"on {N_SCORED} of the training clips")
     raise typer.Exit(outcome.exit_code)
 
 

@@ -215,6 +215,7 @@ class RunConfig(BaseModel):
 
     # --- speech-to-text models (detected from the model's config)
     speech_language: Name | None = Field(None, max_length=40, description="Language of the transcripts for a multilingual speech model (e.g. en or english): Whisper's labels and its eval transcripts start with this language's token. None: the tokenizer's own setting.")
+    skip_bad_audio: bool = Field(False, description="Skip rows whose audio is missing, unreadable, empty or longer than the model takes (counted and reported before training) instead of ending the run; a path outside the data roots is still refused.")
 
     # --- optimisation
     num_epochs: float = Field(3, ge=0, le=MAX_EPOCHS)

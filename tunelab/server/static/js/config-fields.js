@@ -98,6 +98,7 @@ export const ADVANCED_FIELDS = [
 
   f("beta", "Preference beta", "float", null, { section: "Preference", help: "dpo, orpo, simpo, kto only: how strongly the preference counts. Empty: 0.1 (dpo, orpo, kto) or 2.0 (simpo)." }),
   f("speech_language", "Transcript language", "text", null, { section: "Speech", placeholder: "en", help: "Speech-to-text models only: the transcripts' language for a multilingual model (e.g. en). Empty: the tokenizer's own setting." }),
+  f("skip_bad_audio", "Skip bad audio", "bool", false, { section: "Speech", help: "Skip (and report) rows whose clip is missing, unreadable, empty or too long for the model instead of ending the run." }),
   f("embedding_loss", "Embedding loss", "select", "auto", { section: "Embedding", options: ["auto", "mnrl", "cached_mnrl", "triplet", "cosent", "angle", "cosine", "contrastive", "online_contrastive"], help: "Embedding models only. auto: in-batch negatives ranking for pairs and triplets, CoSENT for scored pairs, online contrastive for labelled pairs." }),
   f("matryoshka_dims", "Matryoshka dimensions", "intlist", null, { section: "Embedding", placeholder: "256, 128, 64", help: "Embedding models only: also train these leading dimensions to work alone." }),
 
