@@ -354,7 +354,7 @@ def fields() -> None:
 @app.command()
 def demo(
     backend: str = typer.Option("torch", help="torch or mlx."),
-    steps: int = typer.Option(60, min=1, help="Training steps."),
+    steps: int | None = typer.Option(None, min=1, help="Training steps (default: the demo's own, 60; the speech demo's 150)."),
     modality: str = typer.Option("text", help="text (a tiny Llama on sample instructions), vision (a tiny LLaVA on images of coloured shapes), "
                                          "embedding (a tiny BERT-style encoder on query/passage pairs, with retrieval metrics) "
                                          "or speech (a tiny Whisper on number words spoken by espeak-ng)."),
@@ -370,6 +370,10 @@ def demo(
         raise _config_failure(ConfigError.single("--method", f"'{method}' is not a demo method; use sft, dpo, orpo, simpo or kto"))
     if method != "sft" and (modality != "text" or backend != "torch"):
         raise _config_failure(ConfigError.single("--method", f"the {method} demo trains the text model with backend torch; drop --modality and --backend"))
+    if steps is None:
+        from tunelab.speech_demo import SPEECH_DEMO_STEPS
+
+        steps = SPEECH_DEMO_STEPS if modality == "speech" else 60
     console.print("preparing the demo model and data (built once, then cached)…")
     try:
         if modality != "text" and backend != "torch":

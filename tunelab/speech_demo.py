@@ -46,6 +46,8 @@ N_SCORED = 24
 # to learn them in a few minutes on two CPU cores.
 MODEL_SIZE = {"d_model": 96, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
               "decoder_attention_heads": 4, "encoder_ffn_dim": 192, "decoder_ffn_dim": 192}
+# Steps `tunelab demo --modality speech` trains: the word error rate falls clearly by then.
+SPEECH_DEMO_STEPS = 150
 # The demo's own training recipe: a random-init encoder-decoder learns fastest trained whole.
 SPEECH_DEMO_TRAINING = {"training_type": "full", "learning_rate": 8e-3, "batch_size": 8,
                         "gradient_accumulation_steps": 1, "warmup_steps": 5}
