@@ -354,7 +354,7 @@ def fields() -> None:
 @app.command()
 def demo(
     backend: str = typer.Option("torch", help="torch or mlx."),
-    steps: int | None = typer.Option(None, min=1, help="Training steps (default: the demo's own, 60; the speech demo's 150)."),
+    steps: int | None = typer.Option(None, min=1, help="Training steps (default: the demo's own, 60; the speech demo's 250)."),
     modality: str = typer.Option("text", help="text (a tiny Llama on sample instructions), vision (a tiny LLaVA on images of coloured shapes), "
                                          "embedding (a tiny BERT-style encoder on query/passage pairs, with retrieval metrics) "
                                          "or speech (a tiny Whisper on number words spoken by espeak-ng)."),

@@ -47,9 +47,9 @@ N_SCORED = 24
 MODEL_SIZE = {"d_model": 96, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
               "decoder_attention_heads": 4, "encoder_ffn_dim": 192, "decoder_ffn_dim": 192}
 # Steps `tunelab demo --modality speech` trains: the word error rate falls clearly by then.
-SPEECH_DEMO_STEPS = 150
+SPEECH_DEMO_STEPS = 250
 # The demo's own training recipe: a random-init encoder-decoder learns fastest trained whole.
-SPEECH_DEMO_TRAINING = {"training_type": "full", "learning_rate": 2e-3, "batch_size": 8,
+SPEECH_DEMO_TRAINING = {"training_type": "full", "learning_rate": 3e-3, "batch_size": 8,
                         "gradient_accumulation_steps": 1, "warmup_steps": 5}
 INSTALL_HINT = ("install it with `sudo apt-get install espeak-ng` (Debian/Ubuntu; `make install` runs "
                 "scripts/install_system_deps.sh, which does) or `brew install espeak-ng` (macOS)")
@@ -222,7 +222,7 @@ def ensure_speech_demo_assets(root: Path | None = None) -> SpeechDemoAssets:
 
 
 def speech_demo_config(assets: SpeechDemoAssets, *, steps: int = SPEECH_DEMO_STEPS, data: Path | None = None, **overrides):
-    """A run on the spoken clips that visibly learns their transcripts: every 25 steps the
+    """A run on the spoken clips that visibly learns their transcripts: every 50 steps the
     first N_SCORED training clips are transcribed, so the word error rate shows beside the loss."""
     from tunelab.config import parse_config
 
@@ -233,7 +233,7 @@ def speech_demo_config(assets: SpeechDemoAssets, *, steps: int = SPEECH_DEMO_STE
         **SPEECH_DEMO_TRAINING,
         "backend": "torch",
         "max_steps": steps,
-        "eval_steps": 25,
+        "eval_steps": 50,
         "display_name": "demo (speech)",
         **overrides,
     })
