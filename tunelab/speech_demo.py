@@ -49,7 +49,7 @@ MODEL_SIZE = {"d_model": 96, "encoder_layers": 2, "decoder_layers": 2, "encoder_
 # Steps `tunelab demo --modality speech` trains: the word error rate falls clearly by then.
 SPEECH_DEMO_STEPS = 250
 # The demo's own training recipe: a random-init encoder-decoder learns fastest trained whole.
-SPEECH_DEMO_TRAINING = {"training_type": "full", "learning_rate": 3e-3, "batch_size": 8,
+SPEECH_DEMO_TRAINING = {"training_type": "full", "learning_rate": 1e-3, "batch_size": 8,
                         "gradient_accumulation_steps": 1, "warmup_steps": 5}
 INSTALL_HINT = ("install it with `sudo apt-get install espeak-ng` (Debian/Ubuntu; `make install` runs "
                 "scripts/install_system_deps.sh, which does) or `brew install espeak-ng` (macOS)")
