@@ -380,10 +380,10 @@ def fields() -> None:
 @app.command()
 def demo(
     backend: str = typer.Option("torch", help="torch or mlx."),
-    steps: int = typer.Option(60, min=1, help="Training steps."),
+    steps: int | None = typer.Option(None, min=1, help="Training steps (default: the demo's own, 60; the speech demo's 250)."),
     modality: str = typer.Option("text", help="text (a tiny Llama on sample instructions), vision (a tiny LLaVA on images of coloured shapes), "
                                          "embedding (a tiny BERT-style encoder on query/passage pairs, with retrieval metrics) "
-                                         "speech (a tiny Whisper on clips of tones, one pitch per word) or tts (a tiny Orpheus-style Llama with a tiny SNAC codec "
+                                         "speech (a tiny Whisper on number words spoken by espeak-ng) or tts (a tiny Orpheus-style Llama with a tiny SNAC codec "
                                          "learning to speak the speech demo's clips, with a spoken sample per eval)."),
     method: str = typer.Option("sft", help="The text demo's objective: sft, or dpo, orpo, simpo, kto on generated preference pairs "
                                           "whose chosen answer follows a rule the rejected one breaks, or grpo on prompts with a "
@@ -398,6 +398,10 @@ def demo(
         raise _config_failure(ConfigError.single("--method", f"'{method}' is not a demo method; use sft, dpo, orpo, simpo, kto or grpo"))
     if method != "sft" and (modality != "text" or backend != "torch"):
         raise _config_failure(ConfigError.single("--method", f"the {method} demo trains the text model with backend torch; drop --modality and --backend"))
+    if steps is None:
+        from tunelab.speech_demo import SPEECH_DEMO_STEPS
+
+        steps = SPEECH_DEMO_STEPS if modality == "speech" else 60
     console.print("preparing the demo model and data (built once, then cached)…")
     try:
         if modality != "text" and backend != "torch":
@@ -411,14 +415,20 @@ def demo(
 
             cfg = embedding_demo_config(ensure_embedding_demo_assets(), steps=steps)
         elif modality == "speech":
-            from tunelab.speech_demo import ensure_speech_demo_assets, speech_demo_config
+            from tunelab.speech_demo import MissingSynthesiser, ensure_speech_demo_assets, speech_demo_config
 
-            cfg = speech_demo_config(ensure_speech_demo_assets(), steps=steps)
+            try:
+                cfg = speech_demo_config(ensure_speech_demo_assets(), steps=steps)
+            except MissingSynthesiser as exc:
+                raise ConfigError.single("--modality", str(exc)) from exc
         elif modality == "tts":
-            from tunelab.speech_demo import ensure_speech_demo_assets
+            from tunelab.speech_demo import MissingSynthesiser, ensure_speech_demo_assets
             from tunelab.tts_demo import ensure_tts_demo_assets, tts_demo_config
 
-            clips = ensure_speech_demo_assets().transcripts
+            try:
+                clips = ensure_speech_demo_assets().transcripts
+            except MissingSynthesiser as exc:
+                raise ConfigError.single("--modality", str(exc)) from exc
             cfg = tts_demo_config(ensure_tts_demo_assets(clips), clips, steps=steps)
         elif method == "grpo":
             from tunelab.grpo_demo import grpo_demo_config
@@ -457,6 +467,14 @@ def demo(
         evals = eval_history(outcome.run.get("output_dir"))
         if evals:
             console.print(f"nDCG@10:    {evals[0][1]:.3f} (step {evals[0][0]}) -> {evals[-1][1]:.3f} (step {evals[-1][0]}) on held-out pairs")
+    if modality == "speech":
+        from tunelab.embedding_demo import eval_history
+        from tunelab.speech_demo import N_SCORED
+
+        evals = eval_history(outcome.run.get("output_dir"), "eval_wer")
+        if evals:
+            console.print(f"WER:        {evals[0][1]:.3f} (step {evals[0][0]}) -> {evals[-1][1]:.3f} (step {evals[-1][0]}) "
+                          f"on {N_SCORED} of the training clips")
     raise typer.Exit(outcome.exit_code)
 
 
