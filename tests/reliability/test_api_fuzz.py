@@ -1,13 +1,15 @@
 """Bad input at the HTTP surface: schemathesis fuzzes every route with the token (no 5xx,
 no response outside the documented schema), and every route but health refuses a
 request without the right token — even a request that would otherwise succeed, which
-then changes nothing."""
+then changes nothing. With API keys, a revoked key is refused everywhere, a viewer on
+every route that changes anything, a member on every route acting on a run it does not
+own; and no key's secret lies in the database files."""
 
 from __future__ import annotations
 
 import httpx
 
-from fuzzing import run_schemathesis, sweep_auth
+from fuzzing import run_schemathesis, sweep_auth, sweep_keys
 from harness import start_run, wait_run_ended, worker_env
 
 FUZZ_SEED = 1130
@@ -43,3 +45,11 @@ def test_every_route_but_health_refuses_a_missing_or_wrong_token_and_does_nothin
     assert sweep.operations >= 12
     assert sweep.not_refused == []
     assert not sweep.history_changed
+
+
+def test_revoked_keys_and_wrong_roles_are_refused_on_every_route_and_keys_are_hashed_at_rest(start_server, demo_run):
+    sweep = sweep_keys(fuzz_server(start_server, demo_run), demo_run)
+    assert sweep.operations >= 12 and sweep.role_requests >= 10
+    assert sweep.not_refused == []
+    assert not sweep.history_changed
+    assert sweep.secrets_in_database == 0
