@@ -20,6 +20,7 @@ someone else's run gets a 403 naming the owner.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -59,9 +60,6 @@ RULES: dict[tuple[str, str], str] = {
 CHECKED_RUN_SCOPE_KEY = "tunelab.checked_run"
 # A request that somehow reached a route without passing the gate has no rights at all.
 NOBODY = Caller("nobody")
-# The rules' paths as patterns, matched against the request's own path: the same match
-# whatever route object the framework hands on, and with the run id in hand.
-_PATTERNS = [(method, template, compile_path(template)[0]) for method, template in RULES]
 
 
 def is_api_path(path: str) -> bool:
@@ -89,9 +87,16 @@ def apply_rules(app: FastAPI) -> None:
             context.original_route.responses.setdefault(403, {"model": ErrorBody})
 
 
+@functools.lru_cache(maxsize=8)
+def _patterns(routes: tuple[tuple[str, str], ...]) -> list[tuple[str, str, Any]]:
+    return [(method, template, compile_path(template)[0]) for method, template in routes]
+
+
 def rule_for(method: str, path: str) -> tuple[str | None, dict[str, str]]:
-    """The rule of the route a request's method and path reach, and its path parameters."""
-    for rule_method, template, pattern in _PATTERNS:
+    """The rule of the route a request's method and path reach, and its path parameters.
+    The rules' paths are matched against the request's own path: the same match whatever
+    route object the framework hands on, and with the run id in hand."""
+    for rule_method, template, pattern in _patterns(tuple(RULES)):
         found = pattern.match(path)
         if found and rule_method == method:
             return RULES[(rule_method, template)], found.groupdict()
