@@ -11,12 +11,15 @@ worker backs it), which the routes refuse to delete, resume or export with a 409
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 from fastapi import FastAPI
 
 from sse_helpers import scripted_worker_env, start_run
 from tunelab.keys import new_secret, secret_hash
+from tunelab.orchestrator.state import FINAL_PHASES
 from tunelab.server.app import create_app
 from tunelab.server.roles import api_routes, apply_rules
 from tunelab.store import Store
@@ -68,6 +71,16 @@ def request(client: httpx.Client, method: str, path: str, run_id: int) -> httpx.
         with client.stream(method, url) as response:
             return response
     return client.request(method, url, json=BODIES.get((method, path), {}))
+
+
+def wait_until_ended(client: httpx.Client, run_id: int, limit_s: float = 60) -> dict:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        run = client.get(f"/api/runs/{run_id}").json()
+        if run["status"] != "running" and client.get("/api/train/status").json()["phase"] in FINAL_PHASES:
+            return run
+        time.sleep(0.1)
+    raise AssertionError(f"run {run_id} still running after {limit_s} s")
 
 
 def test_the_table_has_a_row_for_every_api_route_of_the_app(home):
@@ -127,7 +140,16 @@ def test_members_manage_only_their_own_runs_and_admins_alone_use_opt_ins(start_s
         answer = as_[caller].post("/api/train/stop", json={"save": False})
         assert answer.status_code == 403, answer.text
     assert "belongs to the key 'alice'" in as_["bob"].post("/api/train/stop", json={"save": False}).json()["error"]["message"]
-    assert as_["alice"].post("/api/train/stop", json={"save": False}).status_code == 200
+    assert as_["alice"].post("/api/train/stop", json={"save": True}).status_code == 200
+    assert wait_until_ended(as_["alice"], run_id)["status"] == "stopped"
+
+    # Only alice (or an admin) resumes it, and the continuation is still hers.
+    assert as_["bob"].post(f"/api/runs/{run_id}/resume").status_code == 403
+    continuation = as_["admin"].post(f"/api/runs/{run_id}/resume")
+    assert continuation.status_code == 200, continuation.text
+    assert as_["admin"].get(f"/api/runs/{continuation.json()['job_id']}").json()["owner"] == "alice"
+    assert as_["admin"].post("/api/train/stop", json={"save": False}).status_code == 200
+    wait_until_ended(as_["admin"], continuation.json()["job_id"])
 
     # An admin may use the opt-in the server allows (here it gets as far as the path check).
     outside = demo_run(trust_remote_code=True, local_datasets=[str(tmp_path / "elsewhere.jsonl")])
