@@ -359,15 +359,16 @@ def demo(
     steps: int = typer.Option(60, min=1, help="Training steps."),
     modality: str = typer.Option("text", help="text (a tiny Llama on sample instructions), vision (a tiny LLaVA on images of coloured shapes), "
                                          "embedding (a tiny BERT-style encoder on query/passage pairs, with retrieval metrics) "
-                                         "or speech (a tiny Whisper on clips of tones, one pitch per word)."),
+                                         "speech (a tiny Whisper on clips of tones, one pitch per word) or tts (a tiny Orpheus-style Llama with a tiny SNAC codec "
+                                         "learning to speak the speech demo's clips, with a spoken sample per eval)."),
     method: str = typer.Option("sft", help="The text demo's objective: sft, or dpo, orpo, simpo, kto on generated preference pairs "
                                           "whose chosen answer follows a rule the rejected one breaks."),
 ) -> None:
     """Fine-tune a built-in tiny model on generated sample data, offline, end to end."""
     from tunelab.demo import demo_config, ensure_demo_assets, print_demo_summary
 
-    if modality not in ("text", "vision", "embedding", "speech"):
-        raise _config_failure(ConfigError.single("--modality", f"'{modality}' is not a demo; use text, vision, embedding or speech"))
+    if modality not in ("text", "vision", "embedding", "speech", "tts"):
+        raise _config_failure(ConfigError.single("--modality", f"'{modality}' is not a demo; use text, vision, embedding, speech or tts"))
     if method not in ("sft", "dpo", "orpo", "simpo", "kto"):
         raise _config_failure(ConfigError.single("--method", f"'{method}' is not a demo method; use sft, dpo, orpo, simpo or kto"))
     if method != "sft" and (modality != "text" or backend != "torch"):
@@ -388,6 +389,12 @@ def demo(
             from tunelab.speech_demo import ensure_speech_demo_assets, speech_demo_config
 
             cfg = speech_demo_config(ensure_speech_demo_assets(), steps=steps)
+        elif modality == "tts":
+            from tunelab.speech_demo import ensure_speech_demo_assets
+            from tunelab.tts_demo import ensure_tts_demo_assets, tts_demo_config
+
+            clips = ensure_speech_demo_assets().transcripts
+            cfg = tts_demo_config(ensure_tts_demo_assets(clips), clips, steps=steps)
         elif method != "sft":
             from tunelab.preference_demo import preference_demo_config
 

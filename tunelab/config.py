@@ -216,6 +216,10 @@ class RunConfig(BaseModel):
     # --- speech-to-text models (detected from the model's config)
     speech_language: Name | None = Field(None, max_length=40, description="Language of the transcripts for a multilingual speech model (e.g. en or english): Whisper's labels and its eval transcripts start with this language's token. None: the tokenizer's own setting.")
 
+    # --- text-to-speech models (Orpheus-style: detected from the model's config or tokenizer)
+    tts_codec: PathText | None = Field(None, description="The SNAC codec a text-to-speech model speaks through: a folder with SNAC's config.json and pytorch_model.bin, or a hub repo. None: the model folder's codec/ subfolder (tunelab saves one with every TTS model), else hubertsiuzdak/snac_24khz.")
+    tts_sample_text: Name | None = Field(None, max_length=500, description="The sentence a text-to-speech run speaks at each eval into samples/step-N.wav (the page plays it). None: the first eval row's text.")
+
     # --- optimisation
     num_epochs: float = Field(3, ge=0, le=MAX_EPOCHS)
     max_steps: int = Field(0, ge=0, le=MAX_STEPS, description="0 = train for num_epochs.")

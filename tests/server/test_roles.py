@@ -37,6 +37,10 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("DELETE", "/api/runs/{run_id}"): (409, 409, 409, 403, 403, 401),
     ("POST", "/api/runs/{run_id}/resume"): (409, 409, 409, 403, 403, 401),
     ("POST", "/api/runs/{run_id}/export"): (409, 409, 409, 403, 403, 401),
+    ("GET", "/api/runs/{run_id}/chat"): (409, 409, 409, 409, 409, 401),
+    ("GET", "/api/runs/{run_id}/samples"): (200, 200, 200, 200, 200, 401),
+    ("GET", "/api/runs/{run_id}/samples/{name}"): (404, 404, 404, 404, 404, 401),
+    ("GET", "/api/models/local"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/train/status"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/train/metrics"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/train/progress"): (200, 200, 200, 200, 200, 401),
@@ -66,7 +70,7 @@ def add_keys(home) -> dict[str, str]:
 
 
 def request(client: httpx.Client, method: str, path: str, run_id: int) -> httpx.Response:
-    url = path.replace(RUN, str(run_id))
+    url = path.replace(RUN, str(run_id)).replace("{name}", "step-1.wav")
     if path == "/api/train/progress":  # a stream that never ends: its status is enough
         with client.stream(method, url) as response:
             return response

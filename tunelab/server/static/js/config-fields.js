@@ -98,6 +98,8 @@ export const ADVANCED_FIELDS = [
 
   f("beta", "Preference beta", "float", null, { section: "Preference", help: "dpo, orpo, simpo, kto only: how strongly the preference counts. Empty: 0.1 (dpo, orpo, kto) or 2.0 (simpo)." }),
   f("speech_language", "Transcript language", "text", null, { section: "Speech", placeholder: "en", help: "Speech-to-text models only: the transcripts' language for a multilingual model (e.g. en). Empty: the tokenizer's own setting." }),
+  f("tts_codec", "TTS codec", "text", null, { section: "Speech", placeholder: "hubertsiuzdak/snac_24khz", help: "Text-to-speech models only: the SNAC codec folder or hub repo. Empty: the model folder's codec/, else hubertsiuzdak/snac_24khz." }),
+  f("tts_sample_text", "TTS sample sentence", "text", null, { section: "Speech", placeholder: "the first eval row's text", help: "Text-to-speech models only: spoken into samples/step-N.wav at each eval and played beside the loss chart." }),
   f("embedding_loss", "Embedding loss", "select", "auto", { section: "Embedding", options: ["auto", "mnrl", "cached_mnrl", "triplet", "cosent", "angle", "cosine", "contrastive", "online_contrastive"], help: "Embedding models only. auto: in-batch negatives ranking for pairs and triplets, CoSENT for scored pairs, online contrastive for labelled pairs." }),
   f("matryoshka_dims", "Matryoshka dimensions", "intlist", null, { section: "Embedding", placeholder: "256, 128, 64", help: "Embedding models only: also train these leading dimensions to work alone." }),
 
