@@ -36,7 +36,7 @@ from reliability_report import render  # noqa: E402  (bench/, next to this scrip
 from canary import Canary, atime_is_tracked  # noqa: E402
 from disk_faults import full_folder, read_only_folder  # noqa: E402
 from fault_workers import GARBAGE_COUNT  # noqa: E402
-from fuzzing import run_schemathesis, sweep_auth  # noqa: E402
+from fuzzing import run_schemathesis, sweep_auth, sweep_keys  # noqa: E402
 from kill_trials import STAGES, run_kill_trial  # noqa: E402
 from path_attacks import attack_delete, attack_table, plant_escape_links, send_attacks  # noqa: E402
 from preemption import (resume_two_steps, sigterm_server_mid_run, sigterm_train, start_train,  # noqa: E402
@@ -285,7 +285,7 @@ def auth(lab: Lab) -> dict[str, Any]:
     for _ in range(3):
         run_to_end(server, lab.body(max_steps=1))
     sweep = sweep_auth(server, lab.body)
-    return sweep.__dict__
+    return {**sweep.__dict__, "keys": sweep_keys(server, lab.body).__dict__}
 
 
 def load(lab: Lab, clients: int, pollers: int, steps: int, step_s: float) -> dict[str, Any]:

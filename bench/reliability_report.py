@@ -196,7 +196,19 @@ def auth(f: dict[str, Any]) -> list[str]:
             "token, a wrong one, the right one under the wrong scheme, and the right one with a suffix.", "",
             f"- routes: {f['operations']}; requests: {f['requests']}; answered anything but 401: "
             f"**{len(f['not_refused'])}**; run history changed by them: **{f['history_changed']}**",
-            ] + _reproduce("auth", "test_api_fuzz.py")
+            ] + _keys(f.get("keys")) + _reproduce("auth", "test_api_fuzz.py")
+
+
+def _keys(k: dict[str, Any] | None) -> list[str]:
+    if not k:
+        return []
+    return ["", "API keys (`tunelab keys`), created in the live server's store: a revoked key on every route but health; "
+                "a viewer key on every route that changes anything or starts work; a member key on every route acting "
+                "on a run it does not own (the runs were started with the token).", "",
+            f"- revoked key: {k['revoked_requests']} requests; wrong role or owner: {k['role_requests']} requests; "
+            f"answered anything but 401 / 403: **{len(k['not_refused'])}**; run history changed: **{k['history_changed']}**",
+            f"- key secrets found in the database files (with -wal/-shm): **{k['secrets_in_database']}** "
+            "(only their SHA-256 is stored)"]
 
 
 def load(f: dict[str, Any]) -> list[str]:

@@ -24,10 +24,12 @@ from tunelab.config import ConfigError, RunConfig, load_config_file
 from tunelab.layout import recorded_world_size, strategy_for
 from tunelab.node_flags import node_flags
 from tunelab.foreground import EXIT_BAD_CONFIG, EXIT_ERROR, print_outcome, watch_run
+from tunelab.keys_cli import keys_app
 from tunelab.paths import PathNotAllowed
 from tunelab.text import printable
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="tunelab: a local fine-tuning lab for LLMs.")
+app.add_typer(keys_app, name="keys")
 console = Console()
 err_console = Console(stderr=True)
 

@@ -49,6 +49,20 @@ DEFAULT_RETRY_SECONDS = 10.0
 # Short per-attempt wait inside SQLite; the retry loop below waits without holding our lock.
 BUSY_TIMEOUT_MS = 250
 
+# Migration 6: named API keys (tunelab.keys), kept by name, role and the SHA-256 of the
+# secret only; and which key started each run (`owner`, NULL for the home's token and the CLI).
+# A revoked key keeps its row, so its name is never given to someone else's runs.
+KEYS_MIGRATION: tuple[str, ...] = (
+    """CREATE TABLE api_keys (
+        name TEXT PRIMARY KEY,
+        role TEXT NOT NULL CHECK (role IN ('admin', 'member', 'viewer')),
+        secret_sha256 TEXT NOT NULL UNIQUE,
+        created_at REAL NOT NULL,
+        revoked_at REAL
+    )""",
+    "ALTER TABLE runs ADD COLUMN owner TEXT",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (  # 1: runs and metrics
         """CREATE TABLE runs (
@@ -116,6 +130,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )""",
         "CREATE INDEX run_evals_by_run ON run_evals (run_id, id)",
     ),
+    KEYS_MIGRATION,  # 6: named API keys and each run's owner
 )
 
 # A later report for a step fills in what an earlier one lacked and never erases a value.
@@ -162,6 +177,19 @@ class DuplicateStartRequest(StoreError):
     def __init__(self, request_id: str, run_id: int | None):
         self.request_id, self.run_id = request_id, run_id
         super().__init__(f"start request {request_id!r} already created run {run_id}")
+
+
+class KeyNameTaken(StoreError):
+    def __init__(self, name: str, revoked: bool):
+        self.name = name
+        why = "a revoked key had it, and its runs keep that name" if revoked else "a key with that name exists"
+        super().__init__(f"name: {name!r} is taken ({why}); choose another name")
+
+
+class KeyNotFound(StoreError, LookupError):
+    def __init__(self, name: str):
+        self.name = name
+        super().__init__(f"name: there is no active key named {name!r}; `tunelab keys list` shows them")
 
 
 class InvalidValue(StoreError, ValueError):
@@ -373,11 +401,13 @@ class Store:
         start_request_id: str | None = None,
         owner: Mapping[str, Any] | None = None,
         modality: str | None = None,
+        owned_by: str | None = None,
     ) -> int:
         """A new `running` row; returns its id (ids are never reused). `owner` names the
         process that trains it: {"lock", "pid", "started_at"} (see close_orphans).
         `modality` is known up front only for a resumed run (its parent's); otherwise
-        the worker reports it (set_modality)."""
+        the worker reports it (set_modality). `owned_by`: the name of the API key that
+        started it (the row's `owner`; None for the home's token and the CLI)."""
         if not isinstance(config_public, Mapping):
             raise InvalidValue("config", "must be a mapping (RunConfig.public())")
         check_no_secrets(config_public)
@@ -395,10 +425,10 @@ class Store:
             try:
                 cursor = conn.execute(
                     "INSERT INTO runs (status, model_name, dataset_name, display_name, config_json, started_at,"
-                    " resumed_from_run_id, start_request_id, owner_lock, owner_pid, owner_started_at, modality)"
-                    " VALUES ('running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " resumed_from_run_id, start_request_id, owner_lock, owner_pid, owner_started_at, modality, owner)"
+                    " VALUES ('running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (model_name, dataset_name or "", name, config_json, time.time(), resumed_from_run_id, start_request_id,
-                     owner.get("lock"), owner.get("pid"), owner.get("started_at"), modality),
+                     owner.get("lock"), owner.get("pid"), owner.get("started_at"), modality, owned_by),
                 )
             except sqlite3.IntegrityError:
                 existing = conn.execute("SELECT id FROM runs WHERE start_request_id = ?", (start_request_id,)).fetchone()
@@ -629,3 +659,37 @@ class Store:
         rows = self.get_metrics(run_id)
         return {"steps": [r["step"] for r in rows], **{f: [r[f] for r in rows] for f in METRIC_FIELDS},
                 "extra": self.get_metric_extras(run_id)}
+
+    # --- API keys (tunelab.keys decides names, roles and hashing; only hashes come here) ---
+    def add_api_key(self, name: str, role: str, secret_sha256: str) -> None:
+        """A new key; KeyNameTaken when any key, revoked or not, has the name."""
+
+        def work(conn: sqlite3.Connection) -> None:
+            row = conn.execute("SELECT revoked_at FROM api_keys WHERE name = ?", (name,)).fetchone()
+            if row is not None:
+                raise KeyNameTaken(name, row[0] is not None)
+            conn.execute("INSERT INTO api_keys (name, role, secret_sha256, created_at) VALUES (?, ?, ?, ?)",
+                         (name, role, secret_sha256, time.time()))
+
+        self._retry(work, write=True)
+
+    def list_api_keys(self) -> list[dict[str, Any]]:
+        """Every key, oldest first, without its hash."""
+        rows = self._retry(lambda c: c.execute(
+            "SELECT name, role, created_at, revoked_at FROM api_keys ORDER BY created_at, name").fetchall(), write=False)
+        return [dict(r) for r in rows]
+
+    def revoke_api_key(self, name: str) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            if conn.execute("UPDATE api_keys SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL",
+                            (time.time(), name)).rowcount == 0:
+                raise KeyNotFound(name)
+
+        self._retry(work, write=True)
+
+    def find_api_key(self, secret_sha256: str) -> dict[str, Any] | None:
+        """The active key with this hash ({name, role, secret_sha256}), or None."""
+        row = self._retry(lambda c: c.execute(
+            "SELECT name, role, secret_sha256 FROM api_keys WHERE secret_sha256 = ? AND revoked_at IS NULL",
+            (secret_sha256,)).fetchone(), write=False)
+        return dict(row) if row is not None else None

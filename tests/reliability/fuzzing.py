@@ -1,6 +1,7 @@
 """Bad input at the HTTP surface, shared by the suite (few examples per route) and
 bench/reliability.py (many): schemathesis (`st run`) fuzzing every route with the token,
-and a sweep sending every route wrong credentials.
+a sweep sending every route wrong credentials, and one sending API keys that must not
+get through: a revoked key, and keys whose role (or ownership) does not allow the route.
 
 Checks: every one schemathesis has except `positive_data_acceptance`, which expects
 any body the schema allows to be accepted — tunelab also enforces rules across fields
@@ -86,7 +87,7 @@ def requests_that_would_succeed(server: Any, make_body: Any) -> list[tuple[str, 
         ("patch", "/api/runs/{run_id}"): {"display_name": "renamed"},
         ("post", "/api/datasets/preview"): {"local_datasets": make_body()["local_datasets"]},
     }
-    return [(method.upper(), path.format(run_id=1), bodies.get((method, path), {}))
+    return [(method.upper(), path.format(run_id=1, name="step-1.wav"), bodies.get((method, path), {}))
             for path, operations in schema["paths"].items() for method in operations]
 
 
@@ -109,3 +110,64 @@ def sweep_auth(server: Any, make_body: Any) -> AuthSweep:
                     not_refused.append(f"{method} {path} ({name}): {response.status_code}")
         after = client.get("/api/runs").json()
     return AuthSweep(operations, sent, not_refused, after != before)
+
+
+# --- API keys ---------------------------------------------------------------------------
+@dataclass
+class KeySweep:
+    operations: int  # documented operations but health
+    revoked_requests: int  # each sent with a revoked key: must be 401
+    role_requests: int  # sent by a viewer, or a member to runs it does not own: must be 403
+    not_refused: list[str]  # "METHOD path (caller): status" for anything else
+    history_changed: bool
+    secrets_in_database: int  # key secrets found in the database files (with -wal/-shm)
+
+
+def _make_keys(home: Path) -> dict[str, str]:
+    """A revoked member key, a viewer key and a member key in the live server's store; the
+    server reads keys per request, so they count at once."""
+    from tunelab.keys import new_secret, secret_hash
+    from tunelab.store import Store
+
+    secrets = {name: new_secret() for name in ("revoked", "viewer", "member")}
+    with Store(home / "tunelab.db") as store:
+        for name, secret in secrets.items():
+            store.add_api_key(f"sweep-{name}", "viewer" if name == "viewer" else "member", secret_hash(secret))
+        store.revoke_api_key("sweep-revoked")
+    return secrets
+
+
+def sweep_keys(server: Any, make_body: Any) -> KeySweep:
+    """Every operation but health with a revoked key (401); every operation a viewer may
+    not use, with the viewer's key, and every one that acts on a run, with a member key
+    that does not own the runs (started with the token) — 403 naming the rule. The run
+    history must be exactly as before, and no secret may lie in the database files."""
+    from tunelab.server.roles import OWN_ACTIVE, OWN_RUN, PUBLIC, READ, rule_for
+
+    secrets = _make_keys(server.home)
+    not_refused, revoked_sent, role_sent, operations = [], 0, 0, 0
+    clients = {caller: server.client(token=secret) for caller, secret in secrets.items()}
+    with server.client() as admin:
+        before = admin.get("/api/runs").json()
+        for method, path, body in requests_that_would_succeed(server, make_body):
+            rule, _ = rule_for(method, path)
+            if rule == PUBLIC:
+                continue
+            operations += 1
+            wrong = [("revoked", 401)]
+            if rule != READ:
+                wrong.append(("viewer", 403))
+            if rule in (OWN_RUN, OWN_ACTIVE):
+                wrong.append(("member", 403))
+            for caller, expected in wrong:
+                response = clients[caller].request(method, path, json=body, params={"delete_artifacts": "true"})
+                revoked_sent += caller == "revoked"
+                role_sent += caller != "revoked"
+                if response.status_code != expected:
+                    not_refused.append(f"{method} {path} ({caller} key): {response.status_code}")
+        after = admin.get("/api/runs").json()
+    for client in clients.values():
+        client.close()
+    on_disk = b"".join(p.read_bytes() for p in server.home.glob("tunelab.db*"))
+    found = sum(secret.encode() in on_disk for secret in secrets.values())
+    return KeySweep(operations, revoked_sent, role_sent, not_refused, after != before, found)

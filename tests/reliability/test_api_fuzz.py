@@ -1,13 +1,15 @@
 """Bad input at the HTTP surface: schemathesis fuzzes every route with the token (no 5xx,
 no response outside the documented schema), and every route but health refuses a
 request without the right token — even a request that would otherwise succeed, which
-then changes nothing."""
+then changes nothing. With API keys, a revoked key is refused everywhere, a viewer on
+every route that changes anything, a member on every route acting on a run it does not
+own; and no key's secret lies in the database files."""
 
 from __future__ import annotations
 
 import httpx
 
-from fuzzing import run_schemathesis, sweep_auth
+from fuzzing import run_schemathesis, sweep_auth, sweep_keys
 from harness import start_run, wait_run_ended, worker_env
 
 FUZZ_SEED = 1130
@@ -38,8 +40,14 @@ def test_fuzzing_every_route_finds_no_server_error_and_no_schema_violation(start
     assert "Traceback" not in log  # nothing failed unseen behind a well-formed answer either
 
 
-def test_every_route_but_health_refuses_a_missing_or_wrong_token_and_does_nothing(start_server, demo_run):
-    sweep = sweep_auth(fuzz_server(start_server, demo_run), demo_run)
+def test_every_route_but_health_refuses_wrong_tokens_revoked_keys_and_wrong_roles_and_does_nothing(start_server, demo_run):
+    server = fuzz_server(start_server, demo_run)
+    sweep = sweep_auth(server, demo_run)
     assert sweep.operations >= 12
     assert sweep.not_refused == []
     assert not sweep.history_changed
+    keys = sweep_keys(server, demo_run)  # the same server: keys count from the next request on
+    assert keys.operations == sweep.operations and keys.role_requests >= 10
+    assert keys.not_refused == []
+    assert not keys.history_changed
+    assert keys.secrets_in_database == 0

@@ -7,6 +7,7 @@ import logging
 import httpx
 from fastapi.testclient import TestClient
 
+from tunelab.server import roles
 from tunelab.server.app import create_app
 
 
@@ -73,7 +74,7 @@ def test_docs_and_schema_are_served_without_a_token(live_server):
     assert schema["paths"]["/api/train/start"]["post"]["security"] == [{"bearer": []}]
 
 
-def test_unexpected_errors_are_logged_not_sent(home, caplog):
+def test_unexpected_errors_are_logged_not_sent(home, caplog, monkeypatch):
     app = create_app(token="t")
     secret_detail = "internal detail that must stay on the server"
 
@@ -81,6 +82,7 @@ def test_unexpected_errors_are_logged_not_sent(home, caplog):
         raise RuntimeError(secret_detail)
 
     app.add_api_route("/api/explode", explode)
+    monkeypatch.setitem(roles.RULES, ("GET", "/api/explode"), roles.READ)  # a route without a rule is refused
     with TestClient(app, raise_server_exceptions=False) as client, caplog.at_level(logging.ERROR, "tunelab.server"):
         response = client.get("/api/explode", headers={"Authorization": "Bearer t"})
     assert_error_shape(response, 500, "internal_error")

@@ -73,8 +73,9 @@ class Orchestrator:
 
     # --- starting -----------------------------------------------------------------------
     def start(self, config: RunConfig | dict[str, Any], *, resume_run_id: int | None = None,
-              start_request_id: str | None = None) -> int:
-        """Start a run and return its id; raises before anything happens if it cannot run."""
+              start_request_id: str | None = None, owned_by: str | None = None) -> int:
+        """Start a run and return its id; raises before anything happens if it cannot run.
+        `owned_by`: the API key that asked (recorded as the run's owner; never in its config)."""
         cfg = config if isinstance(config, RunConfig) else parse_config(config)
         with self._start_lock:
             if self._closed:
@@ -95,7 +96,8 @@ class Orchestrator:
             with self._lock:
                 self._spawning = True
             try:
-                return self._spawn_run(cfg, output_dir, resume_from, resumed_from, resume_run_id, start_request_id)
+                return self._spawn_run(cfg, output_dir, resume_from, resumed_from, resume_run_id, start_request_id,
+                                       owned_by)
             finally:
                 with self._lock:
                     self._spawning = False
@@ -133,7 +135,7 @@ class Orchestrator:
             raise RunActive(f"run {run.run_id} is still finishing; try again in a moment")
 
     def _spawn_run(self, cfg: RunConfig, output_dir: Path, resume_from: Path | None, resumed_from: int | None,
-                   resume_run_id: int | None, start_request_id: str | None) -> int:
+                   resume_run_id: int | None, start_request_id: str | None, owned_by: str | None = None) -> int:
         self._call_before_spawn()
         env = gpu_env(cfg)  # after the hook: it may just have freed GPU memory
         public = {**cfg.public(), SECRETS_USED_KEY: cfg.secret_names(), "output_dir": str(output_dir),
@@ -145,7 +147,7 @@ class Orchestrator:
         # `running` without its owner holding the lock that says so.
         claim = ownership.RunClaim(paths.locks_dir(self.store.path), ownership.devices_of(env))
         try:
-            run_id, modality = self._create_row(cfg, public, resumed_from, start_request_id, claim)
+            run_id, modality = self._create_row(cfg, public, resumed_from, start_request_id, claim, owned_by)
         except DuplicateStartRequest as exc:  # another process took this request id first
             claim.release()
             return exc.run_id
@@ -188,14 +190,16 @@ class Orchestrator:
             log.exception("the before_spawn hook failed; starting the run anyway")
 
     def _create_row(self, cfg: RunConfig, public: dict[str, Any], resumed_from: int | None,
-                    start_request_id: str | None, claim: ownership.RunClaim) -> tuple[int, str | None]:
+                    start_request_id: str | None, claim: ownership.RunClaim,
+                    owned_by: str | None = None) -> tuple[int, str | None]:
         """The run's row, and its modality when already known: a resumed run trains on what
         its parent trained on, and says so before its worker does."""
         owner = {"lock": claim.owner_lock, "pid": claim.pid, "started_at": claim.started_at}
         try:
             modality = (self.store.get_run(resumed_from) or {}).get("modality") if resumed_from is not None else None
             run_id = self.store.create_run(public, cfg.model_name, cfg.dataset_label, cfg.display_name, resumed_from,
-                                           start_request_id=start_request_id, owner=owner, modality=modality)
+                                           start_request_id=start_request_id, owner=owner, modality=modality,
+                                           owned_by=owned_by)
         except DuplicateStartRequest:
             raise
         except InvalidValue as exc:
@@ -208,7 +212,7 @@ class Orchestrator:
             log.warning("run %s: could not record its output folder yet: %s", run_id, exc)
         return run_id, modality
 
-    def resume(self, run_id: int, secrets: dict[str, Any] | None = None) -> int:
+    def resume(self, run_id: int, secrets: dict[str, Any] | None = None, *, owned_by: str | None = None) -> int:
         """Start a new run that continues `run_id` from its latest valid checkpoint.
         `secrets` (hf_token, wandb_token, s3 keys) are given again: the database never
         held them; a secret the run used and that is neither here nor in the environment
@@ -217,7 +221,7 @@ class Orchestrator:
         # resume_from stays empty: start() takes the run's checkpoint through resume_run_id,
         # which also covers an output folder outside the outputs root that was allowed.
         stored = {**row["config"], "resume_from": None, "output_dir": row["output_dir"]}
-        return self.start(resume_config(stored, secrets, os.environ), resume_run_id=run_id)
+        return self.start(resume_config(stored, secrets, os.environ), resume_run_id=run_id, owned_by=owned_by)
 
     # --- stopping -----------------------------------------------------------------------
     def stop(self, save: bool, expected_run_id: int | None = None) -> None:

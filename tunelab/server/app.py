@@ -3,8 +3,9 @@
 Order matters here: orphaned runs from a previous server life are closed before the
 orchestrator can start a new one; the API routes are registered before the web page is
 mounted at `/`, and the page's mount never answers under `/api/`, so an unknown API path
-is a JSON 404 and a wrong method a JSON 405. The token gate wraps everything, and the
-request guard (Host name, body size) wraps the token gate.
+is a JSON 404 and a wrong method a JSON 405. The token gate (token or API key) wraps
+everything, and the request guard (Host name, body size) wraps the token gate; each API
+route then passes its role rule (`roles`).
 Nothing imported here (or by the routes) loads torch, transformers, datasets or mlx.
 """
 
@@ -20,7 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, AsyncIterator, Iterable
 
-from fastapi import FastAPI, Query, Request, Response
+from fastapi import Depends, FastAPI, Query, Request, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.routing import Match, Mount
 from starlette.types import Scope
@@ -31,7 +32,8 @@ from tunelab.orchestrator import Orchestrator
 from tunelab.orchestrator.ownership import owner_is_alive
 from tunelab.inference.host import InferenceHost
 from tunelab.orchestrator.prewarm import prewarm_wanted
-from tunelab.server import routes_chat, routes_datasets, routes_eval, routes_export, routes_inference, routes_models, routes_runs, routes_samples, routes_train
+from tunelab.server import (roles, routes_chat, routes_datasets, routes_eval, routes_export, routes_inference, routes_models,
+                            routes_runs, routes_samples, routes_train)
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.guards import RequestGuard
@@ -134,6 +136,8 @@ def create_app(
         "(`tunelab token` prints it). Errors are `{\"error\": {\"code\", \"message\", \"field\"?}}`.",
         lifespan=lifespan,
         docs_url=None,
+        # Every route passes its role rule (keys: admin, member, viewer) before it runs.
+        dependencies=[Depends(roles.enforce)],
     )
     app.state.orchestrator = orchestrator
     app.state.store = store
@@ -162,10 +166,11 @@ def create_app(
     app.include_router(routes_inference.router)
     app.include_router(routes_inference.status_router)
     routes_inference.install_openai_errors(app)
+    roles.apply_rules(app)
     _offline_docs(app)
     if static_dir is not None and static_dir.is_dir():
         app.router.routes.append(PageMount("/", app=StaticFiles(directory=static_dir, html=True), name="page"))
-    app.add_middleware(TokenGate, token=app.state.token)
+    app.add_middleware(TokenGate, token=app.state.token, store=store)
     app.add_middleware(RequestGuard, allowed_hosts=None if allowed_hosts is None else frozenset(allowed_hosts))
     _document_bearer_auth(app)
     return app

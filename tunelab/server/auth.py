@@ -1,25 +1,36 @@
-"""The API token: where it comes from, and the gate every API request passes.
+"""The API token and keys: where the token comes from, and the gate every API request passes.
 
 The token is created once, at random, in the tunelab home (`token`, mode 0600) and
 reused by every later start; `TUNELAB_TOKEN` overrides it. Every path under `/api/` and
 `/v1/` except `GET /api/health` needs `Authorization: Bearer <token>`. The progress stream
 may carry it as `?token=` instead, because a browser's EventSource cannot set headers.
 Tokens are compared in constant time so response timing reveals nothing about them.
+
+Named API keys (tunelab.keys, `tunelab keys create`) are accepted the same way, beside
+the token: a `tlk_` credential is looked up by its SHA-256 among the store's active keys
+on every request, so a key created or revoked by the CLI counts at once, with no restart.
+The gate records who called (`Caller`) in the request scope; tunelab.server.roles decides
+what that caller may do. The token acts as admin, with no owner name (`local`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tunelab import paths
+from tunelab.keys import LOCAL_OWNER, hashes_match, looks_like_key, secret_hash
 from tunelab.server.errors import error_response
+from tunelab.store import StoreError
 
 log = logging.getLogger("tunelab.server")
 
@@ -29,6 +40,22 @@ PUBLIC_PATHS = frozenset({"/api/health"})
 TOKEN_ROOTS = ("/api", "/v1")
 # EventSource cannot send an Authorization header; only this route reads ?token=.
 QUERY_TOKEN_PATHS = frozenset({"/api/train/progress"})
+CALLER_SCOPE_KEY = "tunelab.caller"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request: a key's name and role, or the home's token (`key_name` None, admin)."""
+
+    role: str
+    key_name: str | None = None
+
+    @property
+    def shown(self) -> str:
+        return self.key_name or LOCAL_OWNER
+
+
+TOKEN_CALLER = Caller("admin")
 
 
 def load_or_create_token() -> str:
@@ -89,14 +116,31 @@ def token_matches(given: str, expected: str) -> bool:
     return bool(given) and hmac.compare_digest(given.encode(), expected.encode())
 
 
+def credentials(scope: Scope) -> list[str]:
+    """What the request offers as token or key: the bearer header, and on the SSE route ?token=."""
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+    given = [bearer_token(headers)]
+    if scope.get("path") in QUERY_TOKEN_PATHS:
+        given += _query(scope).get("token", [])
+    return [g for g in given if g]
+
+
 def is_authorized(scope: Scope, expected: str) -> bool:
     """True when the request carries the token (header, or query on the SSE route)."""
-    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-    if token_matches(bearer_token(headers), expected):
-        return True
-    if scope.get("path") in QUERY_TOKEN_PATHS:
-        return any(token_matches(v, expected) for v in _query(scope).get("token", []))
-    return False
+    return any(token_matches(given, expected) for given in credentials(scope))
+
+
+def identify(scope: Scope, token: str, store: Any | None) -> Caller | None:
+    """The caller a request's credentials name: the token, an active key, or None (refused)."""
+    for given in credentials(scope):
+        if token_matches(given, token):
+            return TOKEN_CALLER
+        if store is not None and looks_like_key(given):
+            digest = secret_hash(given)
+            found = store.find_api_key(digest)
+            if found is not None and hashes_match(digest, found["secret_sha256"]):
+                return Caller(found["role"], found["name"])
+    return None
 
 
 def _query(scope: Scope) -> dict[str, list[str]]:
@@ -107,23 +151,37 @@ def unauthorized_response():
     return error_response(
         401,
         "unauthorized",
-        "missing or wrong API token: send 'Authorization: Bearer <token>' (`tunelab token` prints it)",
+        "missing, wrong or revoked API token or key: send 'Authorization: Bearer <token or key>' "
+        "(`tunelab token` prints the token; `tunelab keys list` shows the keys)",
         headers={"WWW-Authenticate": "Bearer"},
     )
 
 
 class TokenGate:
-    """ASGI middleware: refuse any /api/ request without the token before routing, so
-    an unauthenticated caller learns nothing (not even whether a body would validate)."""
+    """ASGI middleware: refuse any /api/ request without the token or an active key before
+    routing, so an unauthenticated caller learns nothing (not even whether a body would
+    validate). Records the caller in the scope for the role rules."""
 
-    def __init__(self, app: ASGIApp, token: str):
+    def __init__(self, app: ASGIApp, token: str, store: Any | None = None):
         self.app = app
         self.token = token
+        self.store = store
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and self._needs_token(scope) and not is_authorized(scope, self.token):
-            await unauthorized_response()(scope, receive, send)
-            return
+        if scope["type"] == "http" and self._needs_token(scope):
+            try:
+                # A key is looked up in the database: off the event loop, which streams progress.
+                caller = TOKEN_CALLER if is_authorized(scope, self.token) else \
+                    await asyncio.to_thread(identify, scope, self.token, self.store)
+            except StoreError as exc:
+                log.warning("an API key could not be checked: %s", exc)
+                await error_response(503, "database_busy", "the API key could not be checked because the run "
+                                     "database is busy; try again in a moment")(scope, receive, send)
+                return
+            if caller is None:
+                await unauthorized_response()(scope, receive, send)
+                return
+            scope[CALLER_SCOPE_KEY] = caller
         await self.app(scope, receive, send)
 
     @staticmethod

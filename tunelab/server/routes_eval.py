@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 
 from tunelab.eval_store import list_evals
 from tunelab.evaluate.runner import EvalFailed, EvalInputError, EvalNotFound, EvalOptions, EvalRefused, run_eval
+from tunelab.server.roles import caller_of
 from tunelab.server.errors import ApiError
 from tunelab.server.schemas import error_responses
 from tunelab.server.user_paths import check_opt_ins
@@ -60,7 +61,8 @@ def evaluate(request: Request, run_id: RunId, body: EvalOptions | None = None) -
     if run is None:
         raise _not_found(run_id)
     # Loading the model runs any code the run trusted.
-    check_opt_ins(run["config"], request.app.state, run_id, action="eval", fields=("trust_remote_code",))
+    check_opt_ins(run["config"], request.app.state, run_id, action="eval", fields=("trust_remote_code",),
+                  role=caller_of(request).role)
     if not _one_eval_at_a_time.acquire(blocking=False):
         raise ApiError(409, "eval_running", "another evaluation is running; try again when it has finished")
     try:

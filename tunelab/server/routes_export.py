@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tunelab.export import ExportFailed, ExportInputError, ExportRefused, export_run
 from tunelab.server.errors import ApiError
+from tunelab.server.roles import caller_of
 from tunelab.server.schemas import error_responses
 from tunelab.server.user_paths import check_opt_ins
 
@@ -55,7 +56,8 @@ def export(request: Request, run_id: RunId, body: ExportRequest | None = None) -
     run = request.app.state.store.get_run(run_id)
     if run is not None and body.format != "adapter":
         # Merging and GGUF load the model, and with it any code the run trusted.
-        check_opt_ins(run["config"], request.app.state, run_id, action="export", fields=("trust_remote_code",))
+        check_opt_ins(run["config"], request.app.state, run_id, action="export", fields=("trust_remote_code",),
+                      role=caller_of(request).role)
     if not _one_export_at_a_time.acquire(blocking=False):
         raise ApiError(409, "export_running", "another export is being written; try again when it has finished")
     try:

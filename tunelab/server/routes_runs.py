@@ -15,6 +15,7 @@ from tunelab import paths
 from tunelab.orchestrator import NotResumable
 from tunelab.orchestrator.resume import check_resumable
 from tunelab.server.errors import ApiError
+from tunelab.server.roles import caller_of
 from tunelab.server.routes_train import settle
 from tunelab.server.schemas import (
     DeleteAnswer,
@@ -140,8 +141,10 @@ def resume_run(request: Request, run_id: RunId, body: ResumeRequest | None = Non
     the run used (its config's `secrets_used`) must be given again in the body or the
     server's environment; a missing one is a 422 naming it."""
     state = request.app.state
-    check_stored_config(_require_run(request, run_id), state)
+    run = _require_run(request, run_id)
+    check_stored_config(run, state, role=caller_of(request).role)
     with state.start_lock:
         settle(state.orchestrator)
-        new_run_id = state.orchestrator.resume(run_id, body.secrets() if body else None)
+        # The continuation is the same run going on: it keeps its owner, whoever resumed it.
+        new_run_id = state.orchestrator.resume(run_id, body.secrets() if body else None, owned_by=run.get("owner"))
     return JobAnswer(job_id=new_run_id, status="running")

@@ -15,6 +15,7 @@ from fastapi.responses import Response
 
 from tunelab.config import parse_config
 from tunelab.server.errors import ApiError
+from tunelab.server.roles import CHECKED_RUN_SCOPE_KEY, caller_of
 from tunelab.server.schemas import (
     JobAnswer,
     MetricsAnswer,
@@ -50,7 +51,9 @@ def start(body: StartRequest, request: Request) -> JobAnswer:
     it answers the job the first one started (`duplicate: true`)."""
     state = request.app.state
     request_id = body.start_request_id
-    config = checked_config(parse_config(body.model_dump(exclude={"start_request_id"}, exclude_unset=True)), state)
+    caller = caller_of(request)
+    config = checked_config(parse_config(body.model_dump(exclude={"start_request_id"}, exclude_unset=True)), state,
+                            role=caller.role)
     # One start at a time, so a retry racing its original sees the row the original made.
     with state.start_lock:
         if request_id:
@@ -58,7 +61,7 @@ def start(body: StartRequest, request: Request) -> JobAnswer:
             if existing is not None:
                 return JobAnswer(job_id=existing["id"], status=existing["status"], duplicate=True)
         settle(state.orchestrator)
-        run_id = state.orchestrator.start(config, start_request_id=request_id)
+        run_id = state.orchestrator.start(config, start_request_id=request_id, owned_by=caller.key_name)
     return JobAnswer(job_id=run_id, status="running")
 
 
@@ -69,7 +72,11 @@ def stop(body: StopRequest, request: Request) -> StopAnswer:
     inside the outputs root and no other run uses it) and it cannot be resumed. A cancel is
     never undone by a later save."""
     orchestrator = request.app.state.orchestrator
-    orchestrator.stop(body.save, expected_run_id=body.expected_job_id)
+    expected = body.expected_job_id
+    if expected is None and caller_of(request).role != "admin":
+        # A member was allowed for the run the role check saw; never stop one started since.
+        expected = request.scope.get(CHECKED_RUN_SCOPE_KEY)
+    orchestrator.stop(body.save, expected_run_id=expected)
     snapshot = orchestrator.snapshot()
     return StopAnswer(job_id=snapshot.get("run_id"), save=body.save, phase=snapshot["phase"])
 

@@ -170,6 +170,8 @@ class RunSummary(BaseModel):
     resumed_from_run_id: int | None
     resumed_by_run_id: int | None
     can_resume: bool = Field(description="True when POST /api/runs/{id}/resume would be accepted now.")
+    owner: str | None = Field(None, description="The API key that started the run (a resume keeps its run's owner); "
+                                                "null: the server's own token or the CLI.")
 
 
 class RunList(BaseModel):

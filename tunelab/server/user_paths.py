@@ -15,8 +15,9 @@ writes anywhere the server's user can, `ray_address` sends the run's config, sec
 included, to a Ray cluster and a `python` entry in `rewards` runs the user's own reward
 file in the worker: over HTTP each is refused (403) unless the server was started with
 `--allow-remote-code` / `--allow-output-anywhere` / `--allow-ray` / `--allow-multi-node` /
-`--allow-reward-code` (and a reward file must lie in the data roots, like data files). The CLI,
-run by the machine's own user, does not come through here.
+`--allow-reward-code` (and a reward file must lie in the data roots, like data files), and then
+only for an admin (the token, or an admin key: tunelab.keys). The CLI, run by the machine's
+own user, does not come through here.
 """
 
 from __future__ import annotations
@@ -71,10 +72,10 @@ def _entries(folder: Path) -> list[Path]:
 
 
 def check_opt_ins(config: Mapping[str, Any], state: Any, run_id: int | None = None, action: str = "resume",
-                  fields: tuple[str, ...] = tuple(OPT_INS)) -> None:
+                  fields: tuple[str, ...] = tuple(OPT_INS), role: str = "admin") -> None:
     """403 naming the field and the server flag, for a setting this server was not
-    started to allow. With `run_id` it is worded for a stored run being resumed or
-    exported (`action`)."""
+    started to allow, or that the caller's `role` (not admin) may not use. With `run_id`
+    it is worded for a stored run being resumed or exported (`action`)."""
     allowed = {"trust_remote_code": state.allow_remote_code, "allow_output_outside_root": state.allow_output_anywhere,
                "ray_address": state.allow_ray, "nodes": state.allow_multi_node,
                "rewards": getattr(state, "allow_reward_code", False)}
@@ -91,11 +92,15 @@ def check_opt_ins(config: Mapping[str, Any], state: Any, run_id: int | None = No
             raise ApiError(403, "opt_in_required",
                            f"{whose} is refused over HTTP: {OPT_IN_WHY[field]}. Start the server with `tunelab serve {flag}` "
                            f"to allow it, or {alternative} on the machine itself", field=field)
+        if wanted and role != "admin":  # built-in rewards are no opt-in; only a python reward file is
+            what = f"run {run_id} was started with {field}, so an HTTP {action} of it" if run_id is not None else field
+            raise ApiError(403, "admin_required", f"{what} needs an admin key: {OPT_IN_WHY[field]}, and this server "
+                                                  f"lets only admins use it (your key's role: {role})", field=field)
 
 
-def checked_config(config: RunConfig, state: Any) -> RunConfig:
-    """A config from an HTTP client: opt-ins checked, then every path confined."""
-    check_opt_ins(config.model_dump(), state)
+def checked_config(config: RunConfig, state: Any, role: str = "admin") -> RunConfig:
+    """A config from an HTTP client: opt-ins checked (for the caller's role), then every path confined."""
+    check_opt_ins(config.model_dump(), state, role=role)
     return confine_user_paths(config)
 
 
@@ -123,10 +128,10 @@ def confine_user_paths(config: RunConfig) -> RunConfig:
     return config.model_copy(update=updates)
 
 
-def check_stored_config(run: Mapping[str, Any], state: Any) -> None:
+def check_stored_config(run: Mapping[str, Any], state: Any, role: str = "admin") -> None:
     """Before an HTTP resume: the stored run's settings pass the same opt-ins and path
     rules as a new start (a run started from the CLI may name folders the server may not)."""
-    check_opt_ins(run["config"], state, run_id=run["id"])
+    check_opt_ins(run["config"], state, run_id=run["id"], role=role)
     confine_user_paths(parse_config({**stored_settings(run["config"]), "resume_from": None, "output_dir": run.get("output_dir")}))
 
 

@@ -1,0 +1,176 @@
+"""What each role may do, route by route, enforced for every API route.
+
+`RULES` names the rule of every route under /api and /v1; `apply_rules` refuses to build
+an app with a route that has none (so a new route cannot slip through unruled) and
+documents the 403. `enforce`, an app-wide dependency, applies the rule before the route
+runs — before its body is even validated, so a refused caller learns nothing more.
+
+- PUBLIC: anyone (the token gate already let the request through).
+- READ: every role (admin, member, viewer).
+- USE: admin and member: things that start work but touch no one's run — starting a
+  run, previewing a dataset, asking a trained model (which loads it onto a device).
+- OWN_RUN: admin; a member only for a run it started (the `{run_id}` in the path).
+- OWN_ACTIVE: as OWN_RUN, for the server's current run (stop, reset); anyone with USE
+  when there is none.
+
+The home's token is an admin (owner `local`, stored as NULL); so is a run that was started
+by it or by the CLI owned by no key, and only admins manage it. A member refused for
+someone else's run gets a 403 naming the owner.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.routing import iter_route_contexts
+from starlette.routing import compile_path
+
+from tunelab.server.auth import CALLER_SCOPE_KEY, TOKEN_ROOTS, Caller
+from tunelab.server.errors import ApiError
+from tunelab.server.openai_schemas import OpenAIError
+from tunelab.server.schemas import ErrorBody
+
+PUBLIC, READ, USE, OWN_RUN, OWN_ACTIVE = "public", "read", "use", "own_run", "own_active"
+ALLOWED_ROLES = {PUBLIC: ("admin", "member", "viewer"), READ: ("admin", "member", "viewer"),
+                 USE: ("admin", "member"), OWN_RUN: ("admin", "member"), OWN_ACTIVE: ("admin", "member")}
+RULES: dict[tuple[str, str], str] = {
+    ("GET", "/api/health"): PUBLIC,
+    ("POST", "/api/train/start"): USE,
+    ("POST", "/api/train/stop"): OWN_ACTIVE,
+    ("POST", "/api/train/reset"): OWN_ACTIVE,
+    ("GET", "/api/train/status"): READ,
+    ("GET", "/api/train/metrics"): READ,
+    ("GET", "/api/train/progress"): READ,
+    ("GET", "/api/train/plot.png"): READ,
+    ("GET", "/api/runs"): READ,
+    ("GET", "/api/runs/{run_id}"): READ,
+    ("PATCH", "/api/runs/{run_id}"): OWN_RUN,
+    ("DELETE", "/api/runs/{run_id}"): OWN_RUN,
+    ("POST", "/api/runs/{run_id}/resume"): OWN_RUN,
+    ("POST", "/api/runs/{run_id}/export"): OWN_RUN,
+    ("GET", "/api/runs/{run_id}/chat"): READ,
+    ("POST", "/api/runs/{run_id}/eval"): USE,  # loads a model, as chat does; adds results, changes nothing of the run
+    ("GET", "/api/runs/{run_id}/evals"): READ,
+    ("GET", "/api/runs/{run_id}/samples"): READ,
+    ("GET", "/api/runs/{run_id}/samples/{name}"): READ,
+    ("GET", "/api/models/local"): READ,
+    ("POST", "/api/datasets/preview"): USE,
+    ("GET", "/api/inference"): READ,
+    ("GET", "/v1/models"): READ,
+    ("POST", "/v1/chat/completions"): USE,
+    ("POST", "/v1/completions"): USE,
+}
+# The run an OWN_ACTIVE check looked at, so the stop that follows acts on that run only.
+CHECKED_RUN_SCOPE_KEY = "tunelab.checked_run"
+# A request that somehow reached a route without passing the gate has no rights at all.
+NOBODY = Caller("nobody")
+
+
+def is_api_path(path: str) -> bool:
+    return any(path == root or path.startswith(root + "/") for root in TOKEN_ROOTS)
+
+
+def api_routes(app: FastAPI) -> list[tuple[str, str]]:
+    """(method, path template) of every route under /api and /v1, from the app's router."""
+    found = set()
+    for context in iter_route_contexts(app.routes):
+        path, methods = context.path_format, context.methods
+        if path and methods and is_api_path(path):
+            found |= {(method, path) for method in methods if method != "HEAD"}
+    return sorted(found)
+
+
+def apply_rules(app: FastAPI) -> None:
+    """Refuse an app with an unruled API route; document the 403 of every ruled one."""
+    missing = [f"{method} {path}" for method, path in api_routes(app) if (method, path) not in RULES]
+    if missing:
+        raise RuntimeError(f"no role rule for {', '.join(missing)}: add each to tunelab/server/roles.py RULES")
+    for context in iter_route_contexts(app.routes):
+        rules = {RULES.get((m, context.path_format)) for m in context.methods or ()}
+        if context.path_format and is_api_path(context.path_format) and rules - {None, PUBLIC}:
+            context.original_route.responses.setdefault(403, {"model": ErrorBody})
+
+
+@functools.lru_cache(maxsize=8)
+def _patterns(routes: tuple[tuple[str, str], ...]) -> list[tuple[str, str, Any]]:
+    return [(method, template, compile_path(template)[0]) for method, template in routes]
+
+
+def rule_for(method: str, path: str) -> tuple[str | None, dict[str, str]]:
+    """The rule of the route a request's method and path reach, and its path parameters.
+    The rules' paths are matched against the request's own path: the same match whatever
+    route object the framework hands on, and with the run id in hand."""
+    for rule_method, template, pattern in _patterns(tuple(RULES)):
+        found = pattern.match(path)
+        if found and rule_method == method:
+            return RULES[(rule_method, template)], found.groupdict()
+    return None, {}
+
+
+def caller_of(request: Request) -> Caller:
+    return request.scope.get(CALLER_SCOPE_KEY, NOBODY)
+
+
+def enforce(request: Request) -> None:
+    """The app-wide dependency: 403 unless the caller's role (and ownership) allows the route."""
+    path = request.scope.get("path", "")
+    if not is_api_path(path):
+        return  # /docs: nothing under the API roots
+    rule, params = rule_for("GET" if request.method == "HEAD" else request.method, path)
+    if rule == PUBLIC:
+        return
+    caller = caller_of(request)
+    if rule is None or caller.role not in ALLOWED_ROLES[rule]:
+        _refuse(request, "role_forbidden", _role_message(caller, rule))
+    if caller.role == "admin" or rule in (READ, USE):
+        return
+    run_id = _run_in_question(request, rule, params)
+    if run_id is None:
+        return
+    owner = _owner_of(request, run_id)
+    if owner is _NO_SUCH_RUN:
+        return  # the route answers 404 itself
+    if owner != caller.key_name:
+        whose = f"the key {owner!r}" if owner else "the server's own token (owner 'local')"
+        _refuse(request, "not_owner", f"run {run_id} belongs to {whose}; the member key {caller.shown!r} may "
+                                      "stop, rename, delete, resume or export only its own runs: ask its owner or an admin")
+
+
+def _role_message(caller: Caller, rule: str | None) -> str:
+    if rule is None:
+        return "this route has no role rule, so no key may use it"
+    if caller is NOBODY:
+        return "this request carries no credentials"
+    needed = " or ".join(ALLOWED_ROLES[rule])
+    return (f"the key {caller.shown!r} has the role {caller.role}, which only reads; this needs {needed} "
+            f"(an admin can create one: `tunelab keys create NAME --role member`)")
+
+
+def _run_in_question(request: Request, rule: str, params: dict[str, str]) -> int | None:
+    if rule == OWN_RUN:
+        try:
+            return int(params.get("run_id", ""))
+        except ValueError:
+            return None  # not a run id: the route's validation answers 422
+    run_id = request.app.state.orchestrator.snapshot().get("run_id")
+    request.scope[CHECKED_RUN_SCOPE_KEY] = run_id
+    return run_id
+
+
+_NO_SUCH_RUN = object()
+
+
+def _owner_of(request: Request, run_id: int) -> Any:
+    try:
+        run = request.app.state.store.get_run(run_id)
+    except OverflowError:
+        return _NO_SUCH_RUN  # too large for the database: the route's validation answers 422
+    return _NO_SUCH_RUN if run is None else run.get("owner")
+
+
+def _refuse(request: Request, code: str, message: str) -> None:
+    if request.url.path.startswith("/v1/"):
+        raise OpenAIError(403, message, code=code, kind="permission_error")
+    raise ApiError(403, code, message)
