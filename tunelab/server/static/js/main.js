@@ -10,6 +10,7 @@ import { ConfigForm } from "./config-form.js";
 import { downloadYaml, readYamlFile, withoutSecrets } from "./config-yaml.js";
 import { setUpDatasetCheck } from "./dataset-check.js";
 import { HistoryPanel } from "./history.js";
+import { setUpMemoryEstimate } from "./memory-estimate.js";
 import { notify } from "./notice.js";
 import { RunPanel } from "./run-panel.js";
 import { setUpTheme } from "./theme.js";
@@ -28,6 +29,7 @@ const history = new HistoryPanel({
 const runPanel = new RunPanel({ onRunChanged: () => history.refresh() });
 
 setUpDatasetCheck(configForm);
+setUpMemoryEstimate(configForm);
 setUpDraft();
 setUpConfigFile();
 setUpStart();
