@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Request
+from fastapi import APIRouter, Body
 from pydantic import BaseModel, Field
 
 from tunelab import hardware, layout, paths
@@ -22,7 +22,6 @@ from tunelab.memory_plan import EstimateUnavailable, estimate, read_model_config
 from tunelab.orchestrator.gpus import choose_gpus
 from tunelab.orchestrator.memory_check import budget_for
 from tunelab.server.schemas import error_responses
-from tunelab.server.user_paths import check_opt_ins
 
 router = APIRouter(prefix="/api/memory", tags=["memory"], responses=error_responses(401))
 # Stands in for the data settings when none are given: they do not change the estimate.
@@ -58,13 +57,13 @@ class MemoryEstimate(BaseModel):
 
 
 @router.post("/estimate", response_model=MemoryEstimate, responses=error_responses(422))
-def memory_estimate(request: Request, body: dict[str, Any] = Body(description="A run's settings, as /api/train/start takes them.")) -> MemoryEstimate:
+def memory_estimate(body: dict[str, Any] = Body(description="A run's settings, as /api/train/start takes them.")) -> MemoryEstimate:
     """Peak memory per device for these settings, term by term, and whether it fits here."""
     data = dict(body)
     if not (data.get("dataset") or data.get("local_datasets") or data.get("s3")):
         data["dataset"] = NO_DATA
     cfg = parse_config(data)
-    check_opt_ins(cfg.model_dump(), request.app.state, fields=("trust_remote_code",))
+    # Only the model folder is read (its config.json), inside the data roots like any start's.
     name = paths.check_model_source(cfg.model_name)
     try:
         shape = shape_from_config(read_model_config(name))
