@@ -29,6 +29,7 @@ from pathlib import Path
 
 from assets import CACHE, _WordSource, larger_assets
 from results import Result, standalone
+import runs
 from runs import tunelab_run
 from sidebyside import spread
 
@@ -43,7 +44,9 @@ CALIBRATION = {"lora": ("lora", 1, 16, False), "full": ("full", 1, 16, False)}
 # Two steps: the optimizer's state exists from the first one, so the second has the full peak.
 STEPS = 2
 # Runs at once: each is a separate worker process, so concurrency does not change any one's memory.
-PARALLEL = 3
+PARALLEL = 4
+# Memory, not time, is measured: on a busy machine a run may take long, and that is fine.
+RUN_TIMEOUT_S = 1800
 TARGET = 1.35  # the estimate within 35% of the measured growth (either way), at the median
 
 
@@ -84,14 +87,17 @@ def measure_one(folder: Path, data: Path, training_type: str, batch: int, seq: i
     cfg = parse_config(settings)
     plan = estimate(shape_from_config(read_model_config(str(folder))), settings_for(cfg, cuda=False, world_size=1))
     estimated = sum(plan.term(name) for name in TRAINING_TERMS)
+    runs.RUN_TIMEOUT_S = max(runs.RUN_TIMEOUT_S, RUN_TIMEOUT_S)
     log = tunelab_run(settings)
     before = log.facts["memory_before_training_gb"] * 2**30
     peak = log.facts["peak_memory_gb"] * 2**30
     load_peak = log.facts["peak_before_training_gb"] * 2**30
     measured = peak - before
-    return {"label": f"{training_type} b{batch} x s{seq}, checkpointing {'on' if checkpointing else 'off'}",
-            "estimated": estimated, "measured": measured, "masked": peak <= load_peak,
-            "terms": {name: plan.term(name) for name in TRAINING_TERMS if plan.term(name)}}
+    row = {"label": f"{training_type} b{batch} x s{seq}, checkpointing {'on' if checkpointing else 'off'}",
+           "estimated": estimated, "measured": measured, "masked": peak <= load_peak,
+           "terms": {name: plan.term(name) for name in TRAINING_TERMS if plan.term(name)}}
+    print(f"    {row['label']}: raw estimate {estimated / 2**20:.0f} MiB, RSS growth {measured / 2**20:.0f} MiB #", flush=True)
+    return row
 
 
 def measure(quick: bool) -> list[Result]:

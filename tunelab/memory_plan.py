@@ -19,7 +19,8 @@ worker actually builds (model_setup.py):
   the MLP's gate, up, activation and product (intermediate wide) — with flash/SDPA
   attention (no seq x seq scores). Gradient checkpointing keeps each layer's input only
   and recomputes one layer at a time. The LM head's logits (batch x seq x vocab) are
-  counted apart: the loss upcasts them to fp32 and keeps the log-softmax for backward.
+  counted apart, as TRL's fused head makes them: one tile of at most 4,096 tokens x
+  32,768 vocabulary entries at a time (the whole logits of a smaller micro-batch).
 - per device: DDP replicates everything (plus its gradient buckets); FSDP shards weights,
   gradients and optimizer state over the ranks and gathers one layer at a time.
 
@@ -46,6 +47,13 @@ NF4_BYTES_PER_WEIGHT = 0.5 + 1 / 64 + 4 / (64 * 256)
 CUDA_OVERHEAD_BYTES = 600 * 2**20
 # Optimizer state bytes per trained parameter, by what the optimizer's name says.
 ADAM_STATE_BYTES = 8
+# TRL's fused LM head (trl.kernels.chunked_logprob): tokens and vocabulary entries per tile.
+LOGIT_TILE_TOKENS = 4096
+LOGIT_TILE_VOCAB = 32768
+# Without Triton (on a CPU) the tile is folded with plain torch ops, whose fp32
+# temporaries (log-probs, entropy, top-1, their gradient) peak at about this many bytes
+# per tile element (measured by bench/memory_estimate.py: 37-60 over three configs).
+CPU_LOGIT_TILE_BYTES = 48
 
 
 class EstimateUnavailable(ValueError):
@@ -359,9 +367,14 @@ def estimate(shape: ModelShape, s: Settings) -> Estimate:
         saved = tokens * (shape.layers * layer + rest) * act
         how = f"{shape.layers} layers x {layer:,} saved values per token"
     terms.append(Term("activations", saved, f"micro-batch {s.batch_size} x {s.max_seq_length} tokens, {how}"))
-    # The logits in the compute type, their fp32 log-softmax kept for backward, and its gradient.
-    terms.append(Term("logits", tokens * shape.vocab * (act + 8),
-                      f"LM head output {s.batch_size} x {s.max_seq_length} x {shape.vocab:,} vocab, upcast to fp32 for the loss"))
+    # TRL's fused LM head never holds all logits: it projects tiles of up to 4,096 tokens x
+    # 32,768 vocabulary entries and folds each into the loss (recomputing it in backward).
+    tile = min(tokens, LOGIT_TILE_TOKENS) * min(shape.vocab, LOGIT_TILE_VOCAB)
+    per_element = act + 4 if s.cuda else CPU_LOGIT_TILE_BYTES
+    terms.append(Term("logits", tile * per_element,
+                      f"LM head logits of micro-batch {s.batch_size} x {s.max_seq_length} tokens x {shape.vocab:,} vocab, "
+                      f"in tiles of at most {LOGIT_TILE_TOKENS:,} tokens x {LOGIT_TILE_VOCAB:,} vocab"
+                      + ("" if s.cuda else " (the CPU's torch path keeps several fp32 copies of a tile)")))
     if s.cuda:
         terms.append(Term("cuda_overhead", CUDA_OVERHEAD_BYTES, "CUDA context and allocator slack (not in max_memory_allocated)"))
     else:

@@ -43,13 +43,13 @@ def llama_7b(tmp_path):
 
 
 def test_a_run_that_will_not_fit_is_refused_before_it_exists(orchestrator_for, one_gpu, llama_7b, store):
-    one_gpu(20000)  # 19.5 GiB free
+    one_gpu(16896)  # 16.5 GiB free
     orch, _ = orchestrator_for(sw.trainer)
     with pytest.raises(ConfigError) as refused:
         orch.start(scripted_config(model_name=llama_7b, batch_size=8, gradient_accumulation_steps=2, max_seq_length=2048))
     error = refused.value.errors[0]
     assert error.field == "memory_fit"
-    assert "estimated" in error.message and "GPU 0 (NVIDIA Test 0) has 19.5 GiB free" in error.message
+    assert "estimated" in error.message and "GPU 0 (NVIDIA Test 0) has 16.5 GiB free" in error.message
     assert "set batch_size=2 and gradient_accumulation_steps=8" in error.message
     assert store.list_runs() == []
     # The same run on a GPU with room starts.
@@ -59,7 +59,7 @@ def test_a_run_that_will_not_fit_is_refused_before_it_exists(orchestrator_for, o
 
 
 def test_auto_starts_with_a_smaller_micro_batch_and_records_it(orchestrator_for, one_gpu, llama_7b, store):
-    one_gpu(20000)
+    one_gpu(16896)
     orch, recorder = orchestrator_for(sw.trainer)
     run_id = orch.start(scripted_config(model_name=llama_7b, batch_size=8, gradient_accumulation_steps=2,
                                         max_seq_length=2048, memory_fit="auto"))

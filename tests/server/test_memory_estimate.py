@@ -18,7 +18,7 @@ def gpu_server(start_server, tmp_path, demo_assets):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho '0, GPU-0000, 81920, 20000, NVIDIA Test 0'\n")
+    smi.write_text("#!/bin/sh\necho '0, GPU-0000, 81920, 16896, NVIDIA Test 0'\n")
     smi.chmod(0o755)
     models = tmp_path / "models"
     (models / "llama-7b").mkdir(parents=True)
@@ -40,7 +40,7 @@ def test_estimate_names_each_term_and_what_a_start_would_do(gpu_server):
         assert terms["weights"] == 2 * 6_738_415_616 and data["total_bytes"] == sum(terms.values())
         assert data["resolved"]["gradient_checkpointing"] is True and data["resolved"]["precision"] == "bf16"
         assert data["device"]["verdict"] == "refused" and data["device"]["where"] == "GPU 0 (NVIDIA Test 0)"
-        assert "19.5 GiB free" in data["device"]["message"]
+        assert "16.5 GiB free" in data["device"]["message"]
 
         adjusted = client.post("/api/memory/estimate", json={**body, "memory_fit": "auto"}).json()["device"]
         assert adjusted["verdict"] == "adjusted"
