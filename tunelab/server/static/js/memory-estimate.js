@@ -5,7 +5,7 @@
  * or be refused. Without a model name there is nothing to estimate and the panel hides.
  */
 
-import { api } from "./api.js";
+import { api, getToken } from "./api.js";
 
 const DEBOUNCE_MS = 400;
 const GIB = 2 ** 30;
@@ -26,7 +26,7 @@ export function setUpMemoryEstimate(configForm) {
 
   const refresh = async () => {
     const { config } = configForm.read();
-    if (!config.model_name) {
+    if (!config.model_name || !getToken()) {  // nothing is fetched until a token is known
       panel.hidden = true;
       return;
     }
