@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --upgrade pip
 	# torch first and pinned: an unpinned torch pulled in by another package is a multi-GB CUDA build
 	$(BIN)/pip install -q $(TUNELAB_TORCH_SPEC)
-	$(BIN)/pip install -q -e ".[train,mlx,dev,cluster]"
+	$(BIN)/pip install -q -e ".[train,mlx,dev,cluster,eval]"
 	./scripts/install_system_deps.sh
 	touch $(STAMP)
 

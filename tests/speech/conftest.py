@@ -1,4 +1,6 @@
-"""Fixtures for the speech tests: the tiny Whisper and its tone clips, built once per session."""
+"""Fixtures for the speech tests: the tiny Whisper and its clips spoken by espeak-ng, built once
+per session. Without espeak-ng (scripts/install_system_deps.sh installs it) the tests that
+need the clips skip, saying how to install it, as the browser tests do without Chromium."""
 
 from __future__ import annotations
 
@@ -12,12 +14,16 @@ import pytest
 for _folder in ("orchestrator", "worker"):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / _folder))
 
-from tunelab.speech_demo import SpeechDemoAssets, ensure_speech_demo_assets
+from tunelab.speech_demo import MissingSynthesiser, SpeechDemoAssets, espeak_binary, ensure_speech_demo_assets
 
 
 @pytest.fixture(scope="session")
 def speech_assets(tmp_path_factory: pytest.TempPathFactory) -> SpeechDemoAssets:
-    """The tiny random-init Whisper + generated tone clips (offline, a few seconds)."""
+    """The tiny random-init Whisper + clips spoken by espeak-ng (offline, a few seconds)."""
+    try:
+        espeak_binary()
+    except MissingSynthesiser as exc:
+        pytest.skip(str(exc))
     return ensure_speech_demo_assets(tmp_path_factory.mktemp("speech") / "assets")
 
 

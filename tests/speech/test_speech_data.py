@@ -6,6 +6,7 @@ told from its config (for the worker, the mlx refusal and export)."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -74,7 +75,7 @@ def test_a_parquet_audio_feature_is_read_as_bytes_without_decoding(speech_assets
     first = prepared.train[0]
     assert first["audio"]["bytes"] and first["audio"]["path"] == Path(rows[0]["audio"]).name
     batch = prepared.collator([prepared.train[i] for i in range(2)])
-    assert tuple(batch["input_features"].shape) == (2, 80, 200)  # 80 mel bins over the 2 s window
+    assert tuple(batch["input_features"].shape) == (2, 80, 300)  # 80 mel bins over the 3 s window
 
 
 def _bad_clip_rows(assets, tmp_path: Path, kind: str) -> Path:
@@ -86,13 +87,13 @@ def _bad_clip_rows(assets, tmp_path: Path, kind: str) -> Path:
     elif kind == "empty":
         soundfile.write(clip, np.zeros(0, dtype=np.float32), 16000)
     elif kind == "long":
-        soundfile.write(clip, np.zeros(16000 * 3, dtype=np.float32), 16000)  # 3 s > the 2 s window
+        soundfile.write(clip, np.zeros(16000 * 4, dtype=np.float32), 16000)  # 4 s > the 3 s window
     return _jsonl(tmp_path / f"{kind}.jsonl", [{"audio": good, "text": "one"}, {"audio": f"clips/{kind}.wav", "text": "two"},
                                                 {"audio": good, "text": "three"}])
 
 
 @pytest.mark.parametrize("kind, says", [("missing", "does not exist"), ("garbage", "cannot be read"),
-                                        ("empty", "is empty"), ("long", "is 3.0 s long and the model's feature extractor takes at most 2 s")])
+                                        ("empty", "is empty"), ("long", "is 4.0 s long and the model's feature extractor takes at most 3 s")])
 def test_a_bad_clip_is_reported_with_its_row_path_and_field_before_training(speech_assets, speech_processor, tmp_path, kind, says):
     data = _bad_clip_rows(speech_assets, tmp_path, kind)
     with pytest.raises(DataFormatError) as caught:
@@ -100,7 +101,27 @@ def test_a_bad_clip_is_reported_with_its_row_path_and_field_before_training(spee
     message = caught.value.message
     assert caught.value.field == "local_datasets"
     assert message.startswith(f"row 1 of the training data: audio {tmp_path / 'clips' / (kind + '.wav')} (column 'audio') ")
-    assert says in message
+    assert says in message and message.endswith("or set skip_bad_audio=true to skip such rows")
+
+
+def test_skip_bad_audio_drops_counts_and_names_the_bad_rows(speech_assets, speech_processor, tmp_path):
+    good = str((speech_assets.data_dir / "clips" / "000.wav").resolve())
+    for kind in ("garbage", "empty", "long"):
+        _bad_clip_rows(speech_assets, tmp_path, kind)  # writes clips/<kind>.wav
+    rows = [{"audio": good, "text": "one"}] * 2 + [{"audio": f"clips/{k}.wav", "text": "two"} for k in ("missing", "garbage", "empty", "long")]
+    data = _jsonl(tmp_path / "rows.jsonl", rows)
+    prepared = _prepared(speech_assets, speech_processor, data, tmp_path / "cache", skip_bad_audio=True)
+    assert len(prepared.train) == 2 and prepared.train[1]["audio"]["path"] == good
+    clips = tmp_path / "clips"
+    assert prepared.notes == [f"Skipped 4 of 6 training rows whose audio is missing, unreadable, empty or too long (skip_bad_audio): "
+                              f"row 2 ({clips / 'missing.wav'}: missing), row 3 ({clips / 'garbage.wav'}: unreadable), "
+                              f"row 4 ({clips / 'empty.wav'}: empty), row 5 ({clips / 'long.wav'}: longer than 3 s)"]
+    # Every row bad is still an error: there is nothing to train on.
+    with pytest.raises(DataFormatError) as refused:
+        _prepared(speech_assets, speech_processor, _jsonl(tmp_path / "bad.jsonl", rows[2:]), tmp_path / "cache", skip_bad_audio=True)
+    assert refused.value.field == "local_datasets"
+    assert refused.value.message.startswith("every one of the 4 training rows has audio that cannot train (skip_bad_audio skipped them all), "
+                                            f"e.g. row 0: {clips / 'missing.wav'}: missing")
 
 
 def test_in_a_served_run_a_clip_outside_the_data_roots_is_refused(speech_assets, speech_processor, home, tmp_path, monkeypatch):
@@ -111,8 +132,8 @@ def test_in_a_served_run_a_clip_outside_the_data_roots_is_refused(speech_assets,
     data = _jsonl(data_dir / "rows.jsonl", [{"audio": "inside.wav", "text": "one"}, {"audio": outside, "text": "two"}])
     monkeypatch.setenv("TUNELAB_DATA_ROOTS", str(data_dir))
     monkeypatch.setenv("TUNELAB_CONFINE_READS", "1")
-    with pytest.raises(DataFormatError) as caught:
-        _prepared(speech_assets, speech_processor, data, tmp_path / "cache")
+    with pytest.raises(DataFormatError) as caught:  # refused, never skipped
+        _prepared(speech_assets, speech_processor, data, tmp_path / "cache", skip_bad_audio=True)
     assert caught.value.message.startswith("row 1 of the training data: audio ") and "outside the folders tunelab may read" in caught.value.message
 
 
@@ -166,13 +187,26 @@ def test_a_speech_model_is_told_from_its_config(speech_assets, tmp_path):
     assert problem is not None and "speech-to-text model" in problem and "backend=torch" in problem
 
 
-def test_the_dataset_check_shows_each_rows_clip_and_transcript(speech_assets, tmp_path):
+def test_the_dataset_check_shows_each_rows_clip_and_transcript_and_counts_bad_clips(speech_assets, home, tmp_path, monkeypatch):
     from tunelab.server.preview_child import build_preview
+
+    # The preview serves HTTP: like training in a served run, it reads clips in the data roots only.
+    monkeypatch.setenv("TUNELAB_DATA_ROOTS", f"{speech_assets.root}{os.pathsep}{tmp_path}")
 
     preview = build_preview({"local_datasets": [str(speech_assets.transcripts_csv)], "format": "auto"}, 2, None, tmp_path / "cache")
     first = speech_assets.transcripts.read_text().splitlines()[0]
     assert preview["format"] == "transcription" and preview["row_count"] == 96 and len(preview["rows"]) == 2
     assert preview["rows"][0]["text"] == f"[audio: {json.loads(first)['audio']}] {json.loads(first)['text']}"
+    assert (preview["bad_audio_rows"], preview["audio_rows_checked"]) == (0, 96)
+    # The bad clips training would refuse are counted; the window length only with a model given.
+    for kind in ("garbage", "empty", "long"):
+        _bad_clip_rows(speech_assets, tmp_path, kind)
+    good = str((speech_assets.data_dir / "clips" / "000.wav").resolve())
+    data = _jsonl(tmp_path / "rows.jsonl", [{"audio": good, "text": "one"}] + [{"audio": f"clips/{k}.wav", "text": "two"}
+                                                                             for k in ("missing", "garbage", "empty", "long")])
+    config = {"local_datasets": [str(data)], "format": "auto"}
+    counted = {model: build_preview(config, 2, model, tmp_path / "cache")["bad_audio_rows"] for model in (None, str(speech_assets.model_dir))}
+    assert counted == {None: 3, str(speech_assets.model_dir): 4}
 
 
 def test_speech_language_sets_the_transcripts_language_token(speech_assets):

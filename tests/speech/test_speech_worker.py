@@ -1,8 +1,8 @@
-"""The real worker in a spawn child on the tiny Whisper: a LoRA run on the tone clips
-trains, evaluates with word error rate next to eval loss (and reports the run's modality
-as speech), and saves what AutoProcessor
-reloads; a clip that is missing ends the run before training with an error naming the
-row, the path and the field."""
+"""The real worker in a spawn child on the tiny Whisper: a LoRA run on the spoken clips
+skips the bad clips it was told to skip (reported per split before training), trains,
+evaluates with word error rate next to eval loss (and reports the run's modality as
+speech), and saves what AutoProcessor reloads; without skip_bad_audio a clip that is
+missing ends the run before training with an error naming the row, the path and the field."""
 
 from __future__ import annotations
 
@@ -22,13 +22,28 @@ def _payload(assets, data, out, **overrides):
     return demo_config(SimpleNamespace(model_dir=assets.model_dir, alpaca=data), out, **{"batch_size": 4, **overrides})
 
 
-def test_a_lora_run_trains_evaluates_word_error_rate_and_saves_the_processor(speech_assets, tmp_path):
+def _with_bad_rows(assets, path, rows: list[dict], bad: dict) -> "Path":
+    """`rows` with clip paths made absolute, and the bad row second."""
+    fixed = [{**row, "audio": str((assets.data_dir / row["audio"]).resolve())} for row in rows]
+    path.write_text("".join(json.dumps(row) + "\n" for row in fixed[:1] + [bad] + fixed[1:]))
+    return path
+
+
+def test_a_lora_run_skips_bad_clips_trains_evaluates_word_error_rate_and_saves_the_processor(speech_assets, tmp_path):
     out = tmp_path / "out"
-    final, worker = run_to_end(_payload(speech_assets, speech_assets.transcripts, out, max_steps=3,
-                                        eval_steps=3, eval_holdout=0.05))
+    rows = [json.loads(line) for line in speech_assets.transcripts.read_text().splitlines()]
+    (tmp_path / "silence.wav").write_bytes(b"RIFF, but no audio in it")
+    train = _with_bad_rows(speech_assets, tmp_path / "train.jsonl", rows[5:], {"audio": "lost/7.wav", "text": "one"})
+    held = _with_bad_rows(speech_assets, tmp_path / "held.jsonl", rows[:5], {"audio": "silence.wav", "text": "two"})
+    final, worker = run_to_end(_payload(speech_assets, train, out, max_steps=3, eval_steps=3, skip_bad_audio=True,
+                                        local_eval_datasets=[str(held)]))
     assert final["type"] == ev.COMPLETE, final
     stages = [e["message"] for e in worker.events if e["type"] == ev.STATUS]
-    assert "Tokenizing 91 transcription rows" in stages  # 96 clips, 5 held out
+    assert "Tokenizing 92 transcription rows" in stages  # 91 clips and a missing one
+    # Bad clips are skipped, counted and named (row, path, reason) before training, per split.
+    assert f"Skipped 1 of 92 training rows whose audio is missing, unreadable, empty or too long (skip_bad_audio): row 1 ({tmp_path / 'lost' / '7.wav'}: missing)" in stages
+    assert f"Skipped 1 of 6 eval rows whose audio is missing, unreadable, empty or too long (skip_bad_audio): row 1 ({tmp_path / 'silence.wav'}: unreadable)" in stages
+    assert stages.index("Training") > max(i for i, m in enumerate(stages) if m.startswith("Skipped"))
     assert any("lora of a speech-to-text model" in message for message in stages)
     assert [p["step"] for p in worker.progress()] == [1, 2, 3]
     assert [e["modality"] for e in worker.events if e["type"] == ev.MODALITY] == ["speech"]

@@ -6,7 +6,8 @@ as a child, writes `{"config": <worker payload>, "rows": n, "tokenizer": name|nu
 "cache_dir": folder}` to its stdin (`datasets` caches go to that folder, which the server
 removes afterwards), and reads one JSON answer from its stdout:
   {"ok": true, "preview": {format, columns, row_count, rendered_with, rows: [...]}}
-(image-text data adds image_count and each shown row's images: `preview_images`)
+(image-text data adds image_count and each shown row's images: `preview_images`;
+audio + transcript data its bad clip count: `preview_audio`)
   {"ok": false, "error": {"code", "message", "field"}}
 The rows are rendered by the same functions training uses (tunelab.worker.data), so the
 preview shows exactly the text the model will read — cut short, with a visible marker,
@@ -75,6 +76,7 @@ def _plain_chat(messages: list[dict[str, str]]) -> str:
 def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None, cache_dir: Path) -> dict[str, Any]:
     from tunelab.worker.data import load_raw, to_messages, to_plain_text
     from tunelab.worker.preference_formats import PREFERENCE_FORMAT, UNPAIRED_FORMAT, row_turns
+    from tunelab.worker.prompt_formats import PROMPT_FORMAT, reference_column
     from tunelab.worker.tokenization import render, uses_raw_text
 
     raw = load_raw({**config, "eval_steps": 0}, cache_dir)
@@ -85,7 +87,9 @@ def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None,
 
         return build_image_preview(config, rows, tokenizer_name, raw, image_column(raw.train.column_names))
     if raw.format == "transcription":
-        return _transcription_preview(raw, rows)
+        from tunelab.server.preview_audio import build_audio_preview
+
+        return build_audio_preview(config, rows, tokenizer_name, raw)
     raw_text = uses_raw_text(raw.format, config)
     tokenizer, note = (None, "")
     if tokenizer_name and not raw_text:
@@ -102,6 +106,13 @@ def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None,
             messages = _short_messages(turns.get("prompt", []) + turns["chosen"])
             text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
             text += "\n[rejected]\n" + "\n".join(m["content"] for m in turns["rejected"])
+        elif raw.format == PROMPT_FORMAT:
+            # The prompt as the model sees it before generating; the reference answer after it.
+            messages = _short_messages(row_turns({"prompt": row["prompt"]}, config.get("role_mapping"))["prompt"])
+            text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
+            reference = reference_column(raw.train.column_names)
+            if reference is not None:
+                text += f"\n[reference]\n{row[reference]}"
         elif raw.format == UNPAIRED_FORMAT:
             turns = row_turns(row, config.get("role_mapping"))
             messages = _short_messages(turns["prompt"] + turns["completion"])
@@ -125,26 +136,6 @@ def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None,
         "note": note or None,
         "rows": shown,
     }
-
-
-def _transcription_preview(raw: Any, rows: int) -> dict[str, Any]:
-    """Audio + transcript rows: each shown as its clip's reference and the transcript,
-    which is what the model learns to write (the clips are checked when a run starts)."""
-    from tunelab.worker.speech_formats import audio_column, transcript_column
-
-    audio, text = audio_column(raw.train.column_names), transcript_column(raw.train.column_names)
-    shown, budget = [], TOTAL_CHARS
-    for index in range(min(rows, len(raw.train))):
-        if budget <= 0:
-            break
-        row = raw.train[index]
-        ref = row.get(audio)
-        clip = (ref.get("path") or "(embedded clip)") if isinstance(ref, dict) else str(ref)
-        line = truncate(f"[audio: {clip}] {row.get(text) or ''}", min(ROW_CHARS, budget))
-        budget -= len(line)
-        shown.append({"index": index, "text": line, "messages": None})
-    return {"format": raw.format, "columns": [truncate(str(name), COLUMN_CHARS) for name in raw.train.column_names[:MAX_COLUMNS]],
-            "row_count": len(raw.train), "rendered_with": "raw_text", "note": None, "rows": shown}
 
 
 def _answer(request: dict[str, Any]) -> dict[str, Any]:

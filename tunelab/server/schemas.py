@@ -256,6 +256,8 @@ class DatasetPreview(BaseModel):
     image_count: int | None = Field(None, description="Images in the whole training split (image-text data only).")
     bad_image_rows: int | None = Field(None, description="Rows with an image training would not take: missing, unreadable, not an image or outside the readable folders (image-text data only; skip_bad_images skips them in a run, except those outside the readable folders).")
     image_rows_checked: int | None = Field(None, description="How many rows (from the first) bad_image_rows covers.")
+    bad_audio_rows: int | None = Field(None, description="Rows with a clip training would not take: missing, unreadable, empty, outside the readable folders, or (with a model given) longer than its feature extractor's window (audio + transcript data only; skip_bad_audio skips them in a run, except those outside the readable folders).")
+    audio_rows_checked: int | None = Field(None, description="How many rows (from the first) bad_audio_rows covers.")
 
 
 # --- health ---------------------------------------------------------------------------

@@ -9,14 +9,18 @@
 Every clip is decoded once here (one at a time) to check it before training: a missing
 file, one libsndfile cannot decode, an empty clip, or one longer than the feature
 extractor takes (30 s for Whisper) is an error naming the row, the path and the field.
-Samples are kept nowhere: `speech_collator` decodes again, batch by batch. In a run a
-server started (`paths.reads_confined`) a clip outside the data roots is refused.
+With `skip_bad_audio` such a row is dropped instead, and the count with the first few
+rows, paths and reasons comes back as a note the worker reports (as `skip_bad_images`
+does for images). Samples are kept nowhere: `speech_collator` decodes again, batch by
+batch. In a run a server started (`paths.reads_confined`) a clip outside the data roots
+is refused, skip or not.
 Torch-free apart from the collator it hands on.
 """
 
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from typing import Any
 
 from tunelab import paths
@@ -29,8 +33,17 @@ from tunelab.worker.vision_data import _source_field, data_folders, image_refere
 SPEECH_COLUMNS = ("audio", "labels")
 
 
+# With skip_bad_audio: how many skipped (row, path) pairs a note names before "…".
+SHOWN_SKIPPED = 5
+
+
 class BadClip(ValueError):
-    """A clip that cannot train: the message says what is wrong with it."""
+    """A clip that cannot train: the message says what is wrong with it, `kind` in a word
+    (missing, unreadable, empty, too long)."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
 
 
 def longest_seconds(feature_extractor: Any) -> float | None:
@@ -53,40 +66,103 @@ def check_clip(ref: dict[str, Any], longest: float | None) -> float:
     from pathlib import Path
 
     if not ref.get("bytes") and not Path(ref["path"]).is_file():
-        raise BadClip("does not exist; correct the path (relative paths are relative to the dataset file) or remove the row")
+        raise BadClip("does not exist; correct the path (relative paths are relative to the dataset file) or remove the row", "missing")
     with open_clip(ref) as clip:
         seconds = clip.frames / clip.samplerate
         if longest is not None and seconds > longest + 1e-6:
             raise BadClip(f"is {seconds:.1f} s long and the model's feature extractor takes at most {longest:g} s; "
-                          "cut the clip into shorter pieces or remove the row")
+                          "cut the clip into shorter pieces or remove the row", f"longer than {longest:g} s")
         frames = len(clip.read(dtype="float32"))
     if frames == 0:
-        raise BadClip("is empty (no audio samples); remove the row")
+        raise BadClip("is empty (no audio samples); remove the row", "empty")
     return frames / clip.samplerate
 
 
-def _rows(rows: Any, processor: Any, config: dict[str, Any], what: str, max_label_tokens: int | None) -> Any:
+@dataclass(frozen=True)
+class ClipPlace:
+    """Where a split's clips are read from and how an error names them."""
+    folders: list[Any]  # relative paths resolve against these
+    field: str  # the setting that names the data
+    what: str  # "training" or "eval"
+    column: str  # the audio column
+    confined: bool  # a server-started run reads only inside the data roots
+
+
+def clip_place(config: dict[str, Any], what: str, column: str) -> ClipPlace:
+    return ClipPlace(data_folders(config, what), _source_field(config, what), what, column, paths.reads_confined())
+
+
+class BadAudioRow(DataFormatError):
+    """A row whose clip cannot train (as opposed to a path refusal, which no setting skips):
+    `shown` names its path and `kind` says what is wrong in a word."""
+
+    def __init__(self, field: str, message: str, shown: str, kind: str):
+        super().__init__(field, message)
+        self.shown, self.kind = shown, kind
+
+
+def checked_clip(raw_ref: Any, index: int, place: ClipPlace, longest: float | None, hint: str = "") -> dict[str, Any]:
+    """Row `index`'s clip as `{path, bytes}`, decoded once to check it; any problem is a
+    DataFormatError naming the row, the path and the field (speech-to-text and text-to-speech rows
+    alike) — a BadAudioRow when the clip itself is bad. `hint` ends the message (", or set ...")."""
+    ref = None
+    where = f"row {index} of the {place.what} data: audio"
+    try:
+        ref = image_reference(raw_ref, place.folders)
+        if place.confined and not ref["bytes"]:
+            paths.check_readable(ref["path"], place.field)
+        check_clip(ref, longest)
+    except paths.PathNotAllowed as exc:
+        raise DataFormatError(place.field, f"{where} {exc}") from exc
+    except BadClip as exc:
+        raise BadAudioRow(place.field, f"{where} {_shown(ref, raw_ref)} (column '{place.column}') {exc}{hint}",
+                          _shown(ref, raw_ref), exc.kind) from exc
+    except Exception as exc:  # not audio, truncated data, bad reference
+        raise BadAudioRow(place.field, f"{where} {_shown(ref, raw_ref)} (column '{place.column}') cannot be read "
+                                       f"({exc}); fix or remove the row, or correct the path (relative paths are relative to the dataset file)"
+                                       f"{hint}", _shown(ref, raw_ref), "unreadable") from exc
+    return ref
+
+
+def _row_features() -> Any:
+    """The converted rows' columns, stated rather than inferred: a first batch of skipped
+    rows must not fix the column types for the good rows after it."""
+    import datasets
+
+    return datasets.Features({
+        "audio": {"path": datasets.Value("string"), "bytes": datasets.Value("binary")},
+        "labels": datasets.List(datasets.Value("int64")),
+        "bad_audio": datasets.Value("string"),
+    })
+
+
+def _skipped_note(bad: list[tuple[int, str]], total: int, what: str) -> str:
+    shown = ", ".join(f"row {index} ({reason})" for index, reason in bad[:SHOWN_SKIPPED])
+    more = f" and {len(bad) - SHOWN_SKIPPED} more" if len(bad) > SHOWN_SKIPPED else ""
+    return (f"Skipped {len(bad)} of {total} {what} rows whose audio is missing, unreadable, empty or too long "
+            f"(skip_bad_audio): {shown}{more}")
+
+
+SKIP_HINT = ", or set skip_bad_audio=true to skip such rows"
+
+
+def _rows(rows: Any, processor: Any, config: dict[str, Any], what: str, max_label_tokens: int | None, notes: list[str]) -> Any:
     tokenizer = processor.tokenizer
-    folders = data_folders(config, what)
     field = _source_field(config, what)
-    confined = paths.reads_confined()
+    skip_bad = bool(config.get("skip_bad_audio"))
     longest = longest_seconds(processor.feature_extractor)
     audio_name, text_name = audio_column(rows.column_names), transcript_column(rows.column_names)
+    place = clip_place(config, what, audio_name)
 
     def convert(row: dict[str, Any], index: int) -> dict[str, Any]:
-        raw_ref, ref = row.get(audio_name), None
+        raw_ref = row.get(audio_name)
         try:
-            ref = image_reference(raw_ref, folders)
-            if confined and not ref["bytes"]:
-                paths.check_readable(ref["path"], field)
-            check_clip(ref, longest)
-        except paths.PathNotAllowed as exc:
-            raise DataFormatError(field, f"row {index} of the {what} data: audio {exc}") from exc
-        except BadClip as exc:
-            raise DataFormatError(field, f"row {index} of the {what} data: audio {_shown(ref, raw_ref)} (column '{audio_name}') {exc}") from exc
-        except Exception as exc:  # missing file, not audio, truncated data, bad reference
-            raise DataFormatError(field, f"row {index} of the {what} data: audio {_shown(ref, raw_ref)} (column '{audio_name}') cannot be read "
-                                         f"({exc}); fix or remove the row, or correct the path (relative paths are relative to the dataset file)") from exc
+            ref = checked_clip(raw_ref, index, place, longest, SKIP_HINT)
+        except BadAudioRow as exc:
+            # Only bad data is skipped: a path refusal is a plain DataFormatError and ends the run.
+            if not skip_bad:
+                raise
+            return {"audio": None, "labels": [], "bad_audio": f"{exc.shown}: {exc.kind}"}
         text = row.get(text_name)
         if not isinstance(text, str):
             raise DataFormatError(field, f"row {index} of the {what} data: the transcript (column '{text_name}') is {text!r}, not text; "
@@ -95,11 +171,20 @@ def _rows(rows: Any, processor: Any, config: dict[str, Any], what: str, max_labe
         if max_label_tokens is not None and len(labels) > max_label_tokens:
             raise DataFormatError(field, f"row {index} of the {what} data: the transcript is {len(labels)} tokens and the model's decoder "
                                          f"takes at most {max_label_tokens}; split the clip and its transcript, or remove the row")
-        return {"audio": ref, "labels": labels}
+        return {"audio": ref, "labels": labels, "bad_audio": None}
 
     # Never from the cache: a resumed run must find a deleted clip now, not halfway through.
-    return rows.map(convert, with_indices=True, remove_columns=rows.column_names, load_from_cache_file=False,
-                    desc=f"Checking {what} audio")
+    converted = rows.map(convert, with_indices=True, remove_columns=rows.column_names, features=_row_features(),
+                         load_from_cache_file=False, desc=f"Checking {what} audio")
+    bad = [(index, reason) for index, reason in enumerate(converted["bad_audio"]) if reason is not None]
+    if bad:
+        if len(bad) == len(converted):
+            raise DataFormatError(field, f"every one of the {len(bad)} {what} rows has audio that cannot train "
+                                         f"(skip_bad_audio skipped them all), e.g. row {bad[0][0]}: {bad[0][1]}; "
+                                         "check the audio paths (relative paths are relative to the dataset file)")
+        notes.append(_skipped_note(bad, len(converted), what))
+        converted = converted.filter(lambda reason: reason is None, input_columns="bad_audio")
+    return converted.remove_columns("bad_audio")
 
 
 def _shown(ref: dict[str, Any] | None, raw: Any) -> str:
@@ -121,7 +206,9 @@ def prepare(config: dict[str, Any], processor: Any, raw: RawData, model_config: 
         raise DataFormatError("training_type", "continued pretraining reads raw text; speech-to-text trains with training_type=lora or full")
     # Whisper's decoder has `max_target_positions`; other decoders name their length as text models do.
     max_label_tokens = getattr(model_config, "max_target_positions", None) or getattr(model_config, "max_position_embeddings", None)
-    train = _rows(raw.train, processor, config, "training", max_label_tokens)
+    notes: list[str] = []
+    train = _rows(raw.train, processor, config, "training", max_label_tokens, notes)
     _check_batch_fits(len(train), config)
-    eval_set = _rows(raw.eval, processor, config, "eval", max_label_tokens) if raw.eval is not None else None
-    return PreparedData(train=train, eval=eval_set, format=raw.format, collator=SpeechCollator(processor, model_config.decoder_start_token_id))
+    eval_set = _rows(raw.eval, processor, config, "eval", max_label_tokens, notes) if raw.eval is not None else None
+    return PreparedData(train=train, eval=eval_set, format=raw.format, notes=notes,
+                        collator=SpeechCollator(processor, model_config.decoder_start_token_id))

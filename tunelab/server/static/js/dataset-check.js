@@ -65,6 +65,10 @@ function render(preview) {
     const of = preview.image_rows_checked < preview.row_count ? ` (of the first ${preview.image_rows_checked.toLocaleString("en-US")})` : "";
     fact("Rows with a bad image", `${preview.bad_image_rows.toLocaleString("en-US")}${of}: training stops on them unless skip_bad_images is on`, "preview-bad-images");
   }
+  if (preview.bad_audio_rows) {
+    const of = preview.audio_rows_checked < preview.row_count ? ` (of the first ${preview.audio_rows_checked.toLocaleString("en-US")})` : "";
+    fact("Rows with a bad clip", `${preview.bad_audio_rows.toLocaleString("en-US")}${of}: training stops on them unless skip_bad_audio is on`, "preview-bad-audio");
+  }
   fact("Columns", preview.columns.join(", "), "preview-columns");
   fact("Rendered with", preview.rendered_with === "chat_template" ? "the model's chat template" : "plain text");
   const rows = el("ol", "preview-rows");
