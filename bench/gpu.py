@@ -17,6 +17,9 @@ and would be 6·N for full fine-tuning; N counts the weights used in matrix mult
 (everything but the input embedding). Tokens are real (non-padding) tokens, so padding
 shows up as lost MFU.
 
+It also records the memory estimate (tunelab.memory_plan) of the packed LoRA run against
+its measured peak, torch.cuda.max_memory_allocated from the start of training.
+
 On a machine with several GPUs it also reports DDP scaling efficiency: tokens/s on all
 of them (one rank per GPU, the same batch per GPU) ÷ (GPUs × tokens/s on one).
 
@@ -131,6 +134,8 @@ def main() -> None:
         figures[f"tunelab ÷ plain TRL, {'packed' if packing else 'padded'}"] = {
             "ratio": ratios([log.tokens_per_s(skip) for log in runs["tunelab"]],
                             [log.tokens_per_s(skip) for log in runs["plain TRL"]]).median}
+        if packing:  # every packed batch is exactly batch x max length tokens: what the estimate assumes
+            figures["memory estimate, packed"] = memory_check(ours, runs["tunelab"], cuda)
 
     gpus = torch.cuda.device_count() if cuda else 0
     if gpus >= 2 and time.monotonic() - started < TIME_LIMIT_S:
@@ -139,7 +144,10 @@ def main() -> None:
     print(f"\nLoRA r16 on a random-init {n / 1e9:.2f}B Llama, batch {args.batch_size}, max length 1,024, "
           f"skewed lengths; {steps} steps per run, {reps} run(s) per arm ({time.monotonic() - started:.0f} s)")
     for name, row in figures.items():
-        if "efficiency" in row:
+        if "estimated_gib" in row:
+            print(f"  {name:<32} estimated {row['estimated_gib']:.2f} GiB vs {row['measured_gib']:.2f} GiB "
+                  f"max_memory_allocated ({row['error'] * 100:+.0f}%)")
+        elif "efficiency" in row:
             print(f"  {name:<32} {row['efficiency']:.3f}  ({row['tokens_per_s_many']:,.0f} vs {row['tokens_per_s_one']:,.0f} tokens/s)")
         elif "ratio" in row:
             print(f"  {name:<32} {row['ratio']:.3f}")
@@ -148,6 +156,21 @@ def main() -> None:
             print(f"  {name:<32} {row['tokens_per_s']:>10,.0f} tokens/s   MFU {mfu}")
     if args.json:
         Path(args.json).write_text(json.dumps({"n_params": n, "peak": peak_note, "figures": figures}, indent=1))
+
+
+def memory_check(settings: dict, logs: list, cuda: bool) -> dict:
+    """tunelab.memory_plan's estimate of the run (without the CUDA context, which
+    max_memory_allocated does not count) against the worker's peak: torch.cuda.max_memory_allocated
+    from training's start (its progress events' peak_memory_gb), the largest over the runs."""
+    from tunelab.config import parse_config
+    from tunelab.memory_plan import estimate, read_model_config, settings_for, shape_from_config
+
+    cfg = parse_config(settings)
+    plan = estimate(shape_from_config(read_model_config(cfg.model_name)), settings_for(cfg, cuda=cuda, world_size=1))
+    measured = max(log.facts.get("peak_memory_gb", 0.0) for log in logs) * 2**30
+    return {"estimated_gib": plan.tensor_bytes / 2**30, "measured_gib": measured / 2**30,
+            "error": plan.tensor_bytes / measured - 1 if measured else float("nan"),
+            "terms_gib": {t.name: round(t.bytes / 2**30, 3) for t in plan.terms}}
 
 
 def scaling(folder: Path, data: str, steps: int, batch_size: int, gpus: int) -> dict:

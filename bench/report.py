@@ -74,8 +74,10 @@ def write(path: Path, results: list[Result], *, command: str, seconds: float, lo
     lines += ["", "## GPU", "",
               "`python bench/gpu.py` measures tokens/s and MFU of LoRA on a random-init ~1B Llama, tunelab's "
               "worker against plain TRL, with and without packing (MFU counts 4·N FLOPs per token for LoRA, "
-              "6·N for full fine-tuning). It needs a CUDA GPU and none was available where this file was "
-              "written, so it has no figures here yet; without CUDA it stops with a message saying so.", ""]
+              "6·N for full fine-tuning), and the memory estimate of the packed LoRA run (tunelab.memory_plan, "
+              "without the CUDA context) against its torch.cuda.max_memory_allocated. It needs a CUDA GPU and none "
+              "was available where this file was written, so it has no figures here yet; without CUDA it stops "
+              "with a message saying so.", ""]
     lines += GPU_CHECK_SECTION
     path.write_text("\n".join(lines))
 

@@ -85,10 +85,15 @@ def tunelab_run(settings: dict[str, Any], env: dict[str, str] | None = None) -> 
                 if not worker.alive():
                     raise RuntimeError("the tunelab worker died without a final event")
                 continue
+            if event["type"] == "progress" and event.get("peak_memory_gb") is not None:
+                log.facts["peak_memory_gb"] = max(log.facts.get("peak_memory_gb", 0.0), event["peak_memory_gb"])
             if event["type"] == "progress" and event.get("loss") is not None:
                 log.add(event["step"], event["ts"], event["loss"], event["num_tokens"])
             elif event["type"] == "status":
                 log.facts.setdefault("statuses", []).append(event["message"])
+                for fact in ("memory_before_training_gb", "peak_before_training_gb"):
+                    if event.get(fact) is not None:
+                        log.facts[fact] = event[fact]
             elif event["type"] == "error":
                 raise RuntimeError(f"tunelab run failed: {event['error']}")
             elif event["type"] == "complete":

@@ -1,5 +1,6 @@
 """The configure form against a live server: "check dataset" reports the detected format,
-errors land beside the field they belong to, and configs go to and from YAML files."""
+errors land beside the field they belong to, configs go to and from YAML files, and the
+memory estimate follows the form."""
 
 from __future__ import annotations
 
@@ -136,3 +137,20 @@ def test_config_saves_to_and_loads_from_yaml(server, open_page, demo_assets, fil
     expect(page.get_by_label("Learning rate", exact=True)).to_have_value("0.0003")
     expect(page.locator("#config-errors")).to_contain_text("no_such_setting")
     shoot(page, "configure-4-loaded-yaml")
+
+
+def test_the_memory_estimate_follows_the_form(server, open_page, demo_assets, shoot):
+    """The estimate appears once a model is named, names each term, and follows the form (debounced)."""
+    page = open_page()
+    panel = page.locator("#memory-estimate")
+    expect(panel).to_be_hidden()
+    page.get_by_label("Model", exact=True).fill(str(demo_assets.model_dir))
+    expect(page.locator("#memory-total")).to_contain_text("Memory estimate:", timeout=20_000)
+    for term in ("weights", "adapter", "gradients", "optimizer", "activations", "logits"):
+        expect(panel.locator(f'dt[data-term="{term}"]')).to_be_visible()
+    expect(page.locator("#memory-verdict")).to_contain_text("Fits: this machine's RAM")
+    activations = panel.locator('dt[data-term="activations"] + dd')
+    before = activations.inner_text()
+    page.get_by_label("Batch size").fill("64")
+    expect(activations).not_to_have_text(before, timeout=20_000)
+    shoot(page, "configure-memory-estimate")

@@ -43,6 +43,7 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("GET", "/api/runs/{run_id}/samples"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/runs/{run_id}/samples/{name}"): (404, 404, 404, 404, 404, 401),
     ("GET", "/api/models/local"): (200, 200, 200, 200, 200, 401),
+    ("POST", "/api/memory/estimate"): (422, 422, 422, 422, 422, 401),
     ("GET", "/api/train/status"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/train/metrics"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/train/progress"): (200, 200, 200, 200, 200, 401),

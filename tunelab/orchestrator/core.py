@@ -22,13 +22,15 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from tunelab import events as ev
 from tunelab import hardware, layout, paths
 from tunelab.config import SECRETS_USED_KEY, ConfigError, RunConfig, check_machine, parse_config, resume_config
 from tunelab.orchestrator import ownership
 from tunelab.orchestrator.child import DEFAULT_WORKER, target_name
 from tunelab.orchestrator.errors import NoActiveRun, NotResumable, PersistError, RunActive, RunMismatch
 from tunelab.orchestrator.finalize import with_retries
-from tunelab.orchestrator.gpus import auto_gpu_env, gpu_env
+from tunelab.orchestrator.gpus import auto_gpu_env, choose_gpus, gpu_env
+from tunelab.orchestrator.memory_check import fit_memory
 from tunelab.orchestrator.prechecks import check_before_start
 from tunelab.orchestrator.prewarm import WarmWorkers, prewarm_wanted
 from tunelab.orchestrator.resume import check_resumable, check_world_size, resolve_resume_from
@@ -137,7 +139,10 @@ class Orchestrator:
     def _spawn_run(self, cfg: RunConfig, output_dir: Path, resume_from: Path | None, resumed_from: int | None,
                    resume_run_id: int | None, start_request_id: str | None, owned_by: str | None = None) -> int:
         self._call_before_spawn()
-        env = gpu_env(cfg)  # after the hook: it may just have freed GPU memory
+        chosen = choose_gpus(cfg, hardware.list_gpus())  # after the hook: it may just have freed GPU memory
+        env = gpu_env(cfg, chosen)
+        planned = layout.plan(cfg.model_dump(), layout.visible_gpu_count(env))
+        cfg, memory_notes = fit_memory(cfg, chosen, planned.world_size, planned.processes_per_node)
         public = {**cfg.public(), SECRETS_USED_KEY: cfg.secret_names(), "output_dir": str(output_dir),
                   "resume_from": str(resume_from) if resume_from else None}
         payload = {**cfg.worker_payload(), "output_dir": str(output_dir), "resume_from": str(resume_from) if resume_from else None}
@@ -160,6 +165,8 @@ class Orchestrator:
                         modality=modality)
         with self._lock:
             self._run = run
+        for note in memory_notes:  # what the memory check changed or warns of, in the run's own events
+            run.apply(ev.status(note))
         if resume_run_id is not None:
             try:
                 # check_resumable (just now, under the start lock) found any earlier continuation void.

@@ -28,9 +28,9 @@ def choose_gpus(cfg: RunConfig, gpus: list[hardware.Gpu]) -> list[hardware.Gpu]:
     return freest[: cfg.num_gpus or 1]
 
 
-def gpu_env(cfg: RunConfig) -> dict[str, str]:
-    """The environment variables that pin the child to its chosen GPUs."""
-    chosen = choose_gpus(cfg, hardware.list_gpus())
+def gpu_env(cfg: RunConfig, chosen: list[hardware.Gpu] | None = None) -> dict[str, str]:
+    """The environment variables that pin the child to its chosen GPUs (chosen now unless given)."""
+    chosen = choose_gpus(cfg, hardware.list_gpus()) if chosen is None else chosen
     if chosen:
         log.info("run uses GPU %s", ", ".join(f"{g.index} ({g.name}, {g.free_mb} MiB free)" for g in chosen))
     return _pinning(chosen)

@@ -56,6 +56,7 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/api/runs/{run_id}/samples"): READ,
     ("GET", "/api/runs/{run_id}/samples/{name}"): READ,
     ("GET", "/api/models/local"): READ,
+    ("POST", "/api/memory/estimate"): READ,  # reads a config and the machine; starts nothing
     ("POST", "/api/datasets/preview"): USE,
     ("GET", "/api/inference"): READ,
     ("GET", "/v1/models"): READ,

@@ -34,6 +34,15 @@ def peak_memory_gb() -> tuple[float, float | None]:
     return peak * (1 if sys.platform == "darwin" else 1024) / 2**30, None  # bytes on macOS, KiB on Linux
 
 
+def memory_now_gb() -> float:
+    """What the run holds now: CUDA memory allocated, or on a CPU the resident memory."""
+    if torch.cuda.is_available():
+        return torch.cuda.memory_allocated() / 2**30
+    import psutil
+
+    return psutil.Process().memory_info().rss / 2**30
+
+
 # Logged numbers that are not about the model: run time and throughput (elapsed_seconds
 # covers time) and the FLOP count. Everything else numeric rides along as `extra`.
 NOT_EXTRA = re.compile(r"(.*_)?(runtime|samples_per_second|steps_per_second)|total_flos")

@@ -57,14 +57,15 @@ class WorkerContext:
             self.finished = True
         self._queue.put(event)
 
-    def stage(self, stage: str, message: str) -> None:
-        """Announce a stage, unless a stop arrived: then end the run before it starts."""
+    def stage(self, stage: str, message: str, **facts: float) -> None:
+        """Announce a stage, unless a stop arrived: then end the run before it starts.
+        `facts` ride along in the status event (e.g. the memory held as training begins)."""
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}")
         if stage != "saving" and self.stop is not None:
             raise StopRequested(save=self.stop == "save")
         self.current_stage = stage
-        self.emit(events.make(events.STATUS, message=message, stage=stage))
+        self.emit(events.make(events.STATUS, message=message, stage=stage, **facts))
 
     def complete(self, output_dir: str | None, status_message: str, checkpoint: Path | None = None,
                  stopped: bool = False) -> None:

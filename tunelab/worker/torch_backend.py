@@ -79,7 +79,12 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
         ctx.emit(events.make(events.EVAL_CONFIGURED, eval_rows=len(prepared.eval)))
 
     resume = config.get("resume_from")
-    ctx.stage("training", f"Training from step {_step_of(resume)}" if resume else "Training")
+    # The memory held before the first step, against which a memory estimate's training
+    # terms (gradients, optimizer state, activations, logits) are measured.
+    from tunelab.worker.callbacks import memory_now_gb, peak_memory_gb
+
+    ctx.stage("training", f"Training from step {_step_of(resume)}" if resume else "Training",
+              memory_before_training_gb=memory_now_gb(), peak_before_training_gb=peak_memory_gb()[0])
     trainer.train(resume_from_checkpoint=resume or None)
     _finish(ctx, trainer, stopper, family, loaded, output_dir)
 

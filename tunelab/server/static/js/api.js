@@ -99,6 +99,7 @@ export const api = {
   stop: (save, expectedJobId) => request("POST", "/api/train/stop", { save, expected_job_id: expectedJobId ?? null }),
   reset: () => request("POST", "/api/train/reset"),
   previewDataset: (source) => request("POST", "/api/datasets/preview", source),
+  estimateMemory: (config) => request("POST", "/api/memory/estimate", config),
   listRuns: (limit, offset) => request("GET", `/api/runs?limit=${limit}&offset=${offset}`),
   getRun: (id) => request("GET", `/api/runs/${encodeURIComponent(id)}`),
   renameRun: (id, displayName) => request("PATCH", `/api/runs/${encodeURIComponent(id)}`, { display_name: displayName }),

@@ -11,6 +11,7 @@ import { downloadYaml, readYamlFile, withoutSecrets } from "./config-yaml.js";
 import { setUpDatasetCheck } from "./dataset-check.js";
 import { ExportDialog } from "./export-dialog.js";
 import { HistoryPanel } from "./history.js";
+import { setUpMemoryEstimate } from "./memory-estimate.js";
 import { loadModelPicker } from "./model-picker.js";
 import { notify } from "./notice.js";
 import { PlaygroundPanel } from "./playground.js";
@@ -36,6 +37,7 @@ const history = new HistoryPanel({
 const runPanel = new RunPanel({ onRunChanged: () => { history.refresh(); loadModelPicker(); } });
 
 setUpDatasetCheck(configForm);
+setUpMemoryEstimate(configForm);
 setUpDraft();
 setUpConfigFile();
 setUpStart();
