@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# Debian packages the browser tests need (headless Chromium). Playwright never downloads
-# its own browser here: the tests drive /usr/bin/chromium. Skipped when already present
-# or when this is not a root Debian machine (the browser tests then skip with a reason).
+# Debian packages `make install` needs before pip runs:
+# - chromium (+ driver) for the browser tests: Playwright never downloads its own browser
+#   here, the tests drive /usr/bin/chromium;
+# - cmake and a C/C++ compiler: llama-cpp-python (the `gguf` extra) is built from its
+#   source distribution, llama.cpp included.
+# Only what is missing is installed; when this is not a root Debian machine it says what is
+# missing and carries on (the browser tests then skip with a reason; pip's build of
+# llama-cpp-python needs cmake and g++ from somewhere else).
 set -euo pipefail
-if [ -x /usr/bin/chromium ]; then exit 0; fi
+missing=()
+[ -x /usr/bin/chromium ] || missing+=(chromium chromium-driver)
+command -v cmake >/dev/null || missing+=(cmake)
+{ command -v gcc >/dev/null && command -v g++ >/dev/null && command -v make >/dev/null; } || missing+=(build-essential)
+if [ ${#missing[@]} -eq 0 ]; then exit 0; fi
 if ! command -v apt-get >/dev/null || [ "$(id -u)" != 0 ]; then
-  echo "note: /usr/bin/chromium missing and cannot apt-get it; browser tests will be skipped" >&2
+  echo "note: missing ${missing[*]} and cannot apt-get them here; install them yourself" >&2
   exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq chromium chromium-driver >/dev/null
+apt-get install -y -qq "${missing[@]}" >/dev/null

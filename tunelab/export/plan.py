@@ -21,6 +21,9 @@ from tunelab.run_facts import LOFTQ_BASE, read_run_facts
 
 FORMATS = ("adapter", "merged", "gguf")
 DTYPES = ("float16", "bfloat16", "float32")
+# GGUF types beyond the float ones `dtype` chooses: q8_0 from llama.cpp's converter, the
+# k-quants from llama.cpp's quantizer (export/gguf_quantize). Lower case, as llama.cpp names files.
+QUANTS = ("q8_0", "q4_k_m", "q5_k_m", "q6_k")
 DEFAULT_DTYPE = "float16"  # where the run's own training precision does not say otherwise
 # Written into every export folder; a folder holding it may be replaced by a new export.
 MANIFEST = "tunelab-export.json"
@@ -65,10 +68,11 @@ class ExportPlan:
     trust_remote_code: bool
     dest: Path
     base_weights: Path | None = None  # a LoftQ run's adapted layers as trained (see run_facts)
+    quant: str | None = None           # a GGUF export's quantised type (QUANTS); None keeps `dtype`
 
 
 def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | None, dtype: str | None,
-                folder_owners: Callable[[Path], list[int]] = lambda folder: []) -> ExportPlan:
+                folder_owners: Callable[[Path], list[int]] = lambda folder: [], quant: str | None = None) -> ExportPlan:
     """The plan for exporting `run` (the store's record), or an ExportError saying why not.
     `folder_owners(folder)` names the other runs whose folder `folder` is, lies in or holds
     (the store's `runs_sharing_output_dir`): an export never writes into another run's files."""
@@ -78,6 +82,7 @@ def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | N
         raise ExportInputError("dtype", f"{dtype!r} is not a dtype tunelab exports; use one of {', '.join(DTYPES)}")
     if fmt == "adapter" and dtype is not None:
         raise ExportInputError("dtype", "an adapter is copied exactly as it was trained; leave dtype out, or export merged or gguf")
+    quant = _check_quant(fmt, quant)
     if run is None:
         raise ExportRefused(f"there is no run {run_id}; list runs with `tunelab runs`", not_found=True)
     source, step = _source_of(run)
@@ -95,7 +100,20 @@ def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | N
         trust_remote_code=bool(config.get("trust_remote_code")),
         dest=_destination(run, fmt, dest, folder_owners),
         base_weights=_loftq_base(run, kind),
+        quant=quant,
     )
+
+
+def _check_quant(fmt: str, quant: str | None) -> str | None:
+    if quant is None or not str(quant).strip():
+        return None
+    if fmt != "gguf":
+        raise ExportInputError("quant", "quant chooses a GGUF file's quantisation; leave it out, or export format gguf")
+    name = str(quant).strip().lower()
+    if name not in QUANTS:
+        raise ExportInputError("quant", f"{quant!r} is not a GGUF quantisation tunelab exports; use one of {', '.join(QUANTS)} "
+                                        "(or leave it out for a float16/bfloat16/float32 file, chosen by dtype)")
+    return name
 
 
 def _loftq_base(run: dict[str, Any], kind: str) -> Path | None:
