@@ -259,7 +259,7 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
 @app.command()
 def export(
     run: int = typer.Argument(..., help="Run id (see `tunelab runs`)."),
-    format_: str = typer.Option("adapter", "--format", help="adapter | merged | gguf."),
+    format_: str = typer.Option("adapter", "--format", help="adapter | merged | gguf | gguf-adapter (a LoRA adapter as a llama.cpp GGUF)."),
     dest: Optional[str] = typer.Option(None, "--dest", help="Folder inside the outputs root (a relative path starts there). "
                                                             "Default: <run folder>/export-<format>."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float16 | bfloat16 | float32 (default: the run's training half type, bf16 runs bfloat16, else float16); for merged and gguf."),

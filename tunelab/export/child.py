@@ -11,7 +11,7 @@ model (told from its config), with its processor, ready for `AutoModelForImageTe
 or `AutoModelForSpeechSeq2Seq` (and the automatic-speech-recognition pipeline) + `AutoProcessor`. The parent hides the GPUs: all of it runs on the CPU.
 `gguf`: the same merged model, written as one GGUF file by llama.cpp's converter and,
 for a k-quant, quantised by llama.cpp (`gguf_convert`, `gguf_quantize`), with an Ollama
-Modelfile (`modelfile`).
+Modelfile (`modelfile`). `gguf-adapter`: a LoRA run's adapter alone as a GGUF (`gguf_adapter`).
 The answer goes to the request's `result` file: `{"ok": true}` or `{"error", "field"?}`;
 exit code 0 on success, 2 for an option that cannot be honoured, 1 for anything else.
 """
@@ -50,6 +50,8 @@ def export(request: dict[str, Any]) -> None:
     dest = Path(request["dest"])
     if request["format"] == "gguf":
         _export_gguf(request, dest)
+    elif request["format"] == "gguf-adapter":
+        _export_gguf_adapter(request, dest)
     else:
         model, processing = _merged_model(request)
         # The run trained without the KV cache; whoever loads the export wants it back.
@@ -192,7 +194,27 @@ def _export_gguf(request: dict[str, Any], dest: Path) -> None:
 GGUF_FLOAT_TYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
 
-def _write_modelfile(dest: Path, gguf_name: str, processing: Any, run_id: int) -> None:
+def _export_gguf_adapter(request: dict[str, Any], dest: Path) -> None:
+    """The run's LoRA adapter alone as a GGUF (`gguf_adapter`), with a Modelfile applying
+    it to the base model."""
+    from tunelab.export import gguf_adapter
+
+    base = request["base_model"]
+    name = f"{Path(base).name or base} LoRA (tunelab run {request['run_id']})"
+    out = gguf_adapter.convert_adapter(Path(request["source"]), _local_folder(base), dest / "adapter.gguf", name)
+    _write_modelfile(dest, out.name, _processing(request["source"], bool(request["trust_remote_code"])), request["run_id"], base=base)
+
+
+def _local_folder(model: str) -> Path:
+    """The folder holding `model`: itself, or its copy in the Hugging Face cache (offline)."""
+    if Path(model).is_dir():
+        return Path(model)
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(model, local_files_only=True))
+
+
+def _write_modelfile(dest: Path, gguf_name: str, processing: Any, run_id: int, base: str | None = None) -> None:
     from tunelab.export import modelfile
 
     tokenizer = getattr(processing, "tokenizer", processing)  # a processor holds the tokenizer
@@ -202,7 +224,7 @@ def _write_modelfile(dest: Path, gguf_name: str, processing: Any, run_id: int) -
 
     pieces = modelfile.turn_pieces(render) if getattr(tokenizer, "chat_template", None) else None
     stops = modelfile.stop_tokens(pieces, tokenizer.eos_token, list(tokenizer.all_special_tokens))
-    (dest / modelfile.NAME).write_text(modelfile.modelfile_text(gguf_name, pieces, stops, run_id))
+    (dest / modelfile.NAME).write_text(modelfile.modelfile_text(gguf_name, pieces, stops, run_id, base))
 
 
 if __name__ == "__main__":

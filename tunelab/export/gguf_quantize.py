@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tunelab.export.plan import ExportFailed, ExportInputError
+from tunelab.export.plan import ExportFailed
 
 # tunelab's name -> llama.cpp's `llama_ftype` constant in the binding.
 K_QUANTS = {"q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M", "q5_k_m": "LLAMA_FTYPE_MOSTLY_Q5_K_M", "q6_k": "LLAMA_FTYPE_MOSTLY_Q6_K"}
@@ -20,12 +20,7 @@ K_QUANTS = {"q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M", "q5_k_m": "LLAMA_FTYPE_MOSTLY
 
 def quantize(source: Path, out_file: Path, quant: str) -> Path:
     """Quantise the GGUF `source` into `out_file` as `quant` (a key of K_QUANTS)."""
-    try:
-        import llama_cpp
-    except ImportError as exc:
-        raise ExportInputError("quant", f"{quant} needs llama.cpp's quantizer, from llama-cpp-python, which is not installed "
-                                        f"({exc}); install it with `pip install 'tunelab[gguf]'`, or choose quant f16, bf16 or q8_0, "
-                                        "which need only the converter") from None
+    import llama_cpp  # plan_export has checked that it is installed
     params = llama_cpp.llama_model_quantize_default_params()
     params.ftype = getattr(llama_cpp, K_QUANTS[quant])
     params.nthread = max(1, (os.cpu_count() or 1))

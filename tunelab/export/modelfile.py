@@ -98,10 +98,16 @@ def _literal(text: str) -> str:
     return text
 
 
-def modelfile_text(gguf_name: str, pieces: TurnPieces | None, stops: list[str], run_id: int) -> str:
+def modelfile_text(gguf_name: str, pieces: TurnPieces | None, stops: list[str], run_id: int, base: str | None = None) -> str:
+    """The Modelfile for `gguf_name`: a whole model, or (with `base`) a LoRA adapter GGUF
+    applied to the base model it was trained on."""
     lines = [f"# Ollama Modelfile written by tunelab for run {run_id}.",
-             "# Use it from this folder:  ollama create <name> -f Modelfile  then  ollama run <name>",
-             f"FROM ./{gguf_name}"]
+             "# Use it from this folder:  ollama create <name> -f Modelfile  then  ollama run <name>"]
+    if base is None:
+        lines.append(f"FROM ./{gguf_name}")
+    else:
+        lines += ["# FROM may be the base model's folder (Ollama imports safetensors) or a GGUF of that same base.",
+                  f"FROM {base}", f"ADAPTER ./{gguf_name}"]
     if pieces is None:
         lines.append("# No TEMPLATE: the run's chat template is more than fixed text around each message, so it has no\n"
                      "# exact Go-template form; Ollama uses the chat template stored in the GGUF file (tokenizer.chat_template).")

@@ -28,9 +28,10 @@ _one_export_at_a_time = threading.Lock()
 
 class ExportRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    format: Literal["adapter", "merged", "gguf"] = Field(
+    format: Literal["adapter", "merged", "gguf", "gguf-adapter"] = Field(
         "adapter", description="adapter: copy the LoRA adapter; merged: base + adapter folded into one model; gguf: one llama.cpp file "
-                   "(from llama.cpp's converter) and an Ollama Modelfile.")
+                   "(from llama.cpp's converter) and an Ollama Modelfile; gguf-adapter: a LoRA run's adapter alone as a llama.cpp "
+                   "adapter GGUF (llama-cli --lora, Ollama ADAPTER).")
     dest: str | None = Field(None, min_length=1, max_length=4096,
                              description="Folder inside the outputs root (relative paths start there). Default: <run folder>/export-<format>.")
     dtype: Literal["float16", "bfloat16", "float32"] | None = Field(
