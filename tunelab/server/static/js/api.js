@@ -104,6 +104,7 @@ export const api = {
   renameRun: (id, displayName) => request("PATCH", `/api/runs/${encodeURIComponent(id)}`, { display_name: displayName }),
   deleteRun: (id, deleteArtifacts) => request("DELETE", `/api/runs/${encodeURIComponent(id)}?delete_artifacts=${deleteArtifacts}`),
   resumeRun: (id) => request("POST", `/api/runs/${encodeURIComponent(id)}/resume`),
+  exportRun: (id, body) => request("POST", `/api/runs/${encodeURIComponent(id)}/export`, body),
   /**
    * The progress stream. EventSource cannot send headers, so the token rides in the
    * query; `runId` and `afterStep` (the event id `<run>:<step>`) ask the server to replay

@@ -128,6 +128,9 @@ export class HistoryPanel {
     const actions = el("div", "run-actions");
     actions.append(button("Rename", "quiet", `Rename ${name}`, () => this.#rename(run)));
     if (run.can_resume) actions.append(button("Resume", "secondary", `Resume ${name}`, () => this.#resume(run)));
+    if (run.status === "completed" || run.status === "stopped") {
+      actions.append(button("Export", "quiet", `Export ${name}`, () => this.#export(run)));
+    }
     actions.append(button("Delete", "quiet danger-text", `Delete ${name}`, () => this.#delete(run)));
 
     item.append(pick, title, badge, facts, spark, actions);
@@ -170,6 +173,32 @@ export class HistoryPanel {
     } catch (err) {
       notify(`Cannot resume ${runName(run)}: ${err.message}`, "error");
     }
+  }
+
+  #export(run) {
+    const dialog = $("export-dialog");
+    const format = $("export-format");
+    const quant = $("export-quant");
+    const error = $("export-error");
+    $("export-what").textContent = `${runName(run)} (#${run.id}) into its folder's export-<format>.`;
+    error.textContent = "";
+    const sync = () => { quant.disabled = format.value !== "gguf"; };
+    format.onchange = sync;
+    sync();
+    dialog.returnValue = "";
+    dialog.showModal();
+    dialog.addEventListener("close", async () => {
+      if (dialog.returnValue !== "export") return;
+      const body = { format: format.value };
+      if (format.value === "gguf" && quant.value) body.quant = quant.value;
+      notify(`Exporting ${runName(run)} as ${body.quant || body.format}…`);
+      try {
+        const answer = await api.exportRun(run.id, body);
+        notify(`Exported ${runName(run)} to ${answer.dest}: ${answer.files.join(", ")}`);
+      } catch (err) {
+        notify(`Cannot export ${runName(run)}: ${err.message}`, "error");
+      }
+    }, { once: true });
   }
 
   #delete(run) {
