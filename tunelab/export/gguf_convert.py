@@ -9,10 +9,12 @@ not know, or a tokenizer it cannot place, becomes an error naming the option and
 One gap is filled here: for a byte-level BPE tokenizer the converter recognises the
 pre-tokenizer (how text is split before BPE) only by hashing the tokens of a test string
 against the tokenizers it has seen, so a model with its own vocabulary (the demo model,
-any custom tokenizer) is refused even when it splits text exactly as GPT-2 does. When the
-tokenizer.json says so plainly (a lone ByteLevel pre-tokenizer with GPT-2's regex and no
-normaliser), llama.cpp's "gpt-2" pre-tokenizer is the right one; anything else stays
-refused. Imports torch (through the converter): runs only in the export child.
+any custom tokenizer) is refused even when it splits text exactly as a known one does.
+The split is fully described by the pre-tokenizer transformers actually loads (which may
+not be the one in tokenizer.json: transformers gives a Qwen2 model Qwen2's split whatever
+the file says), so when that is GPT-2's ByteLevel split, or a Split on a regex llama.cpp has
+under a name (Qwen2's, Llama 3's), that name is used; anything else stays refused.
+Imports torch (through the converter): runs only in the export child.
 """
 
 from __future__ import annotations
@@ -66,23 +68,36 @@ def _with_pre_tokenizer_fallback(model_class: type, model_dir: Path) -> type:
             try:
                 return super().get_vocab_base_pre(tokenizer)
             except NotImplementedError:
-                return pre_tokenizer_by_structure(model_dir)
+                return pre_tokenizer_by_structure(json.loads(tokenizer.backend_tokenizer.to_str()))
 
     WithFallback.__name__ = model_class.__name__
     return WithFallback
 
 
-def pre_tokenizer_by_structure(model_dir: Path) -> str:
-    """llama.cpp's name for the tokenizer's pre-tokenizer when tokenizer.json shows it is
-    GPT-2's, else an ExportInputError: a guess would make llama.cpp split text differently."""
-    try:
-        spec = json.loads((model_dir / "tokenizer.json").read_text())
-    except (OSError, ValueError):
-        spec = {}
+# Split regexes llama.cpp implements under a pre-tokenizer name (src/llama-vocab.cpp), as
+# transformers' tokenizers write them; each is followed by a ByteLevel step without regex.
+SPLIT_REGEXES = {
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+": "qwen2",
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+": "llama-bpe",
+}
+
+
+def pre_tokenizer_by_structure(spec: dict[str, Any]) -> str:
+    """llama.cpp's name for the pre-tokenizer in `spec` (a loaded tokenizer's JSON form),
+    or an ExportInputError: a guess would make llama.cpp split text differently."""
     pre = spec.get("pre_tokenizer") or {}
-    if (pre.get("type") == "ByteLevel" and pre.get("use_regex", True) and not pre.get("add_prefix_space")
-            and spec.get("normalizer") is None):
-        return GPT2_PRE_TOKENIZER
+    normalizer = (spec.get("normalizer") or {}).get("type")
+    if normalizer in (None, "NFC"):  # NFC leaves text already in NFC (nearly all) as it is
+        if pre.get("type") == "ByteLevel" and pre.get("use_regex", True) and not pre.get("add_prefix_space"):
+            return GPT2_PRE_TOKENIZER
+        steps = pre.get("pretokenizers") or []
+        if (pre.get("type") == "Sequence" and len(steps) == 2 and steps[0].get("type") == "Split"
+                and steps[0].get("behavior") == "Isolated" and not steps[0].get("invert")
+                and steps[1].get("type") == "ByteLevel" and not steps[1].get("use_regex", True)
+                and not steps[1].get("add_prefix_space")):
+            name = SPLIT_REGEXES.get((steps[0].get("pattern") or {}).get("Regex"))
+            if name is not None:
+                return name
     raise ExportInputError("format", "llama.cpp's converter does not recognise how this model's tokenizer splits text "
                                      f"(pre-tokenizer {json.dumps(pre)[:200]}), so llama.cpp would tokenize prompts differently "
                                      "from transformers; export format merged, or train from a model whose tokenizer "
