@@ -12,7 +12,9 @@ weights by about 2^-11 relative per operation, growing a little through the laye
 conversion (a mislaid rotary layout, a missing rope scaling, a transposed or wrong tensor)
 moves logits by the order of their own size. So the check is that the largest difference
 is under 1% of the largest logit and every position's logit vector has cosine similarity
-above 0.9999 with PyTorch's; the measured values are a few times 1e-4 (see report).
+above 0.9999 with PyTorch's. Measured here: largest difference 1.3e-4 (adapter, F32 base)
+to 1.1e-3 (Qwen2, F32) of the largest logit, cosine >= 0.9999993; the Llama 3.1 test model's
+logits move by about 100% of the largest one when its rope scaling is left out.
 """
 
 from __future__ import annotations
