@@ -4,7 +4,7 @@
 PYTHON ?= python3.11
 VENV ?= .venv
 TUNELAB_TORCH_SPEC ?= torch==2.13.0
-LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DLLAMA_CURL=OFF
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_BLAS=OFF -DLLAMA_CURL=OFF -DLLAVA_BUILD=OFF
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml Makefile scripts/install_system_deps.sh
 	$(BIN)/pip install -q $(TUNELAB_TORCH_SPEC)
 	# The gguf extra builds llama.cpp (llama-cpp-python's sdist) for the CPU; pip caches the
 	# wheel, so only the first install pays for it. GGML_NATIVE=OFF: a wheel that runs on any
-	# x86-64 machine the cache is shared with, not only the one that built it.
+	# x86-64 machine the cache is shared with, not only the one that built it; LLAVA_BUILD=OFF:
+	# no multimodal (mtmd) library, which tunelab does not use (a quarter of the build).
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -q -e ".[train,mlx,dev,cluster,gguf]"
 	touch $(STAMP)
 
