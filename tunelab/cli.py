@@ -1,4 +1,4 @@
-"""The `tunelab` command line: serve, train, resume, runs, show, export, chat, token, fields, demo.
+"""The `tunelab` command line: serve, train, resume, runs, show, export, chat, eval, token, fields, demo.
 
 Bad input exits with code 2 and a message naming the field — never a traceback.
 Heavy libraries are never imported here; training happens in a child process.
@@ -315,6 +315,30 @@ def chat(
         raise _fail(code, f"--{exc.field}: {exc}" if exc.field else str(exc))
 
 
+@app.command("eval")
+def eval_(
+    run: int = typer.Argument(..., help="Run id (see `tunelab runs`)."),
+    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Evaluate checkpoint-N of the run instead of its final weights."),
+    perplexity: bool = typer.Option(True, "--perplexity/--no-perplexity", help="Loss and perplexity of base and fine-tune on the run's eval split."),
+    generations: bool = typer.Option(True, "--generations/--no-generations", help="Answers of base and fine-tune to a prompt set."),
+    prompts: Optional[str] = typer.Option(None, "--prompts", help="Prompt set: .jsonl/.json (strings or {\"messages\": [...]}) or .txt (a prompt a line). Default: the eval split's first rows."),
+    max_prompts: int = typer.Option(5, "--max-prompts", help="How many prompts (1-50)."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Longest answer per prompt, in tokens (1-1024, greedy)."),
+    tasks: Optional[str] = typer.Option(None, "--tasks", help="lm-eval tasks, comma-separated (needs `pip install 'tunelab[eval]'`)."),
+    task_path: Optional[str] = typer.Option(None, "--task-path", help="Folder of local lm-eval task YAML files (offline tasks)."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="lm-eval: at most N examples per task."),
+    show: bool = typer.Option(False, "--show", help="Print the run's stored evaluations instead of running one."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
+    """Evaluate a finished or stopped run against its base and store the results with it. See docs/INFERENCE.md."""
+    from tunelab.evaluate.cli_eval import eval_command
+
+    raise typer.Exit(eval_command(run, dict(checkpoint=checkpoint, perplexity=perplexity, generations=generations,
+                                            prompts_file=prompts, max_prompts=max_prompts, max_new_tokens=max_new_tokens,
+                                            tasks=[t for t in (tasks or "").split(",") if t.strip()], task_path=task_path,
+                                            limit=limit), show, as_json, console, _fail))
+
+
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind; anything but loopback prints a warning."),
@@ -325,6 +349,7 @@ def serve(
                                                help="Let API callers set allow_output_outside_root (write outside the outputs root)."),
     allow_ray: bool = typer.Option(False, "--allow-ray", help="Let API callers set ray_address (sends the run's config, secrets included, to a Ray cluster)."),
     allow_multi_node: bool = typer.Option(False, "--allow-multi-node", help="Let API callers set nodes (opens torchrun's unauthenticated rendezvous port to the network)."),
+    allow_reward_code: bool = typer.Option(False, "--allow-reward-code", help="Let API callers name a python reward file inside the data roots (objective grpo; runs that code in the worker)."),
     allowed_host: list[str] = typer.Option([], "--allowed-host", metavar="NAME",
                                            help="Also answer to this Host name (repeatable; '*' answers to any)."),
 ) -> None:
@@ -332,7 +357,8 @@ def serve(
     from tunelab.server.main import serve as run_server
 
     run_server(host=host, port=port, allow_remote_code=allow_remote_code, allow_output_anywhere=allow_output_anywhere,
-               allow_ray=allow_ray, allow_multi_node=allow_multi_node, allowed_hosts=allowed_host)
+               allow_ray=allow_ray, allow_multi_node=allow_multi_node, allow_reward_code=allow_reward_code,
+               allowed_hosts=allowed_host)
 
 
 @app.command()
@@ -359,17 +385,19 @@ def demo(
     steps: int = typer.Option(60, min=1, help="Training steps."),
     modality: str = typer.Option("text", help="text (a tiny Llama on sample instructions), vision (a tiny LLaVA on images of coloured shapes), "
                                          "embedding (a tiny BERT-style encoder on query/passage pairs, with retrieval metrics) "
-                                         "or speech (a tiny Whisper on clips of tones, one pitch per word)."),
+                                         "speech (a tiny Whisper on clips of tones, one pitch per word) or tts (a tiny Orpheus-style Llama with a tiny SNAC codec "
+                                         "learning to speak the speech demo's clips, with a spoken sample per eval)."),
     method: str = typer.Option("sft", help="The text demo's objective: sft, or dpo, orpo, simpo, kto on generated preference pairs "
-                                          "whose chosen answer follows a rule the rejected one breaks."),
+                                          "whose chosen answer follows a rule the rejected one breaks, or grpo on prompts with a "
+                                          "checkable answer and built-in rewards."),
 ) -> None:
     """Fine-tune a built-in tiny model on generated sample data, offline, end to end."""
     from tunelab.demo import demo_config, ensure_demo_assets, print_demo_summary
 
-    if modality not in ("text", "vision", "embedding", "speech"):
-        raise _config_failure(ConfigError.single("--modality", f"'{modality}' is not a demo; use text, vision, embedding or speech"))
-    if method not in ("sft", "dpo", "orpo", "simpo", "kto"):
-        raise _config_failure(ConfigError.single("--method", f"'{method}' is not a demo method; use sft, dpo, orpo, simpo or kto"))
+    if modality not in ("text", "vision", "embedding", "speech", "tts"):
+        raise _config_failure(ConfigError.single("--modality", f"'{modality}' is not a demo; use text, vision, embedding, speech or tts"))
+    if method not in ("sft", "dpo", "orpo", "simpo", "kto", "grpo"):
+        raise _config_failure(ConfigError.single("--method", f"'{method}' is not a demo method; use sft, dpo, orpo, simpo, kto or grpo"))
     if method != "sft" and (modality != "text" or backend != "torch"):
         raise _config_failure(ConfigError.single("--method", f"the {method} demo trains the text model with backend torch; drop --modality and --backend"))
     console.print("preparing the demo model and data (built once, then cached)…")
@@ -388,12 +416,24 @@ def demo(
             from tunelab.speech_demo import ensure_speech_demo_assets, speech_demo_config
 
             cfg = speech_demo_config(ensure_speech_demo_assets(), steps=steps)
+        elif modality == "tts":
+            from tunelab.speech_demo import ensure_speech_demo_assets
+            from tunelab.tts_demo import ensure_tts_demo_assets, tts_demo_config
+
+            clips = ensure_speech_demo_assets().transcripts
+            cfg = tts_demo_config(ensure_tts_demo_assets(clips), clips, steps=steps)
+        elif method == "grpo":
+            from tunelab.grpo_demo import grpo_demo_config
+
+            cfg = grpo_demo_config(ensure_demo_assets(), steps)
         elif method != "sft":
             from tunelab.preference_demo import preference_demo_config
 
             cfg = preference_demo_config(ensure_demo_assets(), method, steps)
         else:
-            cfg = demo_config(ensure_demo_assets(), backend=backend, steps=steps)
+            # 5% held out and measured at the end, so `tunelab eval` has an eval split to compare base and fine-tune on.
+            held_out = {"eval_steps": steps, "eval_holdout": 0.05} if backend == "torch" else {}
+            cfg = demo_config(ensure_demo_assets(), backend=backend, steps=steps, **held_out)
     except ConfigError as exc:
         raise _config_failure(exc)
     orchestrator = _orchestrator()
@@ -403,7 +443,11 @@ def demo(
         raise _config_failure(exc)
     outcome = watch_run(orchestrator, run_id, console)
     rewards = []
-    if method != "sft":
+    if method == "grpo":
+        from tunelab.grpo_demo import reward_summary as grpo_summary
+
+        rewards = grpo_summary(orchestrator.store.get_metric_extras(run_id))
+    elif method != "sft":
         from tunelab.preference_demo import reward_summary
 
         rewards = reward_summary(orchestrator.store.get_metric_extras(run_id))

@@ -19,13 +19,15 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, Va
 from pydantic_core import PydanticCustomError
 
 from tunelab.preference_settings import BETA_HELP, OBJECTIVE_HELP, Objective, objective_errors
+from tunelab.grpo_settings import (MAX_COMPLETION_LENGTH_HELP, NUM_GENERATIONS_HELP, REWARDS_HELP, TEMPERATURE_HELP, RewardSpec,
+                                   grpo_errors)
 from tunelab.embedding_settings import EMBEDDING_LOSS_HELP, MATRYOSHKA_HELP, EmbeddingLoss, loss_fits, loss_format_error, normalise_matryoshka_dims
 from tunelab.layout import layout_errors
 from tunelab.text import char_name, first_unsafe_char, printable
 
 TrainingType = Literal["lora", "qlora", "full", "continued_pretraining"]
 DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs",
-                     "transcription", "preference", "unpaired_preference"]
+                     "transcription", "preference", "unpaired_preference", "prompt_only"]
 Backend = Literal["auto", "torch", "mlx"]
 ReportTo = Literal["none", "tensorboard", "wandb", "mlflow"]
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
@@ -43,7 +45,7 @@ SECRET_ENVIRONMENT = {
 # Canonical column names a dataset's own columns can be mapped onto.
 CANONICAL_COLUMNS = ("instruction", "input", "output", "text", "conversations", "messages", "system", "images", "image",
                      "anchor", "positive", "negative", "sentence1", "sentence2", "score", "query", "document", "label",
-                     "prompt", "chosen", "rejected", "completion")
+                     "prompt", "chosen", "rejected", "completion", "reference")
 # Learning-rate schedules the mlx backend implements (the torch backend takes any HF name).
 MLX_LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -162,6 +164,10 @@ class RunConfig(BaseModel):
     training_type: TrainingType = Field("lora", description="lora | qlora | full | continued_pretraining.")
     objective: Objective = Field("sft", description=OBJECTIVE_HELP)
     beta: float | None = Field(None, gt=0, le=1000, description=BETA_HELP)
+    rewards: list[RewardSpec] = Field(default_factory=list, max_length=64, description=REWARDS_HELP)
+    num_generations: int | None = Field(None, ge=2, le=1024, description=NUM_GENERATIONS_HELP)
+    max_completion_length: int | None = Field(None, ge=1, le=1_048_576, description=MAX_COMPLETION_LENGTH_HELP)
+    temperature: float | None = Field(None, gt=0, le=100, description=TEMPERATURE_HELP)
     max_seq_length: int = Field(2048, ge=16, le=1_048_576, description="Longest tokenized example; longer rows are truncated.")
     load_in_4bit: bool = Field(False, description="Load the base model in 4-bit (QLoRA). Needs CUDA.")
     trust_remote_code: bool = Field(False, description="Allow model code from the hub to run.")
@@ -185,7 +191,8 @@ class RunConfig(BaseModel):
                                "scored_pairs (sentence1, sentence2, score) | labelled_pairs (query, document, label); "
                                "for speech-to-text models transcription (an audio column and a transcript column); "
                                "for objective dpo/orpo/simpo/kto preference (prompt, chosen, rejected: strings or chat messages lists); "
-                               "for kto also unpaired_preference (prompt, completion, label).")
+                               "for kto also unpaired_preference (prompt, completion, label); "
+                               "for objective grpo prompt_only (a prompt column: strings or chat messages, and an optional reference or answer column).")
     column_mapping: dict[Name, Name] = Field(default_factory=dict, description="Canonical column -> dataset column, e.g. {instruction: question}.")
     role_mapping: dict[Name, Name] = Field(default_factory=dict, description="Dataset role -> chat role, e.g. {function_call: tool}.")
     train_on_completions: bool = Field(False, description="Compute loss on assistant tokens only.")
@@ -215,6 +222,10 @@ class RunConfig(BaseModel):
 
     # --- speech-to-text models (detected from the model's config)
     speech_language: Name | None = Field(None, max_length=40, description="Language of the transcripts for a multilingual speech model (e.g. en or english): Whisper's labels and its eval transcripts start with this language's token. None: the tokenizer's own setting.")
+
+    # --- text-to-speech models (Orpheus-style: detected from the model's config or tokenizer)
+    tts_codec: PathText | None = Field(None, description="The SNAC codec a text-to-speech model speaks through: a folder with SNAC's config.json and pytorch_model.bin, or a hub repo. None: the model folder's codec/ subfolder (tunelab saves one with every TTS model), else hubertsiuzdak/snac_24khz.")
+    tts_sample_text: Name | None = Field(None, max_length=500, description="The sentence a text-to-speech run speaks at each eval into samples/step-N.wav (the page plays it). None: the first eval row's text.")
 
     # --- optimisation
     num_epochs: float = Field(3, ge=0, le=MAX_EPOCHS)
@@ -309,6 +320,7 @@ class RunConfig(BaseModel):
             object.__setattr__(self, "load_in_4bit", True)
         errs.extend(_finetune_switch_errors(self))
         errs.extend(objective_errors(self))
+        errs.extend(grpo_errors(self))
         if self.format != "auto" and self.embedding_loss != "auto" and not loss_fits(self.embedding_loss, self.format):
             errs.append(("embedding_loss", loss_format_error(self.embedding_loss, self.format)))
         if self.warmup_steps is not None and self.warmup_ratio is not None:
@@ -595,6 +607,10 @@ def load_config_file(path: str | Path, overrides: list[str] | None = None) -> Ru
     for key in ("local_datasets", "local_eval_datasets"):
         if isinstance(data.get(key), list):
             data[key] = [str((path.parent / p).resolve()) if not Path(p).is_absolute() else p for p in data[key]]
+    rewards = data.get("rewards")
+    for spec in rewards if isinstance(rewards, list) else []:
+        if isinstance(spec, dict) and isinstance(spec.get("path"), str) and not Path(spec["path"]).is_absolute():
+            spec["path"] = str((path.parent / spec["path"]).resolve())  # a reward file, like the data
     return parse_config(data)
 
 

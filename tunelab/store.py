@@ -106,6 +106,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (run_id, name, step)
         ) WITHOUT ROWID""",
     ),
+    (  # 5: evaluations of a finished run (tunelab/eval_store.py): perplexity, generations, lm_eval
+        """CREATE TABLE run_evals (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+            created_at REAL NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('perplexity', 'generations', 'lm_eval')),
+            payload TEXT NOT NULL
+        )""",
+        "CREATE INDEX run_evals_by_run ON run_evals (run_id, id)",
+    ),
 )
 
 # A later report for a step fills in what an earlier one lacked and never erases a value.

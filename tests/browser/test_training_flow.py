@@ -115,16 +115,6 @@ def test_train_stop_resume_compare_and_manage_history(server, open_page, fill_de
     expect(row1.locator(".run-name")).to_have_text("baseline")
     assert server.json("GET", "/api/runs/1")["display_name"] == "baseline"
 
-    # Export the stopped run's checkpoint as a Q8_0 GGUF (llama.cpp's converter) from its row.
-    row1.get_by_role("button", name="Export baseline").click()
-    exporting = page.get_by_role("dialog", name="Export run")
-    exporting.get_by_label("Format").select_option("gguf")
-    exporting.get_by_label("GGUF type").select_option("q8_0")
-    exporting.get_by_role("button", name="Export").click()
-    expect(page.locator("#notices .notice", has_text="Exported baseline")).to_contain_text("Modelfile, model-q8_0.gguf",
-                                                                                          timeout=120_000)
-    assert (Path(first["output_dir"]) / "export-gguf" / "model-q8_0.gguf").is_file()
-
     # Delete the resumed run but keep files, then the first run with its files.
     folder = Path(first["output_dir"])
     assert folder.is_dir()

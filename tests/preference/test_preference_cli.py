@@ -23,7 +23,7 @@ def test_fields_document_the_objective_and_beta(home):
 
 
 def test_demo_refuses_an_unknown_method_and_a_preference_method_off_the_text_model(home):
-    unknown = _run(["demo", "--method", "grpo"], home)
+    unknown = _run(["demo", "--method", "ppo"], home)
     assert unknown.returncode == 2 and "--method" in unknown.stderr and "dpo" in unknown.stderr
     vision = _run(["demo", "--method", "dpo", "--modality", "vision"], home)
     assert vision.returncode == 2 and "text model" in vision.stderr

@@ -102,7 +102,7 @@ BASE = {"model_name": "org/model", "local_datasets": ["data.jsonl"]}
     ({"objective": "sft", "format": "preference"}, "objective", "objective=dpo"),
     ({"beta": 0.5}, "beta", "objective=sft does not read it"),
     ({"objective": "dpo", "beta": 0}, "beta", "greater than 0"),
-    ({"objective": "grpo"}, "objective", "dpo"),
+    ({"objective": "ppo"}, "objective", "grpo"),
     ({"objective": "kto", "batch_size": 1}, "batch_size", "batch_size 2 or more"),
     ({"objective": "dpo", "format": "unpaired_preference"}, "format", "format=auto or preference"),
     ({"format": "unpaired_preference"}, "objective", "objective=dpo, orpo, simpo or kto"),

@@ -3,7 +3,8 @@ cluster need the server's own opt-in: `trust_remote_code`, `allow_output_outside
 `ray_address` and `nodes` are refused with 403 naming the field and the flag
 (`--allow-remote-code`, `--allow-output-anywhere`, `--allow-ray`, `--allow-multi-node`) unless the
 server was started with it — at start, at resume of a run that carries them (e.g. one
-started from the CLI), and for an export that would load the run's model code."""
+started from the CLI), and for an export that would load the run's model code. A python
+reward (objective grpo) needs `--allow-reward-code` and a file inside the data roots."""
 
 from __future__ import annotations
 
@@ -86,3 +87,30 @@ def test_the_servers_opt_in_allows_them(start_server, demo_run, tmp_path, field)
     other = next(f for f in OPT_INS if f != field)
     refused = client.post("/api/train/start", json=_opt_in_body(demo_run, other, outside.parent / "other"))
     assert refused.status_code == 403 and refused.json()["error"]["field"] == other
+
+
+def test_a_python_reward_needs_the_reward_code_opt_in_and_a_file_in_the_data_roots(start_server, demo_run, demo_assets, tmp_path):
+    inside = demo_assets.root / "grpo_opt_in_reward.py"  # the demo folder is one of these servers' data roots
+    inside.write_text("def one(prompts, completions, **kwargs):\n    return [1.0] * len(completions)\n")
+    outside = tmp_path / "elsewhere" / "reward.py"
+    outside.parent.mkdir()
+    outside.write_text(inside.read_text())
+
+    def body(path):
+        return demo_run(max_steps=1, objective="grpo", num_generations=2, local_datasets=[str(demo_assets.alpaca)],
+                        rewards=[{"name": "python", "path": str(path), "function": "one"}])
+
+    closed = start_server(home=tmp_path / "closed", extra_env=worker_env("scripted_workers:trainer")).client()
+    refused = closed.post("/api/train/start", json=body(inside))
+    assert refused.status_code == 403, refused.text
+    error = refused.json()["error"]
+    assert error["field"] == "rewards" and "--allow-reward-code" in error["message"] and error["code"] == "opt_in_required"
+
+    opened = start_server(home=tmp_path / "open", extra_env=worker_env("scripted_workers:trainer"),
+                          extra_args=["--allow-reward-code"]).client()
+    outside_refused = opened.post("/api/train/start", json=body(outside))
+    assert outside_refused.status_code == 422, outside_refused.text
+    assert outside_refused.json()["error"]["field"] == "rewards.0.path"
+    run = wait_run_ended(opened, start_run(opened, body(inside)))
+    assert run["status"] == "completed"
+    assert run["config"]["rewards"][0]["path"] == str(inside.resolve())

@@ -26,6 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from tunelab.export.codec import carry_codec
 from tunelab.export.plan import ExportError, ExportFailed, ExportInputError
 
 
@@ -58,6 +59,7 @@ def export(request: dict[str, Any]) -> None:
         model.config.use_cache = True
         model.save_pretrained(dest)
         processing.save_pretrained(dest)
+        carry_codec(Path(request["source"]), dest)
 
 
 def _quiet_libraries() -> None:

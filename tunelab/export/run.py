@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tunelab import paths
+from tunelab.export.codec import carry_codec
 from tunelab.export.plan import MANIFEST, ExportFailed, ExportInputError, ExportPlan, plan_export
 
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin", "adapters.safetensors")
@@ -75,6 +76,7 @@ def _carry_out(plan: ExportPlan) -> ExportResult:
     try:
         if plan.format == "adapter":
             _copy_adapter(plan.source, staging)
+            carry_codec(plan.source, staging)
         else:
             _run_child(plan, staging)
         files = sorted(p.name for p in staging.iterdir())

@@ -105,7 +105,8 @@ def model_problem(name: str) -> str | None:
 
 def mlx_model_problem(name: str) -> str | None:
     """The mlx backend trains generative text models only: a model whose config.json (local,
-    or in the hub cache) says vision-language or speech-to-text, or a local
+    or in the hub cache) says vision-language, speech-to-text or text-to-speech (its marker,
+    or Orpheus's audio tokens in the tokenizer.json beside it), or a local
     sentence-transformers folder, is refused before the run exists."""
     from tunelab.worker import embedding_model, speech_model  # torch-free
     from tunelab.worker.vision_model import MLX_REFUSAL, config_dict_is_vision  # torch-free
@@ -122,6 +123,11 @@ def mlx_model_problem(name: str) -> str | None:
         return None
     if speech_model.config_dict_is_speech(config):
         return f"{name} {speech_model.MLX_REFUSAL}"
+    from tunelab.worker import tts_layout  # torch-free
+
+    tokenizer = Path(found).with_name("tokenizer.json") if found else None
+    if tts_layout.config_dict_is_tts(config, tokenizer if tokenizer and tokenizer.is_file() else None):
+        return f"{name} {tts_layout.MLX_REFUSAL}"
     return f"{name} {MLX_REFUSAL}" if config_dict_is_vision(config) else None
 
 

@@ -31,7 +31,7 @@ from tunelab.orchestrator import Orchestrator
 from tunelab.orchestrator.ownership import owner_is_alive
 from tunelab.inference.host import InferenceHost
 from tunelab.orchestrator.prewarm import prewarm_wanted
-from tunelab.server import routes_datasets, routes_export, routes_inference, routes_runs, routes_train
+from tunelab.server import routes_chat, routes_datasets, routes_eval, routes_export, routes_inference, routes_models, routes_runs, routes_samples, routes_train
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.guards import RequestGuard
@@ -91,6 +91,7 @@ def create_app(
     allow_output_anywhere: bool = False,
     allow_ray: bool = False,
     allow_multi_node: bool = False,
+    allow_reward_code: bool = False,
     allowed_hosts: Iterable[str] | None = None,
 ) -> FastAPI:
     """The app. Without arguments it uses the tunelab home (TUNELAB_HOME) and owns its
@@ -99,7 +100,7 @@ def create_app(
     `prewarm` keeps a worker with its imports done for the next run (an owned
     orchestrator only; TUNELAB_PREWARM=0/1 overrides it). `allow_remote_code` and
     `allow_output_anywhere` let API callers set trust_remote_code and
-    allow_output_outside_root; `allow_ray`, ray_address; `allow_multi_node`, nodes. `allowed_hosts`: the Host names answered (None: any;
+    allow_output_outside_root; `allow_ray`, ray_address; `allow_multi_node`, nodes; `allow_reward_code`, a python reward. `allowed_hosts`: the Host names answered (None: any;
     `serve` passes loopback names for a loopback bind)."""
     if home is not None:
         os.environ["TUNELAB_HOME"] = str(home)
@@ -145,14 +146,19 @@ def create_app(
     app.state.allow_output_anywhere = allow_output_anywhere
     app.state.allow_ray = allow_ray
     app.state.allow_multi_node = allow_multi_node
+    app.state.allow_reward_code = allow_reward_code
 
     install_error_handlers(app)
     app.add_api_route("/api/health", _health, methods=["GET"], response_model=Health, tags=["health"],
                       response_model_exclude_none=True)
     app.include_router(routes_train.router)
     app.include_router(routes_runs.router)
+    app.include_router(routes_samples.router)
     app.include_router(routes_datasets.router)
     app.include_router(routes_export.router)
+    app.include_router(routes_eval.router)
+    app.include_router(routes_models.router)
+    app.include_router(routes_chat.router)
     app.include_router(routes_inference.router)
     app.include_router(routes_inference.status_router)
     routes_inference.install_openai_errors(app)

@@ -154,11 +154,12 @@ class GracefulServer(uvicorn.Server):
 
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str = "info",
           allow_remote_code: bool = False, allow_output_anywhere: bool = False, allow_ray: bool = False,
-          allow_multi_node: bool = False,
+          allow_multi_node: bool = False, allow_reward_code: bool = False,
           allowed_hosts: list[str] | None = None) -> None:
     """Serve the API and the web page until a signal (Ctrl-C, SIGTERM, SIGHUP) ends it,
     after stopping and saving the active run. `allow_remote_code` / `allow_output_anywhere`:
-    let API callers set trust_remote_code / allow_output_outside_root; `allow_ray`: ray_address. `allowed_hosts`:
+    let API callers set trust_remote_code / allow_output_outside_root; `allow_ray`: ray_address;
+    `allow_reward_code`: a python reward file (in the data roots). `allowed_hosts`:
     more Host names to answer to."""
     from tunelab.server.app import create_app
     from tunelab.server.guards import allowed_hosts_for
@@ -181,7 +182,8 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str 
     # A served lab starts runs again and again: keep a worker warm for the next one.
     app = create_app(token=token, prewarm=True, allow_remote_code=allow_remote_code,
                      allow_output_anywhere=allow_output_anywhere, allow_ray=allow_ray,
-                     allow_multi_node=allow_multi_node, allowed_hosts=allowed_hosts_for(host, allowed_hosts or []))
+                     allow_multi_node=allow_multi_node, allow_reward_code=allow_reward_code,
+                     allowed_hosts=allowed_hosts_for(host, allowed_hosts or []))
     url = page_url(host, port)
     # `tunelab train` on this home finds the server through <home>/server.json and submits to it.
     advertise(app, url, host, port)
@@ -209,9 +211,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="let API callers set ray_address (sends the run's config, secrets included, to that Ray cluster)")
     parser.add_argument("--allow-multi-node", action="store_true",
                         help="let API callers set nodes (opens torchrun's unauthenticated rendezvous port to the network)")
+    parser.add_argument("--allow-reward-code", action="store_true",
+                        help="let API callers name a python reward file inside the data roots (objective grpo; runs that code)")
     parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                         help="also answer to this Host name (repeatable; '*' answers to any)")
     args = parser.parse_args(argv)
     serve(args.host, args.port, log_level=args.log_level, allow_remote_code=args.allow_remote_code,
           allow_output_anywhere=args.allow_output_anywhere, allow_ray=args.allow_ray,
-          allow_multi_node=args.allow_multi_node, allowed_hosts=args.allowed_host)
+          allow_multi_node=args.allow_multi_node, allow_reward_code=args.allow_reward_code, allowed_hosts=args.allowed_host)

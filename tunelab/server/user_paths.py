@@ -11,9 +11,11 @@ relative path or a symlink cannot be re-interpreted later). Hub ids and remote U
 (an S3 endpoint, an MLflow server) pass through unchanged.
 
 `trust_remote_code` runs code from the model's repository, `allow_output_outside_root`
-writes anywhere the server's user can and `ray_address` sends the run's config, secrets
-included, to a Ray cluster: over HTTP each is refused (403) unless the server was started
-with `--allow-remote-code` / `--allow-output-anywhere` / `--allow-ray` / `--allow-multi-node`. The CLI,
+writes anywhere the server's user can, `ray_address` sends the run's config, secrets
+included, to a Ray cluster and a `python` entry in `rewards` runs the user's own reward
+file in the worker: over HTTP each is refused (403) unless the server was started with
+`--allow-remote-code` / `--allow-output-anywhere` / `--allow-ray` / `--allow-multi-node` /
+`--allow-reward-code` (and a reward file must lie in the data roots, like data files). The CLI,
 run by the machine's own user, does not come through here.
 """
 
@@ -28,6 +30,7 @@ from urllib.parse import urlsplit
 
 from tunelab import paths
 from tunelab.config import RunConfig, parse_config, stored_settings
+from tunelab.grpo_settings import uses_reward_code
 from tunelab.paths import PathNotAllowed
 from tunelab.server.errors import ApiError
 
@@ -39,11 +42,12 @@ KNOWN_FILE_READERS = frozenset({"json", "csv", "text", "parquet", "arrow", "pand
                                 "imagefolder", "audiofolder", "videofolder"})
 # Settings that need an opt-in given when the server was started: field -> the flag.
 OPT_INS = {"trust_remote_code": "--allow-remote-code", "allow_output_outside_root": "--allow-output-anywhere",
-           "ray_address": "--allow-ray", "nodes": "--allow-multi-node"}
+           "ray_address": "--allow-ray", "nodes": "--allow-multi-node", "rewards": "--allow-reward-code"}
 OPT_IN_WHY = {"trust_remote_code": "it runs code from the model's repository on this machine",
               "allow_output_outside_root": "it lets a run write anywhere this server's user can",
               "ray_address": "it sends the run's config, secrets included, to a Ray cluster",
-              "nodes": "it opens torchrun's rendezvous port to the network, and torch.distributed's traffic is not authenticated"}
+              "nodes": "it opens torchrun's rendezvous port to the network, and torch.distributed's traffic is not authenticated",
+              "rewards": "it imports and runs the Python file on this machine"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -72,12 +76,15 @@ def check_opt_ins(config: Mapping[str, Any], state: Any, run_id: int | None = No
     started to allow. With `run_id` it is worded for a stored run being resumed or
     exported (`action`)."""
     allowed = {"trust_remote_code": state.allow_remote_code, "allow_output_outside_root": state.allow_output_anywhere,
-               "ray_address": state.allow_ray, "nodes": state.allow_multi_node}
+               "ray_address": state.allow_ray, "nodes": state.allow_multi_node,
+               "rewards": getattr(state, "allow_reward_code", False)}
     for field in fields:
-        if config.get(field) and not allowed[field]:
+        wanted = uses_reward_code(config) if field == "rewards" else config.get(field)
+        if wanted and not allowed[field]:
             flag = OPT_INS[field]
             value = config[field]
-            setting = (f"{field}={value!r}" if isinstance(value, str)
+            setting = ("a python reward (rewards with name: python)" if field == "rewards"
+                       else f"{field}={value!r}" if isinstance(value, str)
                        else f"{field} (a {value.get('count')}-node run)" if isinstance(value, Mapping) else f"{field}=true")
             whose = f"run {run_id} was started with {setting}, so an HTTP {action}" if run_id is not None else setting
             alternative = f"{action} it with `tunelab {action} {run_id}`" if run_id is not None else "run it with `tunelab train`"
@@ -108,6 +115,9 @@ def confine_user_paths(config: RunConfig) -> RunConfig:
             updates[field] = str(paths.resolve_write_dir(value, field, outside))
     if config.mlflow_tracking_uri:
         updates["mlflow_tracking_uri"] = _mlflow_uri(config.mlflow_tracking_uri, outside)
+    if uses_reward_code(config):
+        updates["rewards"] = [spec.model_copy(update={"path": str(paths.check_readable(spec.path, f"rewards.{i}.path"))})
+                              if spec.name == "python" else spec for i, spec in enumerate(config.rewards)]
     if config.resume_from and not config.resume_from.strip().isdigit():
         updates["resume_from"] = str(_checkpoint_folder(config.resume_from.strip()))
     return config.model_copy(update=updates)

@@ -15,6 +15,8 @@ Four shapes are understood, named after the datasets that made them popular:
   preference  prompt/chosen/rejected (strings or messages lists), what DPO, ORPO,
             SimPO and KTO train on; unpaired_preference prompt/completion/label, KTO's own
             (`preference_formats`; rendered by `worker/methods/preference`)
+  prompt_only  a prompt column (+ an optional reference answer): what GRPO trains on
+            (`prompt_formats`; rendered by `worker/methods/grpo`)
 Rows reaching `to_messages` carry canonical column names (`sources.load_raw` renames
 columns through `column_mapping` first). Torch-free.
 """
@@ -24,12 +26,12 @@ from __future__ import annotations
 from typing import Any
 
 from tunelab.worker.context import RunSettingError
-from tunelab.worker import preference_formats
+from tunelab.worker import preference_formats, prompt_formats
 from tunelab.worker.embedding_formats import EMBEDDING_FORMATS, describe_shapes, detect_embedding_format, missing_columns
 from tunelab.worker.speech_formats import TRANSCRIPTION, audio_column, transcript_column, transcription_shape
 
 FORMATS = ("alpaca", "sharegpt", "chatml", "text", "caption", *EMBEDDING_FORMATS, TRANSCRIPTION,
-           preference_formats.PREFERENCE_FORMAT, preference_formats.UNPAIRED_FORMAT)
+           preference_formats.PREFERENCE_FORMAT, preference_formats.UNPAIRED_FORMAT, prompt_formats.PROMPT_FORMAT)
 # Column names under which datasets commonly keep a conversation.
 CONVERSATION_COLUMNS = ("conversations", "messages", "conversation", "chat", "dialogue", "dialog")
 # Column names under which image-text datasets keep their images (paths or image features).
@@ -94,6 +96,8 @@ def detect_format(columns: list[str], sample_rows: list[dict[str, Any]]) -> str:
             "tunelab reads turns with from/value (sharegpt) or role/content (chatml) keys. "
             "Convert the turns, or map another column with column_mapping",
         )
+    if prompt_formats.is_prompt_only(columns):
+        return prompt_formats.PROMPT_FORMAT
     if transcription_shape(columns, sample_rows):
         return TRANSCRIPTION
     if image_column(columns):
@@ -113,9 +117,10 @@ def detect_format(columns: list[str], sample_rows: list[dict[str, Any]]) -> str:
         f"(alpaca), a conversation column ({'/'.join(CONVERSATION_COLUMNS[:2])}) with from/value "
         "or role/content turns (sharegpt/chatml), or a single text column; for an embedding model "
         f"{describe_shapes()}; for a preference objective (dpo, orpo, simpo) "
-        f"{preference_formats.describe_shape()}{_first_row(sample_rows)}. Set format and map your columns with "
-        "column_mapping, e.g. {instruction: question, output: answer}, {anchor: question, positive: answer} or "
-        "{prompt: question, chosen: good_answer, rejected: bad_answer}",
+        f"{preference_formats.describe_shape()}; {prompt_formats.describe_shape()}{_first_row(sample_rows)}. "
+        "Set format and map your columns with column_mapping, e.g. {instruction: question, output: answer}, "
+        "{anchor: question, positive: answer}, {prompt: question, chosen: good_answer, rejected: bad_answer} or "
+        "{prompt: question, reference: answer}",
     )
 
 
@@ -142,6 +147,8 @@ def required_columns(fmt: str, columns: list[str], sample_rows: list[dict[str, A
         return preference_formats.missing_columns(columns, sample_rows or [])
     if fmt == preference_formats.UNPAIRED_FORMAT:
         return [c for c in preference_formats.UNPAIRED_COLUMNS if c not in columns]
+    if fmt == prompt_formats.PROMPT_FORMAT:
+        return [] if "prompt" in columns else ["prompt"]
     return [] if "text" in columns else ["text"]
 
 
@@ -211,6 +218,10 @@ def to_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> list[d
     if fmt in (preference_formats.PREFERENCE_FORMAT, preference_formats.UNPAIRED_FORMAT):
         raise DataFormatError("objective", f"{fmt} data ({'/'.join(preference_formats.UNPAIRED_COLUMNS if fmt == preference_formats.UNPAIRED_FORMAT else preference_formats.PREFERENCE_COLUMNS)}) trains a preference objective and this run's objective is "
                                            f"{config.get('objective') or 'sft'}; set objective={'kto' if fmt == preference_formats.UNPAIRED_FORMAT else 'dpo (or orpo, simpo, kto)'}, or give instruction or chat data")
+    if fmt == prompt_formats.PROMPT_FORMAT:
+        raise DataFormatError("objective", f"prompt_only data (a prompt column without answers) trains objective=grpo and this run's "
+                                           f"objective is {config.get('objective') or 'sft'}; set objective=grpo with rewards, or give "
+                                           "instruction or chat data")
     raise DataFormatError("format", f"unknown format '{fmt}'; use one of {list(FORMATS)}")
 
 

@@ -213,6 +213,10 @@ def _load_model(config: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]
         raise RunSettingError("backend", f"{config['model_name']} {MLX_REFUSAL}")
     if speech_model.is_speech_model(config):
         raise RunSettingError("backend", f"{config['model_name']} {speech_model.MLX_REFUSAL}")
+    from tunelab.worker import tts_layout, tts_model
+
+    if tts_model.is_tts_model(config):
+        raise RunSettingError("backend", f"{config['model_name']} {tts_layout.MLX_REFUSAL}")
     if embedding_model.is_embedding_model(config):  # a plain encoder, or a hub embedder the start checks could not read
         raise RunSettingError("backend", f"{config['model_name']} {embedding_model.MLX_REFUSAL}")
     model, tokenizer, model_config = load(config["model_name"], return_config=True,

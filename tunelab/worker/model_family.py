@@ -15,6 +15,8 @@ result is saved. `detect(config)` picks the family from the model's own files
   speech  AutoProcessor (feature extractor + tokenizer) + AutoModelForSpeechSeq2Seq;
           audio + transcript rows through `speech_data.prepare` and its collator, and
           transformers' Seq2SeqTrainer with word error rate at eval (`speech_trainer`).
+  tts     an Orpheus-style causal LM over SNAC codec tokens (`tts_family`, told apart by
+          `tts_model.is_tts_model`): text + audio rows to codec tokens, a spoken sample per eval.
 `modality(raw)` names what the run trains on (events.MODALITIES), for the run's record.
 `wrap` is the same for text and vision: the method's adapter on the family's targets, or full
 fine-tuning with what the switches turn off frozen; both train with TRL's SFTTrainer.
@@ -142,11 +144,17 @@ class SpeechFamily(_Family):
 
 
 def detect(config: dict[str, Any]) -> Any:
-    """The run's family: speech-to-text, vision-language, embedding, or (otherwise) text."""
+    """The run's family: speech-to-text, text-to-speech, vision-language, embedding, or (otherwise) text."""
     from tunelab.worker import embedding_model, speech_model, vision_model
 
     if speech_model.is_speech_model(config):
         return SpeechFamily()
+    from tunelab.worker import tts_model
+
+    if tts_model.is_tts_model(config):
+        from tunelab.worker.tts_family import TtsFamily
+
+        return TtsFamily()
     if vision_model.is_vision_model(config):
         return VisionFamily()
     if embedding_model.is_embedding_model(config):

@@ -17,6 +17,7 @@ Torch-free apart from the collator it hands on.
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from typing import Any
 
 from tunelab import paths
@@ -65,28 +66,49 @@ def check_clip(ref: dict[str, Any], longest: float | None) -> float:
     return frames / clip.samplerate
 
 
+@dataclass(frozen=True)
+class ClipPlace:
+    """Where a split's clips are read from and how an error names them."""
+    folders: list[Any]  # relative paths resolve against these
+    field: str  # the setting that names the data
+    what: str  # "training" or "eval"
+    column: str  # the audio column
+    confined: bool  # a server-started run reads only inside the data roots
+
+
+def clip_place(config: dict[str, Any], what: str, column: str) -> ClipPlace:
+    return ClipPlace(data_folders(config, what), _source_field(config, what), what, column, paths.reads_confined())
+
+
+def checked_clip(raw_ref: Any, index: int, place: ClipPlace, longest: float | None) -> dict[str, Any]:
+    """Row `index`'s clip as `{path, bytes}`, decoded once to check it; any problem is a
+    DataFormatError naming the row, the path and the field (speech-to-text and text-to-speech rows alike)."""
+    ref = None
+    where = f"row {index} of the {place.what} data: audio"
+    try:
+        ref = image_reference(raw_ref, place.folders)
+        if place.confined and not ref["bytes"]:
+            paths.check_readable(ref["path"], place.field)
+        check_clip(ref, longest)
+    except paths.PathNotAllowed as exc:
+        raise DataFormatError(place.field, f"{where} {exc}") from exc
+    except BadClip as exc:
+        raise DataFormatError(place.field, f"{where} {_shown(ref, raw_ref)} (column '{place.column}') {exc}") from exc
+    except Exception as exc:  # missing file, not audio, truncated data, bad reference
+        raise DataFormatError(place.field, f"{where} {_shown(ref, raw_ref)} (column '{place.column}') cannot be read "
+                                           f"({exc}); fix or remove the row, or correct the path (relative paths are relative to the dataset file)") from exc
+    return ref
+
+
 def _rows(rows: Any, processor: Any, config: dict[str, Any], what: str, max_label_tokens: int | None) -> Any:
     tokenizer = processor.tokenizer
-    folders = data_folders(config, what)
     field = _source_field(config, what)
-    confined = paths.reads_confined()
     longest = longest_seconds(processor.feature_extractor)
     audio_name, text_name = audio_column(rows.column_names), transcript_column(rows.column_names)
+    place = clip_place(config, what, audio_name)
 
     def convert(row: dict[str, Any], index: int) -> dict[str, Any]:
-        raw_ref, ref = row.get(audio_name), None
-        try:
-            ref = image_reference(raw_ref, folders)
-            if confined and not ref["bytes"]:
-                paths.check_readable(ref["path"], field)
-            check_clip(ref, longest)
-        except paths.PathNotAllowed as exc:
-            raise DataFormatError(field, f"row {index} of the {what} data: audio {exc}") from exc
-        except BadClip as exc:
-            raise DataFormatError(field, f"row {index} of the {what} data: audio {_shown(ref, raw_ref)} (column '{audio_name}') {exc}") from exc
-        except Exception as exc:  # missing file, not audio, truncated data, bad reference
-            raise DataFormatError(field, f"row {index} of the {what} data: audio {_shown(ref, raw_ref)} (column '{audio_name}') cannot be read "
-                                         f"({exc}); fix or remove the row, or correct the path (relative paths are relative to the dataset file)") from exc
+        ref = checked_clip(row.get(audio_name), index, place, longest)
         text = row.get(text_name)
         if not isinstance(text, str):
             raise DataFormatError(field, f"row {index} of the {what} data: the transcript (column '{text_name}') is {text!r}, not text; "

@@ -1,7 +1,8 @@
 """Training objectives: which trainer a run's family trains with (see DESIGN.md, worker/methods/).
 
 `for_objective(config, family)` is the family itself for `sft` (each family's own
-trainer), or the family composed with a preference method (`preference.py`) that
+trainer), or the family composed with a preference method (`preference.py`, and
+`grpo.py` for GRPO) that
 replaces only how the data is prepared and which TRL trainer runs; loading, wrapping
 and saving stay the family's.
 """
@@ -15,6 +16,10 @@ def for_objective(config: dict[str, Any], family: Any) -> Any:
     objective = config.get("objective") or "sft"
     if objective == "sft":
         return family
+    if objective == "grpo":
+        from tunelab.worker.methods.grpo import GRPOMethod
+
+        return GRPOMethod(family)
     from tunelab.worker.methods.preference import PreferenceMethod
 
     return PreferenceMethod(family, objective)

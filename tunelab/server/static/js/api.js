@@ -10,7 +10,7 @@
 
 const TOKEN_KEY = "tunelab.token";
 
-class ApiError extends Error {
+export class ApiError extends Error {
   constructor(status, body) {
     const err = (body && body.error) || {};
     super(err.message || `request failed with HTTP ${status}`);
@@ -104,7 +104,19 @@ export const api = {
   renameRun: (id, displayName) => request("PATCH", `/api/runs/${encodeURIComponent(id)}`, { display_name: displayName }),
   deleteRun: (id, deleteArtifacts) => request("DELETE", `/api/runs/${encodeURIComponent(id)}?delete_artifacts=${deleteArtifacts}`),
   resumeRun: (id) => request("POST", `/api/runs/${encodeURIComponent(id)}/resume`),
+  listSamples: (id) => request("GET", `/api/runs/${encodeURIComponent(id)}/samples`),
+  /** A spoken sample's audio, fetched with the token (an <audio src> could not send it). */
+  sampleBlob: async (id, name) => {
+    const response = await fetch(`/api/runs/${encodeURIComponent(id)}/samples/${encodeURIComponent(name)}`,
+      { headers: { Authorization: `Bearer ${getToken()}` } });
+    if (!response.ok) throw new ApiError(response.status, null);
+    return response.blob();
+  },
+  chatTarget: (id, checkpoint) => request("GET", `/api/runs/${encodeURIComponent(id)}/chat${checkpoint == null ? "" : `?checkpoint=${checkpoint}`}`),
   exportRun: (id, body) => request("POST", `/api/runs/${encodeURIComponent(id)}/export`, body),
+  localModels: () => request("GET", "/api/models/local"),
+  /** The server's OpenAPI document (public): the export options are read from it. */
+  openapi: () => request("GET", "/openapi.json"),
   /**
    * The progress stream. EventSource cannot send headers, so the token rides in the
    * query; `runId` and `afterStep` (the event id `<run>:<step>`) ask the server to replay

@@ -5,7 +5,7 @@
  *
  * Kinds: text, secret (never saved to YAML), int, float, bool, select, tristate
  * (auto/on/off -> null/true/false), list (one item per line), intlist ("0, 1"),
- * map (one `key: value` per line).
+ * map (one `key: value` per line), jsonlist (one JSON object per line).
  * `adapterOnly` fields are hidden when the method trains no adapter.
  */
 
@@ -57,9 +57,9 @@ export const BASIC_FIELDS = [
   f("s3.access_key_id", "Access key id", "secret", "", { section: "data", source: "s3" }),
   f("s3.secret_access_key", "Secret access key", "secret", "", { section: "data", source: "s3" }),
   f("s3.session_token", "Session token", "secret", "", { section: "data", source: "s3" }),
-  f("format", "Format", "select", "auto", { section: "data", options: ["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs", "transcription", "preference", "unpaired_preference"], help: "auto detects it from the columns (caption: an image column and a text column; pairs, triplets, scored_pairs, labelled_pairs: embedding models; preference: prompt, chosen, rejected for dpo/orpo/simpo/kto; unpaired_preference: prompt, completion, label for kto); “check dataset” shows what it found." }),
+  f("format", "Format", "select", "auto", { section: "data", options: ["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs", "transcription", "preference", "unpaired_preference", "prompt_only"], help: "auto detects it from the columns (caption: an image column and a text column; pairs, triplets, scored_pairs, labelled_pairs: embedding models; preference: prompt, chosen, rejected for dpo/orpo/simpo/kto; unpaired_preference: prompt, completion, label for kto; prompt_only: a prompt column and an optional reference or answer column for grpo); “check dataset” shows what it found." }),
 
-  f("objective", "Objective", "select", "sft", { section: "train", options: ["sft", "dpo", "orpo", "simpo", "kto"], help: "sft: learn the answers in the data. dpo, orpo, simpo: learn to prefer the chosen answer over the rejected one (prompt, chosen, rejected data). kto: also from completions labelled good or bad (prompt, completion, label)." }),
+  f("objective", "Objective", "select", "sft", { section: "train", options: ["sft", "dpo", "orpo", "simpo", "kto", "grpo"], help: "sft: learn the answers in the data. dpo, orpo, simpo: learn to prefer the chosen answer over the rejected one (prompt, chosen, rejected data). kto: also from completions labelled good or bad (prompt, completion, label). grpo: sample completions for each prompt and learn from their rewards (prompt data, optional reference answer; set Rewards)." }),
   f("learning_rate", "Learning rate", "float", 2e-4, { section: "train", help: "Between 0 and 1; LoRA usually 1e-4 to 3e-4." }),
   f("num_epochs", "Epochs", "float", 3, { section: "train", help: "Passes over the data (used when max steps is 0)." }),
   f("max_steps", "Max steps", "int", 0, { section: "train", help: "0 = train for the epochs above." }),
@@ -77,7 +77,7 @@ export const ADVANCED_FIELDS = [
   f("eval_holdout", "Eval holdout share", "float", 0, { section: "Evaluation", help: "Share of training rows held out when there is no eval split (0–0.5)." }),
   f("eval_steps", "Eval every", "float", 0, { section: "Evaluation", help: "0 = no eval; N = every N steps; below 1 = that share of all steps." }),
 
-  f("column_mapping", "Column mapping", "map", {}, { section: "Data", placeholder: "instruction: question\noutput: answer", help: "One `target: your column` per line; targets: instruction, input, output, text, conversations, messages, system, images, image; for embedding models anchor, positive, negative, sentence1, sentence2, score, query, document, label; for preference objectives prompt, chosen, rejected, completion, label." }),
+  f("column_mapping", "Column mapping", "map", {}, { section: "Data", placeholder: "instruction: question\noutput: answer", help: "One `target: your column` per line; targets: instruction, input, output, text, conversations, messages, system, images, image; for embedding models anchor, positive, negative, sentence1, sentence2, score, query, document, label; for preference objectives prompt, chosen, rejected, completion, label; for grpo prompt, reference." }),
   f("role_mapping", "Role mapping", "map", {}, { section: "Data", placeholder: "function_call: tool", help: "One `your role: chat role` per line." }),
   f("train_on_completions", "Train on completions only", "bool", false, { section: "Data", help: "Loss on the assistant's tokens only." }),
   f("streaming", "Stream the dataset", "bool", false, { section: "Data" }),
@@ -96,8 +96,14 @@ export const ADVANCED_FIELDS = [
   f("finetune_mlp_modules", "Train MLP", "bool", true, { section: "Vision", help: "Train MLP and other non-attention linear layers (text models too)." }),
   f("skip_bad_images", "Skip bad images", "bool", false, { section: "Vision", help: "Skip (and report) rows whose image is missing or unreadable instead of ending the run." }),
 
-  f("beta", "Preference beta", "float", null, { section: "Preference", help: "dpo, orpo, simpo, kto only: how strongly the preference counts. Empty: 0.1 (dpo, orpo, kto) or 2.0 (simpo)." }),
+  f("beta", "Preference beta", "float", null, { section: "Preference", help: "dpo, orpo, simpo, kto, grpo only: how strongly the preference counts (grpo: the KL penalty against the base; kl is then charted). Empty: 0.1 (dpo, orpo, kto), 2.0 (simpo) or 0 (grpo)." }),
+  f("rewards", "Rewards", "jsonlist", [], { section: "GRPO", placeholder: '{"name": "exact_match", "weight": 1}\n{"name": "regex", "pattern": "^The answer", "weight": 0.5}', help: "grpo only: one reward per line, summed with its weight. name: exact_match or contains (against the reference answer), regex (pattern), length (max_chars), json, python (path, function; needs `tunelab serve --allow-reward-code` and a file in the data roots)." }),
+  f("num_generations", "Generations per prompt", "int", null, { section: "GRPO", help: "grpo only: completions sampled per prompt (2 or more); batch size × accumulation must be a multiple of it. Empty: 4." }),
+  f("max_completion_length", "Max completion tokens", "int", null, { section: "GRPO", help: "grpo only: the most tokens generated per completion. Empty: 64." }),
+  f("temperature", "Sampling temperature", "float", null, { section: "GRPO", help: "grpo only: higher gives more varied completions. Empty: 1.0." }),
   f("speech_language", "Transcript language", "text", null, { section: "Speech", placeholder: "en", help: "Speech-to-text models only: the transcripts' language for a multilingual model (e.g. en). Empty: the tokenizer's own setting." }),
+  f("tts_codec", "TTS codec", "text", null, { section: "Speech", placeholder: "hubertsiuzdak/snac_24khz", help: "Text-to-speech models only: the SNAC codec folder or hub repo. Empty: the model folder's codec/, else hubertsiuzdak/snac_24khz." }),
+  f("tts_sample_text", "TTS sample sentence", "text", null, { section: "Speech", placeholder: "the first eval row's text", help: "Text-to-speech models only: spoken into samples/step-N.wav at each eval and played beside the loss chart." }),
   f("embedding_loss", "Embedding loss", "select", "auto", { section: "Embedding", options: ["auto", "mnrl", "cached_mnrl", "triplet", "cosent", "angle", "cosine", "contrastive", "online_contrastive"], help: "Embedding models only. auto: in-batch negatives ranking for pairs and triplets, CoSENT for scored pairs, online contrastive for labelled pairs." }),
   f("matryoshka_dims", "Matryoshka dimensions", "intlist", null, { section: "Embedding", placeholder: "256, 128, 64", help: "Embedding models only: also train these leading dimensions to work alone." }),
 

@@ -31,7 +31,7 @@ function fieldBlock(spec) {
       ? [["", "auto"], ["true", "on"], ["false", "off"]]
       : spec.options.map((o) => (Array.isArray(o) ? o : [o, o]));
     control = el("select", { id, name: spec.name }, options.map(([value, text]) => el("option", { value, text })));
-  } else if (spec.kind === "list" || spec.kind === "map") {
+  } else if (spec.kind === "list" || spec.kind === "map" || spec.kind === "jsonlist") {
     control = el("textarea", { id, name: spec.name, rows: 2, placeholder: spec.placeholder, spellcheck: "false" });
   } else if (spec.kind === "bool") {
     control = el("input", { id, name: spec.name, type: "checkbox" });
@@ -46,7 +46,7 @@ function fieldBlock(spec) {
   }
   control.setAttribute("aria-describedby", describedBy);
   const label = el("label", { for: id, text: spec.label });
-  const wide = spec.kind === "list" || spec.kind === "map" ? " field-wide" : "";
+  const wide = spec.kind === "list" || spec.kind === "map" || spec.kind === "jsonlist" ? " field-wide" : "";
   const className = spec.kind === "bool" ? "field field-check field-wide" : `field${wide}`;
   const block = el("div", { class: className, "data-field": spec.name }, spec.kind === "bool" ? [control, label] : [label, control]);
   if (spec.help) block.append(el("p", { class: "help", id: `${id}-help`, text: spec.help }));
@@ -250,6 +250,16 @@ function readValue(spec, input) {
       }
       return { value: Object.keys(mapping).length ? mapping : undefined };
     }
+    case "jsonlist": {
+      const items = [];
+      for (const line of raw.split("\n").map((s) => s.trim()).filter(Boolean)) {
+        let item;
+        try { item = JSON.parse(line); } catch { item = undefined; }
+        if (!item || typeof item !== "object" || Array.isArray(item)) return { error: `“${line}” is not a JSON object like {"name": "exact_match", "weight": 1}` };
+        items.push(item);
+      }
+      return { value: items.length ? items : undefined };
+    }
     default: {
       const text = raw.trim();
       return { value: text === "" ? undefined : text };
@@ -270,6 +280,9 @@ function writeValue(spec, input, value) {
       break;
     case "intlist":
       input.value = Array.isArray(value) ? value.join(", ") : value ?? "";
+      break;
+    case "jsonlist":
+      input.value = Array.isArray(value) ? value.map((item) => JSON.stringify(item)).join("\n") : "";
       break;
     case "map":
       input.value = value && typeof value === "object" ? Object.entries(value).map(([k, v]) => `${k}: ${v}`).join("\n") : "";

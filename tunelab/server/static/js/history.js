@@ -1,10 +1,13 @@
 /**
  * The run history: a paged list, newest first, with each run's status, loss sparkline,
  * final loss and duration, and the actions on it (rename, resume, delete, select for
- * comparison). The selection survives paging and refreshes.
+ * comparison; chat, compare with its base and export, for a run with weights to use;
+ * evaluate, with the run's evaluations folding out below it). The selection survives
+ * paging and refreshes.
  */
 
 import { api } from "./api.js";
+import { evalSection } from "./evals.js";
 import { fmtDuration, fmtInt, fmtNumber, fmtTime, sparkline } from "./format.js";
 import { notify } from "./notice.js";
 
@@ -27,16 +30,24 @@ function button(label, className, accessibleName, onClick) {
 }
 
 export const runName = (run) => run.display_name || `Run #${run.id}`;
+// Runs that answer with vectors or need images; chat covers text models.
+const NO_CHAT_MODALITIES = new Set(["embedding", "vision"]);
+/** A finished run, or one stopped with its checkpoint kept (not cancelled). */
+const hasWeights = (run) => run.status === "completed" || (run.status === "stopped" && !run.cancel_requested && !!run.output_dir);
 
 export class HistoryPanel {
   /**
    * @param onResumed called with the new job id after a resume starts (the current run
    *   panel follows it, which refreshes this list)
    * @param onCompare called with the selected run ids
+   * @param onChat called with a run and whether to compare it with its base
+   * @param onExport called with a run to export
    */
-  constructor({ onResumed, onCompare }) {
+  constructor({ onResumed, onCompare, onChat = () => {}, onExport = () => {} }) {
     this.onResumed = onResumed;
     this.onCompare = onCompare;
+    this.onChat = onChat;
+    this.onExport = onExport;
     this.offset = 0;
     this.total = 0;
     this.selected = new Set();
@@ -128,12 +139,21 @@ export class HistoryPanel {
     const actions = el("div", "run-actions");
     actions.append(button("Rename", "quiet", `Rename ${name}`, () => this.#rename(run)));
     if (run.can_resume) actions.append(button("Resume", "secondary", `Resume ${name}`, () => this.#resume(run)));
-    if (run.status === "completed" || run.status === "stopped") {
-      actions.append(button("Export", "quiet", `Export ${name}`, () => this.#export(run)));
+    if (hasWeights(run)) {
+      // The server says why when a run's weights cannot answer (e.g. an embedding model).
+      if (!NO_CHAT_MODALITIES.has(run.modality)) {
+        actions.append(button("Chat", "secondary", `Chat with ${name}`, () => this.onChat(run, false)));
+        actions.append(button("Compare with base", "quiet", `Compare ${name} with its base`, () => this.onChat(run, true)));
+      }
+      actions.append(button("Export", "quiet", `Export ${name}`, () => this.onExport(run)));
     }
+    // Evaluation loads the weights as chat does, so it is offered to the same runs.
+    const evals = hasWeights(run) && !NO_CHAT_MODALITIES.has(run.modality) ? evalSection(run, name) : null;
+    if (evals) actions.append(evals.button);
     actions.append(button("Delete", "quiet danger-text", `Delete ${name}`, () => this.#delete(run)));
 
     item.append(pick, title, badge, facts, spark, actions);
+    if (evals) item.append(evals.details);
     return item;
   }
 
@@ -173,32 +193,6 @@ export class HistoryPanel {
     } catch (err) {
       notify(`Cannot resume ${runName(run)}: ${err.message}`, "error");
     }
-  }
-
-  #export(run) {
-    const dialog = $("export-dialog");
-    const format = $("export-format");
-    const quant = $("export-quant");
-    const error = $("export-error");
-    $("export-what").textContent = `${runName(run)} (#${run.id}) into its folder's export-<format>.`;
-    error.textContent = "";
-    const sync = () => { quant.disabled = format.value !== "gguf"; };
-    format.onchange = sync;
-    sync();
-    dialog.returnValue = "";
-    dialog.showModal();
-    dialog.addEventListener("close", async () => {
-      if (dialog.returnValue !== "export") return;
-      const body = { format: format.value };
-      if (format.value === "gguf" && quant.value) body.quant = quant.value;
-      notify(`Exporting ${runName(run)} as ${body.quant || body.format}…`);
-      try {
-        const answer = await api.exportRun(run.id, body);
-        notify(`Exported ${runName(run)} to ${answer.dest}: ${answer.files.join(", ")}`);
-      } catch (err) {
-        notify(`Cannot export ${runName(run)}: ${err.message}`, "error");
-      }
-    }, { once: true });
   }
 
   #delete(run) {

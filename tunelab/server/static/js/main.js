@@ -9,8 +9,11 @@ import { ComparePanel } from "./compare.js";
 import { ConfigForm } from "./config-form.js";
 import { downloadYaml, readYamlFile, withoutSecrets } from "./config-yaml.js";
 import { setUpDatasetCheck } from "./dataset-check.js";
+import { ExportDialog } from "./export-dialog.js";
 import { HistoryPanel } from "./history.js";
+import { loadModelPicker } from "./model-picker.js";
 import { notify } from "./notice.js";
+import { PlaygroundPanel } from "./playground.js";
 import { RunPanel } from "./run-panel.js";
 import { setUpTheme } from "./theme.js";
 
@@ -21,11 +24,16 @@ setUpTheme($("theme-toggle"));
 
 const configForm = new ConfigForm($("config-form"));
 const compare = new ComparePanel();
+const playground = new PlaygroundPanel();
+const exportDialog = new ExportDialog();
 const history = new HistoryPanel({
   onResumed: (jobId) => runPanel.follow(jobId),
   onCompare: (ids) => compare.show(ids),
+  onChat: (run, withBase) => playground.open(run, withBase),
+  onExport: (run) => exportDialog.open(run),
 });
-const runPanel = new RunPanel({ onRunChanged: () => history.refresh() });
+// A run that ends may be one to continue from: the Model list is refreshed with the history.
+const runPanel = new RunPanel({ onRunChanged: () => { history.refresh(); loadModelPicker(); } });
 
 setUpDatasetCheck(configForm);
 setUpDraft();
@@ -137,4 +145,5 @@ function setUpToken() {
 function load() {
   runPanel.start();
   history.refresh();
+  loadModelPicker();
 }

@@ -13,6 +13,7 @@
 
 import { api } from "./api.js";
 import { LineChart } from "./charts.js";
+import { SamplePlayer } from "./samples.js";
 import { fmtDuration, fmtInt, fmtMemory, fmtNumber } from "./format.js";
 import { notify } from "./notice.js";
 import { MOVING_AVERAGE_WINDOW, RunSeries } from "./run-series.js";
@@ -64,6 +65,7 @@ export class RunPanel {
       extra: new LineChart($("chart-extra"), { title: "", series: [{ label: "", colorIndex: 5, style: "both" }] }),
     };
     this.extraShown = null; // the extra series in the chart; the selector picks another
+    this.samples = new SamplePlayer($("sample-box"), $("sample-audio"), $("sample-caption"));
     $("extra-series").addEventListener("change", () => this.#drawSoon());
     $("stop-run").addEventListener("click", () => this.#askStop());
     $("clear-run").addEventListener("click", () => this.#clear());
@@ -203,6 +205,7 @@ export class RunPanel {
     const modality = $("run-modality");
     modality.textContent = status.modality || "";
     modality.hidden = !status.modality;
+    this.samples.follow(this.runId, status.modality, this.running);
     // A failed run's message repeats its error; say it once, in the error box.
     $("run-message").textContent = status.message && status.message !== status.error ? status.message : "";
     const error = $("run-error");

@@ -1,0 +1,29 @@
+"""What a text-to-speech export carries besides the weights: the codec that turns its tokens into sound.
+
+A TTS run keeps its SNAC codec as `codec/` in its folder (`worker.tts_family`); a
+checkpoint's run folder is its parent. `carry_codec` copies it into the export and adds a
+README line saying how to decode. Anything else exports nothing extra. Torch-free.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+CODEC_SUBFOLDER = "codec"  # worker.tts_codec.CODEC_SUBFOLDER
+CODEC_FILES = ("config.json", "pytorch_model.bin")  # worker.tts_codec.CODEC_FILES
+README_LINE = ("Text-to-speech model (Orpheus's layout over SNAC codes, exported by tunelab). `codec/` is the SNAC codec "
+               "that turns its audio tokens back into sound: `snac.SNAC.from_pretrained('codec')`. Token `<custom_token_N>` "
+               "with N >= 10 is code (N - 10) % K at place (N - 10) // K of a 7-token frame (K: config.json's "
+               "tunelab_tts.codebook_size, 4096 for Orpheus).\n")
+
+
+def carry_codec(source: Path, dest: Path) -> bool:
+    found = next((folder / CODEC_SUBFOLDER for folder in (Path(source), Path(source).parent)
+                  if all((folder / CODEC_SUBFOLDER / name).is_file() for name in CODEC_FILES)), None)
+    if found is None:
+        return False
+    shutil.copytree(found, Path(dest) / CODEC_SUBFOLDER, dirs_exist_ok=True)
+    with open(Path(dest) / "README.md", "a") as readme:
+        readme.write(README_LINE)
+    return True

@@ -1,0 +1,193 @@
+/**
+ * The Chat and Compare panel for one finished or stopped run. Chat streams the
+ * fine-tune's answers; Compare sends each message to the base model and the fine-tune
+ * side by side, each side keeping its own conversation (for an adapter run the server
+ * switches the adapter off for the base: one copy of the weights). Any valid checkpoint
+ * of the run can answer instead of its final weights. Generation is the server's
+ * OpenAI-style route (chat-stream.js); Stop closes the connections, which stops the
+ * generation on the server.
+ */
+
+import { api } from "./api.js";
+import { streamChat } from "./chat-stream.js";
+import { runName } from "./history.js";
+import { notify } from "./notice.js";
+
+const $ = (id) => document.getElementById(id);
+// [input id, request field, label, lowest, highest, whole number?]; bounds as the server checks them.
+const SETTINGS = [
+  ["chat-temperature", "temperature", "Temperature", 0, 2, false],
+  ["chat-top-p", "top_p", "Top-p", Number.MIN_VALUE, 1, false],
+  ["chat-max-tokens", "max_tokens", "Max new tokens", 1, 4096, true],
+];
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+export class PlaygroundPanel {
+  constructor() {
+    this.run = null;
+    this.target = null;
+    this.sides = [];
+    this.history = {};
+    this.controller = null;
+    $("chat-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      this.#send();
+    });
+    $("chat-input").addEventListener("keydown", (event) => {
+      // Enter sends, Shift+Enter starts a new line, as in most chat boxes.
+      if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+        event.preventDefault();
+        $("chat-form").requestSubmit();
+      }
+    });
+    $("chat-stop").addEventListener("click", () => this.stop());
+    // Other weights are another model: the conversation starts over with them.
+    $("chat-weights").addEventListener("change", (event) => {
+      this.stop();
+      this.#load(event.target.value === "" ? null : Number(event.target.value));
+    });
+    $("chat-clear").addEventListener("click", () => this.#clear());
+    $("chat-close").addEventListener("click", () => {
+      this.stop();
+      $("playground").hidden = true;
+    });
+  }
+
+  /** Open the panel on `run`; `compare` puts the base model beside the fine-tune. */
+  async open(run, compare) {
+    this.stop();
+    this.run = run;
+    this.sides = compare ? ["base", "tuned"] : ["tuned"];
+    if (!(await this.#load(null))) return;
+    const weights = $("chat-weights");
+    const latest = this.target.step === null ? "final weights" : `saved checkpoint (step ${this.target.step})`;
+    weights.replaceChildren(new Option(latest, ""), ...this.target.checkpoints.map((step) => new Option(`checkpoint ${step}`, String(step))));
+    $("playground-title").textContent = compare ? `Compare ${runName(run)} with its base` : `Chat with ${runName(run)}`;
+    $("chat-side-base").hidden = !compare;
+    $("chat-sides").classList.toggle("compare", compare);
+    $("playground").hidden = false;
+    $("playground").scrollIntoView({ block: "start" });
+    $("chat-input").focus();
+  }
+
+  /** Ask the server which model ids and template answer for the run (at `checkpoint`, or its default weights). */
+  async #load(checkpoint) {
+    let target;
+    try {
+      target = await api.chatTarget(this.run.id, checkpoint);
+    } catch (err) {
+      if (err.status !== 401) notify(`Cannot chat with ${runName(this.run)}: ${err.message}`, "error");
+      return false;
+    }
+    this.target = target;
+    const weights = target.step === null ? "its final weights" : `its checkpoint at step ${target.step}`;
+    const base = target.kind === "adapter"
+      ? "the base is the same model with the adapter switched off"
+      : "the base model is loaded beside it";
+    $("chat-about").textContent = `Answers from ${target.model} (${weights}), trained on ${target.base_model}`
+      + (this.sides.includes("base") ? `; ${base}.` : ".");
+    $("chat-template").textContent = target.chat_template;
+    $("chat-template-source").textContent = target.template_source === "tokenizer"
+      ? "the template the run saved with its tokenizer"
+      : "tunelab's fallback template (the run saved none)";
+    this.#clear();
+    return true;
+  }
+
+  /** Stop the answers in progress (the server stops generating when the connection closes). */
+  stop() {
+    if (this.controller) this.controller.abort();
+  }
+
+  #clear() {
+    this.stop();
+    this.history = Object.fromEntries(this.sides.map((side) => [side, []]));
+    for (const side of ["base", "tuned"]) $(`chat-log-${side}`).replaceChildren();
+    $("chat-status").textContent = "";
+  }
+
+  /** The sampling fields, or null after marking the first bad one. */
+  #sampling() {
+    const values = {};
+    for (const [id, field, label, low, high, whole] of SETTINGS) {
+      const input = $(id);
+      const error = $(`${id}-error`);
+      const value = Number(input.value);
+      const bad = input.value.trim() === "" || !Number.isFinite(value) || value < low || value > high
+        || (whole && !Number.isInteger(value));
+      const range = low === Number.MIN_VALUE ? `above 0 and at most ${high}` : `from ${low} to ${high}`;
+      error.textContent = bad ? `${label} must be ${whole ? "a whole number" : "a number"} ${range}.` : "";
+      input.setAttribute("aria-invalid", bad ? "true" : "false");
+      if (bad) {
+        input.focus();
+        return null;
+      }
+      values[field] = value;
+    }
+    return values;
+  }
+
+  async #send() {
+    const text = $("chat-input").value.trim();
+    if (!text || this.controller || !this.target) return;
+    const sampling = this.#sampling();
+    if (!sampling) return;
+    const system = $("chat-system").value.trim();
+    const controller = new AbortController();
+    this.controller = controller;
+    $("chat-input").value = "";
+    this.#busy(true);
+    $("chat-status").textContent = "Generating… (the first answer may wait while the model loads)";
+    const answers = this.sides.map((side) => this.#answer(side, text, system, sampling, controller.signal));
+    const outcomes = await Promise.all(answers);
+    this.controller = null;
+    this.#busy(false);
+    $("chat-status").textContent = outcomes.includes("stopped") ? "Stopped." : "";
+    $("chat-input").focus();
+  }
+
+  /** One side's answer to `text`: streamed into its log, then kept in its conversation. */
+  async #answer(side, text, system, sampling, signal) {
+    const log = $(`chat-log-${side}`);
+    const asked = { role: "user", content: text };
+    const messages = [...(system ? [{ role: "system", content: system }] : []), ...this.history[side], asked];
+    log.append(el("li", "chat-turn user", text));
+    const reply = el("li", "chat-turn assistant");
+    reply.dataset.state = "streaming";
+    const body = el("span", "chat-text");
+    reply.append(body);
+    log.append(reply);
+    const model = side === "base" ? this.target.base_model_id : this.target.model;
+    let outcome;
+    try {
+      const { finish } = await streamChat({
+        model, messages, sampling, signal,
+        onPiece: (piece) => {
+          body.textContent += piece;
+          log.scrollTop = log.scrollHeight;
+        },
+      });
+      outcome = finish === "length" ? "length" : "done";
+      if (finish === "length") reply.append(el("span", "chat-note", " [max new tokens reached]"));
+    } catch (err) {
+      outcome = err.name === "AbortError" ? "stopped" : "error";
+      reply.append(el("span", "chat-note", outcome === "stopped" ? " [stopped]" : ` [error: ${err.message}]`));
+    }
+    reply.dataset.state = outcome;
+    if (outcome !== "error") {
+      this.history[side].push(asked, { role: "assistant", content: body.textContent });
+    }
+    return outcome;
+  }
+
+  #busy(busy) {
+    $("chat-send").disabled = busy;
+    $("chat-stop").disabled = !busy;
+  }
+}

@@ -1,0 +1,90 @@
+"""Orpheus's token layout for text-to-speech over SNAC codes, and telling such a model apart.
+
+An Orpheus-style model is a causal LM whose vocabulary carries, after the text tokens,
+added tokens named `<custom_token_N>`:
+  N = 1 ... 7  control tokens: start/end of speech, start/end of the human turn,
+               start/end of the AI turn, padding (CONTROL below)
+  N = 10 + p * K + c   audio code `c` (0 <= c < K, K the codebook size: 4096 for
+               Orpheus) at place `p` (0-6) of a frame.
+A frame is SNAC's three codebooks over one coarse step, seven tokens in Orpheus's
+order: coarse[i], mid[2i], fine[4i], fine[4i+1], mid[2i+1], fine[4i+2], fine[4i+3]
+(`frames_to_offsets` / `offsets_to_codes`; an offset is N - 10).
+A training row reads: <start_of_human> text-tokens <end_of_human> <start_of_ai>
+<start_of_speech> audio-tokens <end_of_speech> <end_of_ai>.
+
+A model is text-to-speech when its own files say so, never its name: its config.json
+carries a `tunelab_tts` marker (what tunelab writes: `{"codec": "snac", "codebook_size": K}`),
+or its tokenizer holds Orpheus's whole audio range (`<custom_token_10>` through
+`<custom_token_28681>`). Torch-free: the parent's start checks use it too.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+MARKER = "tunelab_tts"
+ORPHEUS_CODEBOOK_SIZE = 4096
+FRAME = 7  # tokens per frame: 1 coarse + 2 mid + 4 fine
+AUDIO_BASE = 10  # <custom_token_10> is the first audio token
+CONTROL = {"start_of_speech": 1, "end_of_speech": 2, "start_of_human": 3, "end_of_human": 4,
+           "start_of_ai": 5, "end_of_ai": 6, "pad": 7}
+MLX_REFUSAL = ("is a text-to-speech model (text to audio-codec tokens), and the mlx backend trains text models only "
+               "(no maintained MLX package trains it here); use backend=torch")
+
+
+def token_name(n: int) -> str:
+    return f"<custom_token_{n}>"
+
+
+def layout_tokens(codebook_size: int) -> list[str]:
+    """Every token the layout adds to a text tokenizer, in id order."""
+    return [token_name(n) for n in range(AUDIO_BASE + FRAME * codebook_size)]
+
+
+def frames_to_offsets(coarse: list[int], mid: list[int], fine: list[int], codebook_size: int) -> list[int]:
+    """SNAC's three code lists (lengths n, 2n, 4n) as Orpheus's interleaved audio offsets."""
+    out: list[int] = []
+    for i in range(len(coarse)):
+        frame = (coarse[i], mid[2 * i], fine[4 * i], fine[4 * i + 1], mid[2 * i + 1], fine[4 * i + 2], fine[4 * i + 3])
+        out.extend(place * codebook_size + int(code) for place, code in enumerate(frame))
+    return out
+
+
+def offsets_to_codes(offsets: list[int], codebook_size: int) -> tuple[list[int], list[int], list[int]]:
+    """The inverse: whole frames only (a trailing partial frame is dropped)."""
+    coarse: list[int] = []
+    mid: list[int] = []
+    fine: list[int] = []
+    for start in range(0, len(offsets) - FRAME + 1, FRAME):
+        c = [offsets[start + place] - place * codebook_size for place in range(FRAME)]
+        coarse.append(c[0])
+        mid.extend((c[1], c[4]))
+        fine.extend((c[2], c[3], c[5], c[6]))
+    return coarse, mid, fine
+
+
+def codebook_size_of(config: dict[str, Any]) -> int:
+    marker = config.get(MARKER)
+    return int(marker.get("codebook_size") or ORPHEUS_CODEBOOK_SIZE) if isinstance(marker, dict) else ORPHEUS_CODEBOOK_SIZE
+
+
+def tokens_have_orpheus_range(tokens: set[str]) -> bool:
+    return token_name(AUDIO_BASE) in tokens and token_name(AUDIO_BASE + FRAME * ORPHEUS_CODEBOOK_SIZE - 1) in tokens
+
+
+def added_tokens(tokenizer_json: str | Path | None) -> set[str]:
+    """The added tokens a tokenizer.json names (empty when it is missing or unreadable)."""
+    try:
+        data = json.loads(Path(tokenizer_json).read_text()) if tokenizer_json else {}
+    except (OSError, ValueError):
+        return set()
+    return {entry.get("content") for entry in data.get("added_tokens") or [] if isinstance(entry, dict)}
+
+
+def config_dict_is_tts(config: dict[str, Any], tokenizer_json: str | Path | None = None) -> bool:
+    """The test on a raw config.json and (when given) the tokenizer.json beside it."""
+    if isinstance(config.get(MARKER), dict):
+        return True
+    return tokenizer_json is not None and tokens_have_orpheus_range(added_tokens(tokenizer_json))
