@@ -261,25 +261,27 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
 @app.command()
 def export(
     run: int = typer.Argument(..., help="Run id (see `tunelab runs`)."),
-    format_: str = typer.Option("adapter", "--format", help="adapter | merged | gguf."),
+    format_: str = typer.Option("adapter", "--format", help="adapter | merged | gguf | gguf-adapter (a LoRA adapter as a llama.cpp GGUF)."),
     dest: Optional[str] = typer.Option(None, "--dest", help="Folder inside the outputs root (a relative path starts there). "
                                                             "Default: <run folder>/export-<format>."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float16 | bfloat16 | float32 (default: the run's training half type, bf16 runs bfloat16, else float16); for merged and gguf."),
+    quant: Optional[str] = typer.Option(None, "--quant", help="gguf only: q8_0 | q4_k_m | q5_k_m | q6_k (llama.cpp's quantisations); default: a float GGUF in --dtype."),
 ) -> None:
-    """Export a completed (or stopped-with-checkpoint) run: its adapter, merged weights, or GGUF."""
+    """Export a completed (or stopped-with-checkpoint) run: its adapter, merged weights, or GGUF
+    (with an Ollama Modelfile). See docs/EXPORT.md."""
     from tunelab.export import ExportFailed, ExportInputError, ExportRefused, export_run
     from tunelab.store import Store
 
     try:
         with console.status(f"exporting run {run} as {format_}…"):
-            result = export_run(Store(paths.db_path()), run, format_, dest=dest, dtype=dtype)
+            result = export_run(Store(paths.db_path()), run, format_, dest=dest, dtype=dtype, quant=quant)
     except (ExportInputError, PathNotAllowed) as exc:
         raise _fail(EXIT_BAD_CONFIG, f"--{exc.field}: {exc}")
     except (ExportRefused, ExportFailed) as exc:
         raise _fail(EXIT_ERROR, str(exc))
     plan = result.plan
     origin = f"checkpoint of step {plan.step}" if plan.step is not None else "final weights"
-    console.print(f"exported run {run}'s {origin} as {plan.format}{f' ({plan.dtype})' if plan.dtype else ''} to {plan.dest}")
+    console.print(f"exported run {run}'s {origin} as {plan.format}{f' ({plan.quant or plan.dtype})' if plan.dtype else ''} to {plan.dest}")
     for name in result.files:
         console.print(f"  {name}")
 

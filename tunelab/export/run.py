@@ -42,15 +42,17 @@ class ExportResult:
 
     def describe(self) -> dict[str, Any]:
         plan = self.plan
-        return {"run_id": plan.run_id, "format": plan.format, "dtype": plan.dtype, "kind": plan.kind,
+        return {"run_id": plan.run_id, "format": plan.format, "dtype": plan.dtype, "quant": plan.quant, "kind": plan.kind,
                 "source": str(plan.source), "step": plan.step, "dest": str(plan.dest), "files": self.files}
 
 
-def export_run(store: Any, run_id: int, fmt: str = "adapter", *, dest: str | None = None, dtype: str | None = None) -> ExportResult:
+def export_run(store: Any, run_id: int, fmt: str = "adapter", *, dest: str | None = None, dtype: str | None = None,
+               quant: str | None = None) -> ExportResult:
     """Export run `run_id` from `store` (a tunelab.store.Store) as `fmt` into `dest`
-    (default `<run folder>/export-<fmt>`). Raises ExportError subclasses or PathNotAllowed."""
+    (default `<run folder>/export-<fmt>`); `quant` picks a GGUF quantisation (plan.QUANTS).
+    Raises ExportError subclasses or PathNotAllowed."""
     plan = plan_export(store.get_run(run_id), run_id, fmt, dest, dtype,
-                       folder_owners=lambda folder: store.runs_sharing_output_dir(folder, except_run_id=run_id))
+                       folder_owners=lambda folder: store.runs_sharing_output_dir(folder, except_run_id=run_id), quant=quant)
     try:
         return _carry_out(plan)
     except OSError as exc:
@@ -105,7 +107,7 @@ def _run_child(plan: ExportPlan, staging: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="tunelab-export-") as scratch:
         result_file = Path(scratch) / "result.json"
         request = {"format": plan.format, "kind": plan.kind, "source": str(plan.source), "base_model": plan.base_model,
-                   "trust_remote_code": plan.trust_remote_code, "dtype": plan.dtype, "dest": str(staging),
+                   "trust_remote_code": plan.trust_remote_code, "dtype": plan.dtype, "quant": plan.quant, "dest": str(staging),
                    "run_id": plan.run_id, "result": str(result_file),
                    "base_weights": str(plan.base_weights) if plan.base_weights else None}
         request_file = Path(scratch) / "request.json"

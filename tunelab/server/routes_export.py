@@ -29,18 +29,24 @@ _one_export_at_a_time = threading.Lock()
 
 class ExportRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    format: Literal["adapter", "merged", "gguf"] = Field(
-        "adapter", description="adapter: copy the LoRA adapter; merged: base + adapter folded into one model; gguf: one llama.cpp file.")
+    format: Literal["adapter", "merged", "gguf", "gguf-adapter"] = Field(
+        "adapter", description="adapter: copy the LoRA adapter; merged: base + adapter folded into one model; gguf: one llama.cpp file "
+                   "(from llama.cpp's converter) and an Ollama Modelfile; gguf-adapter: a LoRA run's adapter alone as a llama.cpp "
+                   "adapter GGUF (llama-cli --lora, Ollama ADAPTER).")
     dest: str | None = Field(None, min_length=1, max_length=4096,
                              description="Folder inside the outputs root (relative paths start there). Default: <run folder>/export-<format>.")
     dtype: Literal["float16", "bfloat16", "float32"] | None = Field(
         None, description="Weight type of merged and gguf exports (default: the run's training half type, bf16 runs bfloat16, else float16); an adapter is copied as trained.")
+    quant: Literal["q8_0", "q4_k_m", "q5_k_m", "q6_k"] | None = Field(
+        None, description="gguf only: a quantised file (q8_0 from llama.cpp's converter, the k-quants from llama.cpp's quantizer); "
+                          "default: a float GGUF in dtype.")
 
 
 class ExportAnswer(BaseModel):
     run_id: int
     format: str
     dtype: str | None
+    quant: str | None = Field(None, description="The GGUF quantisation, if one was chosen.")
     kind: str = Field(description="What the run trained: adapter, full, mlx_adapter or mlx_full.")
     source: str = Field(description="The folder the weights came from (the run folder, or a stopped run's checkpoint).")
     step: int | None = Field(description="The checkpoint's step when a stopped run was exported, else null.")
@@ -61,7 +67,7 @@ def export(request: Request, run_id: RunId, body: ExportRequest | None = None) -
     if not _one_export_at_a_time.acquire(blocking=False):
         raise ApiError(409, "export_running", "another export is being written; try again when it has finished")
     try:
-        result = export_run(request.app.state.store, run_id, body.format, dest=body.dest, dtype=body.dtype)
+        result = export_run(request.app.state.store, run_id, body.format, dest=body.dest, dtype=body.dtype, quant=body.quant)
     except ExportInputError as exc:
         raise ApiError(422, "invalid_input", str(exc), field=exc.field) from None
     except ExportRefused as exc:

@@ -124,7 +124,7 @@ export class ExportDialog {
       const files = el("ul", { class: "export-files" });
       for (const file of answer.files) files.append(el("li", {}, file));
       $("export-result").replaceChildren(
-        el("p", { class: "export-done" }, `Exported ${answer.format}${answer.dtype ? ` (${answer.dtype})` : ""} to ${answer.dest}`),
+        el("p", { class: "export-done" }, `Exported ${answer.format}${answer.quant || answer.dtype ? ` (${answer.quant || answer.dtype})` : ""} to ${answer.dest}`),
         files);
       notify(`Exported ${runName(run)} as ${answer.format}.`);
     } catch (err) {
