@@ -33,7 +33,7 @@ demo: $(STAMP)
 # Ray cluster, are built once): most of the suite's time is spent waiting on child
 # processes, so two share 2 cores well (17.9 min instead of ~37 serially on this machine).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

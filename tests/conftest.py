@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from tunelab.demo import DemoAssets, ensure_demo_assets
+
+# One torch thread per process in the tests (inherited by every worker child): `make test`
+# runs two test processes on two cores, each often with a training child beside it, and
+# torch's default of a thread per core then oversubscribes the CPU — its OpenMP threads wait
+# on each other, and steps measured 15-20x slower under that contention. Set before any test
+# imports torch; a value the caller set wins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 @pytest.fixture(scope="session")
