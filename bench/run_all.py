@@ -30,7 +30,7 @@ from sidebyside import Spread
 BENCH = Path(__file__).resolve().parent
 DOC = BENCH.parent / "docs" / "PERFORMANCE.md"
 BENCHMARKS = ("overhead", "defaults", "packing", "first_step", "event_path", "logging_cost", "stop_latency",
-              "footprint", "distributed", "vision_memory", "speech_memory", "memory_estimate")
+              "footprint", "distributed", "vision_memory", "speech_memory", "memory_estimate", "generation")
 BENCHMARK_TIMEOUT_S = 900
 
 

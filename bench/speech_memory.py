@@ -95,7 +95,7 @@ def measure(quick: bool) -> list[Result]:
     decoded_gib = audio_seconds * 16000 * 4 / 2**30  # float32 at the extractor's 16 kHz
     command = f"python bench/speech_memory.py{' --quick' if quick else ''}"
     return [Result(
-        key="speech_memory", title="13. Speech data memory",
+        key="speech_memory", title="14. Speech data memory",
         measures=f"worker peak RSS with {SIZES[1]:,} clips ÷ with {SIZES[0]} clips",
         ratio=spread([b / s for b, s in zip(big, small)]), target=TARGET, higher_is_better=False, command=command,
         details=[f"peak RSS {spread(small).text(3)} GiB ({SIZES[0]} clips) vs {spread(big).text(3)} GiB ({SIZES[1]:,} clips); "
