@@ -110,14 +110,14 @@ def wait_until_ended(server: ChatServer, finished_before: int) -> dict[str, Any]
 
 
 def settings(page, temperature: str, max_tokens: str, system: str = "") -> None:
-    page.get_by_label("System prompt").fill(system)
-    page.get_by_label("Temperature").fill(temperature)
-    page.get_by_label("Top-p").fill("1")
-    page.get_by_label("Max new tokens").fill(max_tokens)
+    page.get_by_label("System prompt", exact=True).fill(system)
+    page.get_by_label("Temperature", exact=True).fill(temperature)
+    page.get_by_label("Top-p", exact=True).fill("1")
+    page.get_by_label("Max new tokens", exact=True).fill(max_tokens)
 
 
 def send(page, text: str) -> None:
-    page.get_by_label("Message").fill(text)
+    page.get_by_label("Message", exact=True).fill(text)
     page.get_by_role("button", name="Send").click()
 
 
