@@ -80,6 +80,8 @@ def attack_table(home: Path, canary: Canary) -> dict[str, list[str]]:
         "local_eval_datasets": data_files,
         "model_name": _escapes(canary.model_dir, f"{data}/../../outside/model", str(data / "escape-model")) + [
             "model", "./model"],
+        "tts_codec": _escapes(canary.model_dir, f"{data}/../../outside/model", str(data / "escape-model")) + [
+            "model", "./model"],
         # Hub-id-shaped names that are folders in the working folder, and a file reader.
         "dataset": _escapes(canary.root, "../outside", str(data / "escape-dir")) + [
             "run", "run/checkpoint-2", "./run", "json", "text", f"simplecache::file://{canary.data_file}"],

@@ -2,7 +2,7 @@
 `file://`, NUL bytes, symlinks planted inside a managed folder, hub-id-shaped names that
 exist in the server's working folder — in every field that can name a file or folder
 (dataset, local_datasets, local_eval_datasets, model_name, resume_from, output_dir,
-tensorboard_dir, mlflow_tracking_uri), at the start and preview routes and through
+tensorboard_dir, mlflow_tracking_uri, tts_codec), at the start and preview routes and through
 delete-with-artifacts. Each is refused with a 4xx naming the field, and a canary
 outside (the server's working folder) is never read, changed or removed.
 
@@ -20,7 +20,7 @@ from path_attacks import attack_delete, attack_table, plant_escape_links, send_a
 
 # Every RunConfig field that can name a local path (an S3 endpoint is a URL, not a path).
 PATH_FIELDS = {"dataset", "local_datasets", "local_eval_datasets", "model_name", "resume_from", "output_dir",
-               "tensorboard_dir", "mlflow_tracking_uri"}
+               "tensorboard_dir", "mlflow_tracking_uri", "tts_codec"}
 
 
 @pytest.fixture

@@ -111,6 +111,8 @@ def confine_user_paths(config: RunConfig) -> RunConfig:
     for field in PATH_LIST_FIELDS:
         updates[field] = [str(paths.check_readable(item, field)) for item in getattr(config, field)]
     updates["model_name"] = paths.check_model_source(config.model_name)
+    if config.tts_codec:  # a folder the worker loads weights from, or a hub repo: confined like the model
+        updates["tts_codec"] = paths.check_model_source(config.tts_codec, "tts_codec")
     if config.dataset:
         updates["dataset"] = _dataset_source(config.dataset)
     outside = config.allow_output_outside_root  # refused by check_opt_ins unless the server allows it
