@@ -195,15 +195,7 @@ def prepare(config: dict[str, Any], processor: Any, raw: RawData, model_config: 
     """Clips checked and transcripts tokenized, with the collator that decodes the audio."""
     from tunelab.worker.speech_collator import SpeechCollator
 
-    if raw.format != TRANSCRIPTION:
-        raise DataFormatError("format", f"{config.get('model_name')} is a speech-to-text model and trains on audio with its transcript; "
-                                        f"the data reads as {raw.format} with columns {raw.train.column_names}. Give an audio column "
-                                        f"(file paths or an audio feature) and a transcript column, e.g. {WORKING_EXAMPLE}")
-    for name in ("packing", "train_on_completions"):
-        if config.get(name):
-            raise DataFormatError(name, f"{name} does not apply to speech-to-text rows (the loss is on the transcript only); set {name}=false")
-    if config.get("training_type") == "continued_pretraining":
-        raise DataFormatError("training_type", "continued pretraining reads raw text; speech-to-text trains with training_type=lora or full")
+    check_audio_run(config, raw, "speech-to-text", "audio with its transcript", "a transcript column", "the transcript only")
     # Whisper's decoder has `max_target_positions`; other decoders name their length as text models do.
     max_label_tokens = getattr(model_config, "max_target_positions", None) or getattr(model_config, "max_position_embeddings", None)
     notes: list[str] = []
@@ -212,3 +204,18 @@ def prepare(config: dict[str, Any], processor: Any, raw: RawData, model_config: 
     eval_set = _rows(raw.eval, processor, config, "eval", max_label_tokens, notes) if raw.eval is not None else None
     return PreparedData(train=train, eval=eval_set, format=raw.format, notes=notes,
                         collator=SpeechCollator(processor, model_config.decoder_start_token_id))
+
+
+def check_audio_run(config: dict[str, Any], raw: RawData, kind: str, trains_on: str, columns: str, loss_on: str) -> None:
+    """What every audio family (speech-to-text, text-to-speech) refuses before reading a row:
+    data of another shape, and text-only settings. `kind` names the model ("speech-to-text"),
+    `trains_on` its data, `columns` the columns beside the audio, `loss_on` where its loss is."""
+    if raw.format != TRANSCRIPTION:
+        raise DataFormatError("format", f"{config.get('model_name')} is a {kind} model and trains on {trains_on}; "
+                                        f"the data reads as {raw.format} with columns {raw.train.column_names}. Give an audio column "
+                                        f"(file paths or an audio feature) and {columns}, e.g. {WORKING_EXAMPLE}")
+    for name in ("packing", "train_on_completions"):
+        if config.get(name):
+            raise DataFormatError(name, f"{name} does not apply to {kind} rows (the loss is on {loss_on}); set {name}=false")
+    if config.get("training_type") == "continued_pretraining":
+        raise DataFormatError("training_type", f"continued pretraining reads raw text; {kind} trains with training_type=lora or full")

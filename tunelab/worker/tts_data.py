@@ -21,8 +21,8 @@ from typing import Any
 
 from tunelab.worker.data import PreparedData, _check_batch_fits
 from tunelab.worker.formats import DataFormatError
-from tunelab.worker.speech_formats import TRANSCRIPTION, WORKING_EXAMPLE, audio_column, transcript_column
-from tunelab.worker.speech_data import checked_clip, clip_place
+from tunelab.worker.speech_formats import WORKING_EXAMPLE, audio_column, transcript_column
+from tunelab.worker.speech_data import check_audio_run, checked_clip, clip_place
 from tunelab.worker.tts_layout import frames_to_offsets
 from tunelab.worker.vision_data import image_reference
 
@@ -105,15 +105,8 @@ def _rows(rows: Any, config: dict[str, Any], tokenizer: Any, layout: Any, codec:
 
 
 def prepare(config: dict[str, Any], tokenizer: Any, layout: Any, codec: Any, raw: Any, output_dir: Path) -> TtsRows:
-    if raw.format != TRANSCRIPTION:
-        raise DataFormatError("format", f"{config.get('model_name')} is a text-to-speech model and trains on text with the audio that speaks it; "
-                                        f"the data reads as {raw.format} with columns {raw.train.column_names}. Give an audio column "
-                                        f"(file paths or an audio feature), a text column and optionally a speaker column, e.g. {WORKING_EXAMPLE}")
-    for name in ("packing", "train_on_completions"):
-        if config.get(name):
-            raise DataFormatError(name, f"{name} does not apply to text-to-speech rows (the loss is on the audio tokens only); set {name}=false")
-    if config.get("training_type") == "continued_pretraining":
-        raise DataFormatError("training_type", "continued pretraining reads raw text; text-to-speech trains with training_type=lora or full")
+    check_audio_run(config, raw, "text-to-speech", "text with the audio that speaks it",
+                    "a text column and optionally a speaker column", "the audio tokens only")
     train, prompts, longest, encoded, note = _rows(raw.train, config, tokenizer, layout, codec, "training", output_dir)
     _check_batch_fits(len(train), config)
     notes = [note]
