@@ -31,7 +31,8 @@ demo: $(STAMP)
 
 # Two test processes, each test file kept whole on one (its module fixtures, e.g. a local
 # Ray cluster, are built once): most of the suite's time is spent waiting on child
-# processes, so two share 2 cores well (17.9 min instead of ~37 serially on this machine).
+# processes, so two share 2 cores well (about 27 min for the whole suite on this machine; tests/conftest.py gives
+# torch one thread per process, so two test processes and their workers do not oversubscribe the cores).
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
 
