@@ -28,13 +28,9 @@ from tunelab.worker.data import PreparedData, _check_batch_fits
 from tunelab.worker.formats import DataFormatError
 from tunelab.worker.sources import RawData
 from tunelab.worker.speech_formats import TRANSCRIPTION, WORKING_EXAMPLE, audio_column, transcript_column
-from tunelab.worker.vision_data import _source_field, data_folders, image_reference
+from tunelab.worker.vision_data import _source_field, data_folders, image_reference, skipped_note
 
 SPEECH_COLUMNS = ("audio", "labels")
-
-
-# With skip_bad_audio: how many skipped (row, path) pairs a note names before "…".
-SHOWN_SKIPPED = 5
 
 
 class BadClip(ValueError):
@@ -136,13 +132,6 @@ def _row_features() -> Any:
     })
 
 
-def _skipped_note(bad: list[tuple[int, str]], total: int, what: str) -> str:
-    shown = ", ".join(f"row {index} ({reason})" for index, reason in bad[:SHOWN_SKIPPED])
-    more = f" and {len(bad) - SHOWN_SKIPPED} more" if len(bad) > SHOWN_SKIPPED else ""
-    return (f"Skipped {len(bad)} of {total} {what} rows whose audio is missing, unreadable, empty or too long "
-            f"(skip_bad_audio): {shown}{more}")
-
-
 SKIP_HINT = ", or set skip_bad_audio=true to skip such rows"
 
 
@@ -182,7 +171,7 @@ def _rows(rows: Any, processor: Any, config: dict[str, Any], what: str, max_labe
             raise DataFormatError(field, f"every one of the {len(bad)} {what} rows has audio that cannot train "
                                          f"(skip_bad_audio skipped them all), e.g. row {bad[0][0]}: {bad[0][1]}; "
                                          "check the audio paths (relative paths are relative to the dataset file)")
-        notes.append(_skipped_note(bad, len(converted), what))
+        notes.append(skipped_note(bad, len(converted), what, "audio is missing, unreadable, empty or too long", "skip_bad_audio"))
         converted = converted.filter(lambda reason: reason is None, input_columns="bad_audio")
     return converted.remove_columns("bad_audio")
 

@@ -150,11 +150,12 @@ def _row_features() -> Any:
     })
 
 
-def _skipped_note(bad: list[tuple[int, str]], total: int, what: str) -> str:
-    shown = ", ".join(f"row {index} ({path})" for index, path in bad[:SHOWN_SKIPPED])
+def skipped_note(bad: list[tuple[int, str]], total: int, what: str, whose: str, setting: str) -> str:
+    """The note a run reports for the rows a skip setting dropped: the count and the first
+    few rows with what is wrong (`whose`: "image is missing, ..."), shared by images and audio."""
+    shown = ", ".join(f"row {index} ({reason})" for index, reason in bad[:SHOWN_SKIPPED])
     more = f" and {len(bad) - SHOWN_SKIPPED} more" if len(bad) > SHOWN_SKIPPED else ""
-    return (f"Skipped {len(bad)} of {total} {what} rows whose image is missing, unreadable or not an image "
-            f"(skip_bad_images): {shown}{more}")
+    return f"Skipped {len(bad)} of {total} {what} rows whose {whose} ({setting}): {shown}{more}"
 
 
 def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str, notes: list[str]) -> Any:
@@ -209,7 +210,7 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
             raise DataFormatError(field, f"every one of the {len(bad)} {what} rows has an image that cannot be read "
                                          f"(skip_bad_images skipped them all), e.g. row {bad[0][0]}: {bad[0][1]}; "
                                          "check the image paths (relative paths are relative to the dataset file)")
-        notes.append(_skipped_note(bad, len(converted), what))
+        notes.append(skipped_note(bad, len(converted), what, "image is missing, unreadable or not an image", "skip_bad_images"))
         converted = converted.filter(lambda path: path is None, input_columns="bad_image")
     converted = converted.remove_columns("bad_image")
     counts = [sum(m) for m in converted["loss_mask"]]
