@@ -28,7 +28,7 @@ from tunelab.worker.data import PreparedData, _check_batch_fits
 from tunelab.worker.formats import DataFormatError
 from tunelab.worker.sources import RawData
 from tunelab.worker.speech_formats import TRANSCRIPTION, WORKING_EXAMPLE, audio_column, transcript_column
-from tunelab.worker.vision_data import _source_field, data_folders, image_reference, skipped_note
+from tunelab.worker.vision_data import _source_field, data_folders, drop_bad_rows, image_reference
 
 SPEECH_COLUMNS = ("audio", "labels")
 
@@ -165,15 +165,8 @@ def _rows(rows: Any, processor: Any, config: dict[str, Any], what: str, max_labe
     # Never from the cache: a resumed run must find a deleted clip now, not halfway through.
     converted = rows.map(convert, with_indices=True, remove_columns=rows.column_names, features=_row_features(),
                          load_from_cache_file=False, desc=f"Checking {what} audio")
-    bad = [(index, reason) for index, reason in enumerate(converted["bad_audio"]) if reason is not None]
-    if bad:
-        if len(bad) == len(converted):
-            raise DataFormatError(field, f"every one of the {len(bad)} {what} rows has audio that cannot train "
-                                         f"(skip_bad_audio skipped them all), e.g. row {bad[0][0]}: {bad[0][1]}; "
-                                         "check the audio paths (relative paths are relative to the dataset file)")
-        notes.append(skipped_note(bad, len(converted), what, "audio is missing, unreadable, empty or too long", "skip_bad_audio"))
-        converted = converted.filter(lambda reason: reason is None, input_columns="bad_audio")
-    return converted.remove_columns("bad_audio")
+    return drop_bad_rows(converted, "bad_audio", field, what, notes, has="audio that cannot train",
+                         whose="audio is missing, unreadable, empty or too long", setting="skip_bad_audio", kind="audio")
 
 
 def _shown(ref: dict[str, Any] | None, raw: Any) -> str:

@@ -150,6 +150,23 @@ def _row_features() -> Any:
     })
 
 
+def drop_bad_rows(converted: Any, column: str, field: str, what: str, notes: list[str], *, has: str, whose: str,
+                  setting: str, kind: str) -> Any:
+    """`converted` without the rows a skip setting marked bad in `column` (and without that
+    column), the skipped rows reported in `notes`; a split whose every row is bad is an error
+    on `field`. `has` says what each bad row has ("an image that cannot be read"), `whose`
+    what was wrong, `kind` which paths to check ("image"). Shared by images and audio."""
+    bad = [(index, reason) for index, reason in enumerate(converted[column]) if reason is not None]
+    if bad:
+        if len(bad) == len(converted):
+            raise DataFormatError(field, f"every one of the {len(bad)} {what} rows has {has} "
+                                         f"({setting} skipped them all), e.g. row {bad[0][0]}: {bad[0][1]}; "
+                                         f"check the {kind} paths (relative paths are relative to the dataset file)")
+        notes.append(skipped_note(bad, len(converted), what, whose, setting))
+        converted = converted.filter(lambda reason: reason is None, input_columns=column)
+    return converted.remove_columns(column)
+
+
 def skipped_note(bad: list[tuple[int, str]], total: int, what: str, whose: str, setting: str) -> str:
     """The note a run reports for the rows a skip setting dropped: the count and the first
     few rows with what is wrong (`whose`: "image is missing, ..."), shared by images and audio."""
@@ -204,15 +221,8 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
     # Never from the cache: a resumed run must find a deleted image now, not halfway through.
     converted = undecoded(rows).map(convert, with_indices=True, remove_columns=rows.column_names, features=_row_features(),
                                     load_from_cache_file=False, desc=f"Checking {what} images")
-    bad = [(index, path) for index, path in enumerate(converted["bad_image"]) if path is not None]
-    if bad:
-        if len(bad) == len(converted):
-            raise DataFormatError(field, f"every one of the {len(bad)} {what} rows has an image that cannot be read "
-                                         f"(skip_bad_images skipped them all), e.g. row {bad[0][0]}: {bad[0][1]}; "
-                                         "check the image paths (relative paths are relative to the dataset file)")
-        notes.append(skipped_note(bad, len(converted), what, "image is missing, unreadable or not an image", "skip_bad_images"))
-        converted = converted.filter(lambda path: path is None, input_columns="bad_image")
-    converted = converted.remove_columns("bad_image")
+    converted = drop_bad_rows(converted, "bad_image", field, what, notes, has="an image that cannot be read",
+                              whose="image is missing, unreadable or not an image", setting="skip_bad_images", kind="image")
     counts = [sum(m) for m in converted["loss_mask"]]
     unlabelled = sum(1 for n in counts if n == 0)
     if counts and unlabelled > MAX_UNLABELLED_SHARE * len(counts):
