@@ -224,6 +224,7 @@ class RunConfig(BaseModel):
     # --- speech-to-text models (detected from the model's config)
     speech_language: Name | None = Field(None, max_length=40, description="Language of the transcripts for a multilingual speech model (e.g. en or english): Whisper's labels and its eval transcripts start with this language's token. None: the tokenizer's own setting.")
     skip_bad_audio: bool = Field(False, description="Skip rows whose audio is missing, unreadable, empty or longer than the model takes (counted and reported before training) instead of ending the run; a path outside the data roots is still refused.")
+    finetune_audio_layers: bool = Field(False, description="Audio chat models (Qwen2-Audio) only: train the audio tower and its projector too (adapter targets, or weights in full fine-tuning). Off: only the language model trains, on the pretrained encoder's features.")
 
     # --- text-to-speech models (Orpheus-style: detected from the model's config or tokenizer)
     tts_codec: PathText | None = Field(None, description="The SNAC codec a text-to-speech model speaks through: a folder with SNAC's config.json and pytorch_model.bin, or a hub repo. None: the model folder's codec/ subfolder (tunelab saves one with every TTS model), else hubertsiuzdak/snac_24khz.")

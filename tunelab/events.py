@@ -31,7 +31,7 @@ EVENT_TYPES = frozenset(
 # What a run trains on, as its worker decides once the data is prepared (a vision model
 # given text-only rows trains as "text"). The one list of known values: a new family
 # adds its word here, and the store, API, page and CLI take it from there.
-MODALITIES = ("text", "vision", "embedding", "speech", "tts")
+MODALITIES = ("text", "vision", "embedding", "speech", "tts", "audio_chat")
 DEFAULT_MODALITY = "text"  # what runs recorded before modalities existed were
 # Numeric progress fields; any of them may be None (unknown or non-finite).
 PROGRESS_NUMBERS = (

@@ -8,7 +8,8 @@ as it trained against them (`run_facts.LOFTQ_BASE`). A full run's weights are lo
 they are. The model is cast to the requested dtype and saved with its tokenizer, ready
 for `AutoModelForCausalLM.from_pretrained` — or, for a vision-language or speech-to-text
 model (told from its config), with its processor, ready for `AutoModelForImageTextToText`
-or `AutoModelForSpeechSeq2Seq` (and the automatic-speech-recognition pipeline) + `AutoProcessor`. The parent hides the GPUs: all of it runs on the CPU.
+or `AutoModelForSpeechSeq2Seq` (and the automatic-speech-recognition pipeline) + `AutoProcessor`
+(an audio chat model: `AutoModelForMultimodalLM`). The parent hides the GPUs: all of it runs on the CPU.
 `gguf`: the same merged model, written as one GGUF file by llama.cpp's converter and,
 for a k-quant, quantised by llama.cpp (`gguf_convert`, `gguf_quantize`), with an Ollama
 Modelfile (`modelfile`). `gguf-adapter`: a LoRA run's adapter alone as a GGUF (`gguf_adapter`).
@@ -80,11 +81,13 @@ def _dtype(name: str) -> Any:
 def _model_class(config_source: str, remote_code: bool) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tunelab.worker import speech_model, vision_model
+    from tunelab.worker import audio_chat_model, speech_model, vision_model
 
     config = AutoConfig.from_pretrained(config_source, trust_remote_code=remote_code)
     if speech_model.is_speech_config(config):
         return speech_model.model_class()
+    if audio_chat_model.is_audio_chat_config(config):
+        return audio_chat_model.model_class()
     return vision_model.model_class() if vision_model.is_vision_config(config) else AutoModelForCausalLM
 
 

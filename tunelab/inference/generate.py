@@ -86,6 +86,10 @@ def load_model(request: dict[str, Any]) -> LoadedModel:
     config = AutoConfig.from_pretrained(request["base_model"] if adapter else request["weights"], trust_remote_code=remote_code)
     if is_vision_config(config):
         raise LoadRefused(f"run {request['run_id']} trained a vision-language model; chat and serving cover text models for now")
+    from tunelab.worker.audio_chat_model import is_audio_chat_config
+
+    if is_audio_chat_config(config):
+        raise LoadRefused(f"run {request['run_id']} trained an audio chat model; chat and serving cover text models for now")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if adapter:
         from peft import PeftModel

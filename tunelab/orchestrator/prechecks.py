@@ -105,7 +105,7 @@ def model_problem(name: str) -> str | None:
 
 def mlx_model_problem(name: str) -> str | None:
     """The mlx backend trains generative text models only: a model whose config.json (local,
-    or in the hub cache) says vision-language, speech-to-text or text-to-speech (its marker,
+    or in the hub cache) says vision-language, audio chat, speech-to-text or text-to-speech (its marker,
     or Orpheus's audio tokens in the tokenizer.json beside it), or a local
     sentence-transformers folder, is refused before the run exists."""
     from tunelab.worker import embedding_model, speech_model  # torch-free
@@ -123,6 +123,10 @@ def mlx_model_problem(name: str) -> str | None:
         return None
     if speech_model.config_dict_is_speech(config):
         return f"{name} {speech_model.MLX_REFUSAL}"
+    from tunelab.worker import audio_chat_model  # torch-free
+
+    if audio_chat_model.config_dict_is_audio_chat(config):
+        return f"{name} {audio_chat_model.MLX_REFUSAL}"
     from tunelab.worker import tts_layout  # torch-free
 
     tokenizer = Path(found).with_name("tokenizer.json") if found else None

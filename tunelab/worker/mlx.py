@@ -213,6 +213,10 @@ def _load_model(config: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]
         raise RunSettingError("backend", f"{config['model_name']} {MLX_REFUSAL}")
     if speech_model.is_speech_model(config):
         raise RunSettingError("backend", f"{config['model_name']} {speech_model.MLX_REFUSAL}")
+    from tunelab.worker import audio_chat_model
+
+    if audio_chat_model.is_audio_chat_model(config):
+        raise RunSettingError("backend", f"{config['model_name']} {audio_chat_model.MLX_REFUSAL}")
     from tunelab.worker import tts_layout, tts_model
 
     if tts_model.is_tts_model(config):

@@ -17,6 +17,8 @@ result is saved. `detect(config)` picks the family from the model's own files
           transformers' Seq2SeqTrainer with word error rate at eval (`speech_trainer`).
   tts     an Orpheus-style causal LM over SNAC codec tokens (`tts_family`, told apart by
           `tts_model.is_tts_model`): text + audio rows to codec tokens, a spoken sample per eval.
+  audio_chat  a language model that listens (Qwen2-Audio; `audio_chat_family`, told apart by
+          `audio_chat_model.is_audio_chat_model`): chat with audio parts, trained like vision.
 `modality(raw)` names what the run trains on (events.MODALITIES), for the run's record.
 `wrap` is the same for text and vision: the method's adapter on the family's targets, or full
 fine-tuning with what the switches turn off frozen; both train with TRL's SFTTrainer.
@@ -144,7 +146,7 @@ class SpeechFamily(_Family):
 
 
 def detect(config: dict[str, Any]) -> Any:
-    """The run's family: speech-to-text, text-to-speech, vision-language, embedding, or (otherwise) text."""
+    """The run's family: speech-to-text, text-to-speech, audio chat, vision-language, embedding, or (otherwise) text."""
     from tunelab.worker import embedding_model, speech_model, vision_model
 
     if speech_model.is_speech_model(config):
@@ -155,6 +157,12 @@ def detect(config: dict[str, Any]) -> Any:
         from tunelab.worker.tts_family import TtsFamily
 
         return TtsFamily()
+    from tunelab.worker import audio_chat_model
+
+    if audio_chat_model.is_audio_chat_model(config):  # before vision: no vision sub-config, but a processor like one
+        from tunelab.worker.audio_chat_family import AudioChatFamily
+
+        return AudioChatFamily()
     if vision_model.is_vision_model(config):
         return VisionFamily()
     if embedding_model.is_embedding_model(config):

@@ -74,7 +74,9 @@ def build_sft_trainer(config: dict[str, Any], device: Any, model: Any, processin
 
     args = build_sft_config(config, device, output_dir, has_eval=prepared.eval is not None)
     if prepared.collator is not None:
-        args.remove_unused_columns = False  # the collator reads the text and image columns itself
+        args.remove_unused_columns = False  # the collator reads the text and image (or audio) columns itself
+        # TRL skips its own tokenizing for columns named images only; audio rows are as ready.
+        args.dataset_kwargs = {**(args.dataset_kwargs or {}), "skip_prepare_dataset": True}
     trainer = TokenCountingSFTTrainer(
         model=model,
         args=args,

@@ -30,7 +30,8 @@ from tunelab.worker.stall import DownloadStallWatch, hub_cache_folders
 
 # How the setup message names each family's model ("Setting up lora of a ... on CPU").
 FAMILY_WORDS = {"text": "", "vision": " of a vision-language model", "embedding": " of an embedding model",
-                "speech": " of a speech-to-text model", "tts": " of a text-to-speech model"}
+                "speech": " of a speech-to-text model", "tts": " of a text-to-speech model",
+                "audio_chat": " of an audio chat model"}
 
 
 def run(config: dict[str, Any], ctx: WorkerContext) -> None:

@@ -31,7 +31,7 @@ function button(label, className, accessibleName, onClick) {
 
 export const runName = (run) => run.display_name || `Run #${run.id}`;
 // Runs that answer with vectors or need images; chat covers text models.
-const NO_CHAT_MODALITIES = new Set(["embedding", "vision"]);
+const NO_CHAT_MODALITIES = new Set(["embedding", "vision", "audio_chat"]);
 /** A finished run, or one stopped with its checkpoint kept (not cancelled). */
 const hasWeights = (run) => run.status === "completed" || (run.status === "stopped" && !run.cancel_requested && !!run.output_dir);
 

@@ -1,0 +1,146 @@
+"""Audio chat data for an audio chat model: rows in, text tokens and clip references out.
+
+`prepare(config, processor, raw)` turns each row (any shape `audio_chat_formats` reads) into
+  text       the conversation rendered with the processor's chat template
+  audios     the row's clips as `{path, bytes}` references, in audio-part order
+  text_ids   the rendered text tokenized *before* the processor expands audio tokens
+  loss_mask  1 on the tokens that take loss: every text token, or with
+             `train_on_completions` only the assistant turns; never an audio token or
+             marker (`audio_token_ids`)
+— the vision chat path's columns with clips for images, so `vision_collator`'s label
+alignment serves both. Every clip is decoded once here, one at a time, to check it with the
+speech path's `checked_clip`: a missing file, one that does not decode, an empty clip or
+one longer than the feature extractor's window is an error naming the row, the path and
+the field before training; with `skip_bad_audio` the row is dropped instead, and the
+count and the first few rows and paths come back as a note the worker reports. Relative
+paths resolve against the dataset file's folder, and in a run a server started a clip
+outside the data roots is refused, skip or not. Samples are kept nowhere:
+`audio_chat_collator` decodes again, batch by batch.
+Torch-free apart from the collator it hands on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tunelab.worker.audio_chat_formats import WORKING_EXAMPLE, audio_list_column, audio_messages, has_audio
+from tunelab.worker.data import MAX_UNLABELLED_SHARE, PreparedData, _check_batch_fits, _check_masking_applies
+from tunelab.worker.formats import DataFormatError, conversation_column, image_column
+from tunelab.worker.sources import DETECTION_SAMPLE_ROWS, RawData
+from tunelab.worker.speech_data import SKIP_HINT, BadAudioRow, checked_clip, clip_place, longest_seconds
+from tunelab.worker.speech_formats import TRANSCRIPTION, audio_column
+from tunelab.worker.tokenization import assistant_spans, render
+from tunelab.worker.vision_data import _source_field, drop_bad_rows, marker_token_ids
+
+AUDIO_CHAT_COLUMNS = ("text", "audios", "text_ids", "loss_mask")
+# Processor and tokenizer attributes naming audio placeholder and marker tokens.
+AUDIO_TOKEN_ATTRIBUTES = ("audio_token", "audio_bos_token", "audio_eos_token", "boa_token", "eoa_token",
+                          "audio_start_token", "audio_end_token")
+
+
+def audio_token_ids(processor: Any) -> set[int]:
+    """Ids of the tokens that stand for audio, which never take loss."""
+    return marker_token_ids(processor, AUDIO_TOKEN_ATTRIBUTES, "audio_token_id", {"type": "audio"})
+
+
+def raw_has_audio(raw: RawData) -> bool:
+    rows = raw.train
+    sample = [rows[i] for i in range(min(DETECTION_SAMPLE_ROWS, len(rows)))]
+    return has_audio(raw.format, rows.column_names, sample)
+
+
+def check_shape(config: dict[str, Any], raw: RawData) -> None:
+    """Image data on a model that listens rather than sees: say what was expected and what was found."""
+    columns = raw.train.column_names
+    if raw.format == "caption" or image_column(columns):
+        raise DataFormatError("format", f"{config.get('model_name')} is an audio chat model and trains on chat messages with audio "
+                                        f"parts (or audio with its transcript); the data reads as {raw.format} with images "
+                                        f"(columns {columns}). Give clips instead of images, e.g. {WORKING_EXAMPLE}, "
+                                        "or train an image-text-to-text model on this data")
+
+
+def _row_features() -> Any:
+    """The converted rows' columns, stated rather than inferred: a first batch of skipped
+    rows must not fix the column types for the good rows after it."""
+    import datasets
+
+    return datasets.Features({
+        "text": datasets.Value("string"),
+        "audios": datasets.List({"path": datasets.Value("string"), "bytes": datasets.Value("binary")}),
+        "text_ids": datasets.List(datasets.Value("int64")),
+        "loss_mask": datasets.List(datasets.Value("int64")),
+        "bad_audio": datasets.Value("string"),
+    })
+
+
+def _clip_column(rows: Any, fmt: str) -> str:
+    """How an error names where a row's clips are."""
+    columns = rows.column_names
+    found = audio_column(columns) if fmt == TRANSCRIPTION else audio_list_column(columns)
+    return found or f"{conversation_column(columns) or 'messages'} audio parts"
+
+
+def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str, notes: list[str]) -> Any:
+    tokenizer = processor.tokenizer
+    completions = bool(config.get("train_on_completions"))
+    skip_bad = bool(config.get("skip_bad_audio"))
+    longest = longest_seconds(processor.feature_extractor)
+    place = clip_place(config, what, _clip_column(rows, fmt))
+    audio_ids = audio_token_ids(processor)
+
+    def convert(row: dict[str, Any], index: int) -> dict[str, Any]:
+        messages, refs = audio_messages(row, fmt, config)
+        clips = []
+        for ref in refs:
+            try:
+                clips.append(checked_clip(ref, index, place, longest, SKIP_HINT))
+            except BadAudioRow as exc:
+                # Only bad data is skipped: a path refusal is a plain DataFormatError and ends the run.
+                if not skip_bad:
+                    raise
+                return {"text": "", "audios": [], "text_ids": [], "loss_mask": [], "bad_audio": f"{exc.shown}: {exc.kind}"}
+        if completions:
+            text, spans = assistant_spans(processor, messages)
+        else:
+            text, spans = render(processor, messages), None
+        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=completions)
+        ids = list(encoded["input_ids"])
+        if spans is None:
+            mask = [1] * len(ids)
+        else:
+            mask = [1 if any(start <= first < end for start, end in spans) else 0 for first, _ in encoded["offset_mapping"]]
+        mask = [0 if token in audio_ids else keep for token, keep in zip(ids, mask)]
+        return {"text": text, "audios": clips, "text_ids": ids, "loss_mask": mask, "bad_audio": None}
+
+    # Never from the cache: a resumed run must find a deleted clip now, not halfway through.
+    converted = rows.map(convert, with_indices=True, remove_columns=rows.column_names, features=_row_features(),
+                         load_from_cache_file=False, desc=f"Checking {what} audio")
+    converted = drop_bad_rows(converted, "bad_audio", _source_field(config, what), what, notes, has="audio that cannot train",
+                              whose="audio is missing, unreadable, empty or too long", setting="skip_bad_audio", kind="audio")
+    counts = [sum(m) for m in converted["loss_mask"]]
+    unlabelled = sum(1 for n in counts if n == 0)
+    if counts and unlabelled > MAX_UNLABELLED_SHARE * len(counts):
+        raise DataFormatError("train_on_completions" if completions else "dataset",
+                              f"{unlabelled} of {len(counts)} {what} rows have no text to learn from; "
+                              + ("check that replies map to the 'assistant' role (role_mapping)" if completions else "check the data and column_mapping"))
+    if unlabelled:
+        converted = converted.filter(lambda row: sum(row["loss_mask"]) > 0)
+    return converted
+
+
+def prepare(config: dict[str, Any], processor: Any, raw: RawData) -> PreparedData:
+    """Audio chat rows checked and tokenized, with the collator that decodes their clips."""
+    from tunelab.worker.audio_chat_collator import AudioChatCollator
+
+    if config.get("packing"):
+        raise DataFormatError("packing", "audio chat rows cannot be packed (each row's audio tokens must stay with it); set packing=false")
+    if config.get("training_type") == "continued_pretraining":
+        raise DataFormatError("training_type", "continued pretraining reads raw text; audio chat data trains with training_type=lora, qlora or full")
+    _check_masking_applies(raw.format, config)
+    notes: list[str] = []
+    train = _rows(raw.train, raw.format, processor, config, "training", notes)
+    _check_batch_fits(len(train), config)
+    eval_set = _rows(raw.eval, raw.format, processor, config, "eval", notes) if raw.eval is not None else None
+    collator = AudioChatCollator(processor, int(config.get("max_seq_length") or 2048))
+    collator.check_first(train)
+    return PreparedData(train=train, eval=eval_set, format=raw.format, collator=collator, notes=notes)

@@ -1,0 +1,84 @@
+"""Telling an audio chat model from the others, and loading one with its processor.
+
+An audio chat model is a language model that listens: an audio encoder whose features a
+projector puts in place of the audio tokens of a chat (Qwen2-Audio). It is recognised by
+its own config — never its name: an audio encoder sub-config (`audio_config`) beside a
+language model (`text_config`), and no vision sub-config. Models that also see images
+(Gemma 3n) have one and stay with the vision-language family; encoder-decoder speech models
+(Whisper) are the speech family's, checked first. `config_dict_is_audio_chat` answers for a
+raw config.json without importing transformers (the parent's start checks use it).
+Such a model loads through `AutoModelForMultimodalLM` with its `AutoProcessor` (a feature
+extractor, a tokenizer with the model's audio token, and the chat template); a processor
+without those three is refused before training, saying what is missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tunelab.worker.context import RunSettingError
+
+# The mlx backend's answer for such a model: no maintained MLX package trains one here.
+MLX_REFUSAL = ("is an audio chat model (an audio encoder in front of a language model), and the mlx backend trains "
+               "text models only (no maintained MLX package for audio chat training installs on this platform); use backend=torch")
+
+
+def config_dict_is_audio_chat(config: dict[str, Any]) -> bool:
+    """The test on a raw config.json (for callers that must not import transformers)."""
+    return (isinstance(config.get("audio_config"), dict) and isinstance(config.get("text_config"), dict)
+            and not isinstance(config.get("vision_config"), dict) and not config.get("is_encoder_decoder"))
+
+
+def is_audio_chat_config(model_config: Any) -> bool:
+    return (getattr(model_config, "audio_config", None) is not None and getattr(model_config, "text_config", None) is not None
+            and getattr(model_config, "vision_config", None) is None and not getattr(model_config, "is_encoder_decoder", False))
+
+
+def _hub_kwargs(config: dict[str, Any]) -> dict[str, Any]:
+    return {"token": config.get("hf_token") or None, "trust_remote_code": bool(config.get("trust_remote_code"))}
+
+
+def is_audio_chat_model(config: dict[str, Any]) -> bool:
+    """Whether the run's `model_name` is an audio chat model (reads only its config)."""
+    from transformers import AutoConfig
+
+    try:
+        model_config = AutoConfig.from_pretrained(config["model_name"], **_hub_kwargs(config))
+    except (OSError, ValueError, KeyError):
+        return False  # the model load reports the real problem, in its own words
+    return is_audio_chat_config(model_config)
+
+
+def load_processor(config: dict[str, Any]) -> Any:
+    from transformers import AutoProcessor
+
+    name = config["model_name"]
+    try:
+        processor = AutoProcessor.from_pretrained(name, **_hub_kwargs(config))
+    except (OSError, ValueError) as exc:
+        raise RunSettingError("model_name", f"{name} is an audio chat model but its processor does not load ({exc}); the model "
+                                            "folder needs its processor files (processor_config.json or preprocessor_config.json, "
+                                            "and the tokenizer)") from exc
+    missing = [what for what, ok in (("a feature extractor", getattr(processor, "feature_extractor", None) is not None),
+                                     ("a tokenizer", getattr(processor, "tokenizer", None) is not None),
+                                     ("an audio token", isinstance(getattr(processor, "audio_token", None), str)))
+               if not ok]
+    if missing:
+        raise RunSettingError("model_name", f"{name} is an audio chat model but its processor ({type(processor).__name__}) has no "
+                                            f"{' and no '.join(missing)}; save the model together with its AutoProcessor")
+    tokenizer = processor.tokenizer
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    tokenizer.padding_side = "right"  # the collator's label alignment reads each row from its start
+    if not getattr(processor, "chat_template", None) and getattr(tokenizer, "chat_template", None):
+        processor.chat_template = tokenizer.chat_template
+    if not getattr(processor, "chat_template", None):
+        raise RunSettingError("model_name", f"{name}'s processor has no chat template, and audio chat rows are rendered with "
+                                            "it; save the model with one (chat_template.jinja)")
+    return processor
+
+
+def model_class() -> Any:
+    from transformers import AutoModelForMultimodalLM
+
+    return AutoModelForMultimodalLM
