@@ -1,0 +1,35 @@
+"""Fixtures for the audio chat tests: the tiny Qwen2-Audio and its spoken-number chats, built
+once per session. The clips are spoken by espeak-ng; without it (scripts/install_system_deps.sh
+installs it) the tests that need them skip, saying how to install it, as the speech tests do."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+# The end-to-end tests share the orchestrator tests' event recorder and the worker tests'
+# spawned-worker driver.
+for _folder in ("orchestrator", "worker"):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / _folder))
+
+from tunelab.audio_chat_demo import AudioChatDemoAssets, ensure_audio_chat_demo_assets
+from tunelab.speech_demo import MissingSynthesiser, espeak_binary
+
+
+@pytest.fixture(scope="session")
+def audio_chat_assets(tmp_path_factory: pytest.TempPathFactory) -> AudioChatDemoAssets:
+    """The tiny random-init Qwen2-Audio + chats about clips spoken by espeak-ng (offline, seconds)."""
+    try:
+        espeak_binary()
+    except MissingSynthesiser as exc:
+        pytest.skip(str(exc))
+    return ensure_audio_chat_demo_assets(tmp_path_factory.mktemp("audio-chat") / "assets")
+
+
+@pytest.fixture(scope="session")
+def audio_processor(audio_chat_assets):
+    from tunelab.worker.audio_chat_model import load_processor
+
+    return load_processor({"model_name": str(audio_chat_assets.model_dir)})
