@@ -121,3 +121,17 @@ def test_the_audio_tower_stays_frozen_unless_switched_on(audio_chat_assets):
     trainable = {n for n, p in full.named_parameters() if p.requires_grad}
     assert trainable and not [n for n in trainable if n.startswith(outside_language)]
     assert any(n.startswith("model.language_model.") for n in trainable) and "lm_head.weight" in trainable
+
+
+def test_text_only_data_trains_an_audio_chat_model_as_a_language_model(audio_chat_assets, tmp_path):
+    from tunelab.worker import model_family, model_setup
+
+    data = tmp_path / "text.jsonl"
+    data.write_text("".join(json.dumps({"instruction": "Count to three.", "output": "one two three"}) + "\n" for _ in range(6)))
+    config = _config(audio_chat_assets, data, training_type="lora", backend="torch", precision="fp32")
+    family = model_family.detect(config)
+    loaded = family.load(config, model_setup.device_settings(config))
+    raw = load_raw(config, tmp_path / "cache")
+    prepared = family.prepare(config, loaded, raw)
+    assert family.modality(raw) == "text" and prepared.collator is None  # the text path's rows and TRL's collator
+    assert "<|im_start|>assistant" in loaded.tokenizer.decode(prepared.train[0]["input_ids"])  # rendered as the audio rows are

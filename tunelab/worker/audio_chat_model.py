@@ -75,6 +75,8 @@ def load_processor(config: dict[str, Any]) -> Any:
     if not getattr(processor, "chat_template", None):
         raise RunSettingError("model_name", f"{name}'s processor has no chat template, and audio chat rows are rendered with "
                                             "it; save the model with one (chat_template.jinja)")
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = processor.chat_template  # text-only rows render as the audio rows do
     return processor
 
 
