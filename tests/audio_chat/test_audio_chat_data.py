@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import soundfile
 
-from tunelab.audio_chat_demo import QUESTION, chat_row
+from tunelab.audio_chat_demo import QUESTION
 from tunelab.worker.formats import DataFormatError
 from tunelab.worker.sources import load_raw
 
