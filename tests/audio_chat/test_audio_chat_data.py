@@ -135,3 +135,34 @@ def test_text_only_data_trains_an_audio_chat_model_as_a_language_model(audio_cha
     prepared = family.prepare(config, loaded, raw)
     assert family.modality(raw) == "text" and prepared.collator is None  # the text path's rows and TRL's collator
     assert "<|im_start|>assistant" in loaded.tokenizer.decode(prepared.train[0]["input_ids"])  # rendered as the audio rows are
+
+
+def test_full_fine_tuning_trains_the_language_model_and_keeps_the_base_audio_tower(audio_chat_assets, tmp_path):
+    """training_type=full through the family's real trainer and save (in-process, two steps): the
+    saved folder reloads with AutoProcessor + AutoModelForMultimodalLM, its audio tower and
+    projector are the base's to the bit, and the language model's weights moved."""
+    import torch
+    from transformers import AutoModelForMultimodalLM, AutoProcessor
+
+    from tunelab.audio_chat_demo import audio_chat_demo_config
+    from tunelab.worker import model_family, model_setup
+
+    out = tmp_path / "out"
+    config = {**dict(audio_chat_demo_config(audio_chat_assets, steps=2, training_type="full", precision="fp32")),
+              "output_dir": str(out)}
+    family = model_family.detect(config)
+    device = model_setup.device_settings(config)
+    loaded = family.load(config, device)
+    prepared = family.prepare(config, loaded, load_raw(config, tmp_path / "cache"))
+    model = family.wrap(loaded.model, config, device)
+    trainer = family.build_trainer(config, device, model, loaded, prepared, out, [])
+    trainer.train()
+    family.save_final(trainer, loaded, out)
+    assert AutoProcessor.from_pretrained(out).audio_token == "<|AUDIO|>"
+    trained = AutoModelForMultimodalLM.from_pretrained(out, dtype=torch.float32).state_dict()
+    base = AutoModelForMultimodalLM.from_pretrained(audio_chat_assets.model_dir, dtype=torch.float32).state_dict()
+    assert trained.keys() == base.keys()
+    audio = [n for n in base if n.startswith(("model.audio_tower.", "model.multi_modal_projector."))]
+    assert audio and all(torch.equal(trained[n], base[n]) for n in audio)
+    changed = [n for n in base if n not in audio and not torch.equal(trained[n], base[n])]
+    assert any(".layers." in n for n in changed) and "lm_head.weight" in changed

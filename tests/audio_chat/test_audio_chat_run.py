@@ -23,7 +23,7 @@ from tunelab.orchestrator import Orchestrator
 from tunelab.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-STEPS = 16
+STEPS = 14
 STOP_AFTER = 4
 RUN_WAIT_S = 300  # a few seconds of training on two idle cores; a loaded test machine is far slower
 
@@ -57,7 +57,7 @@ def test_audio_chat_lora_learns_stops_saves_resumes_and_exports(audio_chat_asset
             assert [m["step"] for m in resumed] == list(range(stopped_at + 1, STEPS + 1))
             losses = [m["loss"] for m in store.get_metrics(first) + resumed]
             assert len(losses) == STEPS
-            assert sum(losses[-5:]) / 5 < 0.75 * sum(losses[:5]) / 5  # the replies are learnt (5.6 -> 3.2 over the first and last five steps)
+            assert sum(losses[-5:]) / 5 < 0.75 * sum(losses[:5]) / 5  # the replies are learnt (5.6 -> 3.5 over the first and last five steps)
             stages = [e["message"] for e in recorder.of_type("status") if e.get("run_id") == first]
             assert any("audio chat model" in message for message in stages)
             output = Path(row["output_dir"])
