@@ -64,7 +64,7 @@ def _orchestrator():
     from tunelab.orchestrator import Orchestrator
     from tunelab.store import Store
 
-    return Orchestrator(Store(paths.db_path()))
+    return Orchestrator(Store())
 
 
 def _start_and_watch(orchestrator, start) -> int:
@@ -184,7 +184,7 @@ def runs(
     """List recorded runs, newest first."""
     from tunelab.store import Store
 
-    rows = Store(paths.db_path()).list_runs(limit=limit, offset=offset)
+    rows = Store().list_runs(limit=limit, offset=offset)
     if as_json:
         print(json.dumps(rows, indent=1, default=str))
         return
@@ -228,7 +228,7 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
     """One run: status, config, final loss, loss sparkline, the last value of each extra metric and output folder."""
     from tunelab.store import Store
 
-    store = Store(paths.db_path())
+    store = Store()
     row = store.get_run(run)
     if row is None:
         raise _fail(EXIT_ERROR, f"no run {run}; see `tunelab runs`")
@@ -274,7 +274,7 @@ def export(
 
     try:
         with console.status(f"exporting run {run} as {format_}…"):
-            result = export_run(Store(paths.db_path()), run, format_, dest=dest, dtype=dtype, quant=quant)
+            result = export_run(Store(), run, format_, dest=dest, dtype=dtype, quant=quant)
     except (ExportInputError, PathNotAllowed) as exc:
         raise _fail(EXIT_BAD_CONFIG, f"--{exc.field}: {exc}")
     except (ExportRefused, ExportFailed) as exc:

@@ -107,7 +107,9 @@ def create_app(
     if home is not None:
         os.environ["TUNELAB_HOME"] = str(home)
     owns_store = store is None
-    store = store if store is not None else Store(paths.db_path())
+    store = store if store is not None else Store()
+    if owns_store:  # TUNELAB_DATABASE_URL or the home's file; a password in the URL shows as ***
+        logging.getLogger("tunelab.server").info("run history: %s", store.location)
     # Started on the first chat request; unloaded from a GPU before a training run starts there.
     inference = InferenceHost(paths.locks_dir(store.path))
     owns_orchestrator = orchestrator is None
