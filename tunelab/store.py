@@ -1,4 +1,4 @@
-"""The run history: runs and their metrics in one SQLite file (SPEC §5).
+"""The run history: runs and their metrics in SQLite (one file, the default) or PostgreSQL (SPEC §5).
 
 This is the only module that speaks SQL. Every statement lives here and the schema grows
 through the ordered `MIGRATIONS` (applied at open, tracked in the database's schema version).
