@@ -149,6 +149,10 @@ def test_a_database_password_is_never_shown(pg_url: str, home, monkeypatch) -> N
     with pytest.raises(StoreBusy) as info:
         Store(gone, retry_seconds=0.2)
     assert SECRET not in str(info.value) and "***" in str(info.value)
+    wrong = url.replace("@/postgres?", "@/no_such_database?")
+    with pytest.raises(StoreError, match="cannot be used as the run database") as info:
+        Store(wrong)  # the server's answer is final: not retried for the whole window
+    assert SECRET not in str(info.value) and 'database "no_such_database" does not exist' in str(info.value)
     with pytest.raises(InvalidValue) as info:
         Store(f"postgresql://u:{SECRET}@host/db?no_such_option=1")
     assert SECRET not in str(info.value)

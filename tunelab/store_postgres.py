@@ -42,6 +42,8 @@ MIGRATION_LOCK_KEY = 0x74756E656C6162
 # shutting down or starting up under us: all pass, so the attempt is repeated.
 RETRY_STATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03"})
 _WRITES = ("INSERT", "UPDATE", "DELETE")
+# What a server says at connect time about a URL that names a wrong user, password or database.
+_WRONG_URL = ("authentication failed", "does not exist", "no password supplied", "no pg_hba.conf entry")
 
 
 def redact(url: str) -> str:
@@ -253,8 +255,10 @@ class PostgresDialect:
     def is_busy(self, exc: BaseException) -> bool:
         state = getattr(exc, "sqlstate", None)
         if state is None:
-            # No answer from the server: the connection was refused or lost.
-            return isinstance(exc, self.psycopg.OperationalError)
+            # No answer from the server: the connection was refused or lost — unless the
+            # server answered that the URL is wrong, which waiting does not mend.
+            text = str(exc)
+            return isinstance(exc, self.psycopg.OperationalError) and not any(m in text for m in _WRONG_URL)
         return state in RETRY_STATES or state.startswith("08")
 
     def busy_message(self, exc: BaseException, seconds: float) -> str:
