@@ -21,6 +21,7 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from tunelab import paths
+from tunelab.export.codec import codec_beside
 from tunelab.inference.devices import choose_device, training_on
 from tunelab.inference.settings import MAX_NEW_TOKENS_LIMIT, load_timeout_s, max_time_s
 from tunelab.inference.target import InferenceError, TargetInputError, TargetRefused, resolve_target
@@ -50,6 +51,10 @@ def speak_run(store: Any, run_id: int, options: SpeakOptions, progress: Callable
     if not options.text.strip():
         raise TargetInputError("text", "the text is only blanks; give the words to speak")
     target = resolve_target(store.get_run(run_id), run_id, options.checkpoint, speech=True)
+    codec = codec_beside(target.weights)
+    if codec is None:  # found before a model loads
+        raise TargetRefused(f"{target.weights} and its run folder hold no codec/ folder (the SNAC codec a TTS run saves "
+                            "beside its weights), so its audio tokens cannot become sound")
     locks = paths.locks_dir(store.path)
     device, env = choose_device(locks)
     progress(f"speaking with {target.label} on {device}")
@@ -57,7 +62,7 @@ def speak_run(store: Any, run_id: int, options: SpeakOptions, progress: Callable
 
     with tempfile.TemporaryDirectory(prefix="tunelab-speak-") as folder:
         dest = Path(folder) / "speech.wav"
-        request = {"target": target.child_request(), "text": options.text, "max_new_tokens": options.max_new_tokens,
+        request = {"target": target.child_request(), "codec": str(codec), "text": options.text, "max_new_tokens": options.max_new_tokens,
                    "temperature": options.temperature, "dest": str(dest)}
         child = ChildProcess(request, env, module="tunelab.inference.speak_child")
         try:

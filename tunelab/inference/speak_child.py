@@ -2,15 +2,15 @@
 
 Protocol (the parent side is `speak.speak_run`; the eval child's shape): the parent writes
 one JSON line
-  {"target": ModelTarget.child_request(), "text", "max_new_tokens", "temperature", "dest"}
+  {"target": ModelTarget.child_request(), "codec": folder, "text", "max_new_tokens", "temperature", "dest"}
 and the child answers with JSON lines on its real stdout:
   {"type": "progress", "message"}
   {"type": "error", "message", "refused"?}   then it exits (2: refused, 1: failed)
   {"type": "done", "seconds", "rate"}        the wav is at `dest`
 The weights load as chat loads them (`generate.load_model`: the adapter on its base, or the
 full model); the layout comes from the model's config and tokenizer (`tts_model`), the
-codec from the run folder's `codec/` (a checkpoint's from its run folder, as export
-finds it), and the speech is synthesised as the run's eval samples are (`tts_sample`).
+codec from the `codec/` the parent found beside the weights (a checkpoint's in its run
+folder, as export finds it), and the speech is synthesised as the run's eval samples are (`tts_sample`).
 """
 
 from __future__ import annotations
@@ -27,17 +27,12 @@ class Refused(Exception):
     """This model cannot speak here; the message says why."""
 
 
-def _codec(target: dict[str, Any]) -> Any:
-    from tunelab.export.codec import codec_beside
+def _codec(request: dict[str, Any]) -> Any:
     from tunelab.worker.context import RunSettingError
     from tunelab.worker.tts_codec import load_codec
 
-    folder = codec_beside(Path(target["weights"]))
-    if folder is None:
-        raise Refused(f"{target['weights']} and its run folder hold no codec/ folder (the SNAC codec a TTS run saves), "
-                      "so its audio tokens cannot become sound")
     try:
-        return load_codec({"model_name": target["base_model"], "tts_codec": str(folder)})
+        return load_codec({"model_name": request["target"]["base_model"], "tts_codec": request["codec"]})
     except RunSettingError as exc:
         raise Refused(exc.message) from exc
 
@@ -58,7 +53,7 @@ def speak(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> No
     model_config = model_config_dict({"model_name": target["weights"] if own.is_file() else target["base_model"]})
     try:
         layout = layout_of(loaded.tokenizer, model_config)
-        codec = _codec(target)
+        codec = _codec(request)
         check_codec_matches(layout, codec)
     except RunSettingError as exc:
         raise Refused(exc.message) from exc

@@ -145,12 +145,18 @@ def resolve_target(run: dict[str, Any] | None, run_id: int, step: int | None = N
                        trust_remote_code=bool(config.get("trust_remote_code")))
 
 
+# What a run of each modality trained, for a refusal.
+TRAINED = {"text": "a text model", "embedding": "an embedding model", "vision": "a vision-language model",
+           "speech": "a speech-to-text model"}
+
+
 def _check_modality(run_id: int, modality: str | None, speech: bool = False) -> None:
     """Chat is for text models, speaking for text-to-speech ones; a run's modality is what
     its worker reported it trained."""
     if speech:
         if modality != "tts":
-            raise TargetRefused(f"run {run_id} trained a {modality or 'text'} model, not a text-to-speech one, so it cannot speak; "
+            trained = TRAINED.get(modality or "text", f"a {modality} model")
+            raise TargetRefused(f"run {run_id} trained {trained}, not a text-to-speech one, so it cannot speak; "
                                 + ("chat with it instead (`tunelab chat`)" if modality in (None, "text") else
                                    "speaking needs a run of a text-to-speech model (modality tts)"))
         return
