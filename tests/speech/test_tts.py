@@ -180,6 +180,14 @@ def test_skip_bad_audio_leaves_out_and_counts_bad_tts_clips_also_from_the_cache(
     with pytest.raises(DataFormatError) as caught:
         _prepare(tts_assets, tts_parts, data, tmp_path / "out")
     assert caught.value.message.startswith(f"row 2 of the training data: audio {clips / 'missing.wav'} ")
+    # A bad eval clip is found before any training clip is encoded.
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "train").mkdir()
+    eval_data, train_data = _bad_rows(speech_assets, tmp_path / "eval", ("missing",), good_rows=0), _bad_rows(speech_assets, tmp_path / "train", ())
+    with pytest.raises(DataFormatError) as caught:
+        _prepare(tts_assets, tts_parts, train_data, tmp_path / "out2", local_eval_datasets=[str(eval_data)], eval_steps=1)
+    assert caught.value.field == "local_eval_datasets" and len(calls) == before + 2
+    assert caught.value.message.startswith(f"row 0 of the eval data: audio {tmp_path / 'eval' / 'clips' / 'missing.wav'} ")
     # The dataset check counts them too: the too-long clip by the TTS model's max_seq_length and codec.
     monkeypatch.setenv("TUNELAB_DATA_ROOTS", f"{speech_assets.root}{os.pathsep}{tmp_path}")
     config = {"local_datasets": [str(data)], "format": "auto", "max_seq_length": 512}
