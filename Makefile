@@ -34,7 +34,7 @@ demo: $(STAMP)
 # processes, so two share 2 cores well (about 27 min for the whole suite on this machine; tests/conftest.py gives
 # torch one thread per process, so two test processes and their workers do not oversubscribe the cores).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=25
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

@@ -18,6 +18,16 @@ from tunelab.demo import DemoAssets, ensure_demo_assets
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files with an end-to-end (`slow`) test first, each file's tests kept together and in
+    order. `make test` hands whole files to two processes as they free up
+    (`--dist loadfile --no-loadscope-reorder`); longest first leaves the many quick files to
+    even out the end. (xdist's default order, most tests per file first, ran the one-test
+    end-to-end files — a minute or more each — last, one process busy while the other idled.)"""
+    slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow_files)  # stable: order within kept
+
+
 @pytest.fixture(scope="session")
 def demo_assets(tmp_path_factory: pytest.TempPathFactory) -> DemoAssets:
     """The tiny Llama + sample data, built once per test session (offline, ~5 s)."""

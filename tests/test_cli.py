@@ -18,6 +18,7 @@ import yaml
 TUNELAB = [sys.executable, "-m", "tunelab.cli"]
 # The end-to-end runs go through both training backends: same CLI, same events, same store.
 BACKENDS = [pytest.param("torch"), pytest.param("mlx", marks=pytest.mark.mlx)]
+CTRL_C_STEPS = 100
 
 
 def needs_backend(backend: str) -> None:
@@ -81,7 +82,11 @@ def test_train_completes_then_runs_and_show_list_it(tmp_path, home, demo_assets,
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_ctrl_c_stops_and_saves_then_resume_continues(tmp_path, home, demo_assets, backend):
     needs_backend(backend)
-    config = write_config(tmp_path / "run.yaml", demo_assets, max_steps=400, max_seq_length=128, backend=backend)
+    # 100 steps: Ctrl-C lands near step 10-20 (the store sees steps in batches of 10), so
+    # there are steps left to stop before and to resume into; every step the resume
+    # trains to the end is one the test waits for (400 took minutes on a loaded machine).
+    config = write_config(tmp_path / "run.yaml", demo_assets, max_steps=CTRL_C_STEPS, max_seq_length=128,
+                          backend=backend)
     env = {**os.environ, "TUNELAB_HOME": str(home), "COLUMNS": "160"}
     # Own process group, like a terminal: Ctrl-C reaches the CLI *and* its worker child.
     proc = subprocess.Popen(TUNELAB + ["train", str(config)], env=env, stdout=subprocess.PIPE,
@@ -91,7 +96,7 @@ def test_ctrl_c_stops_and_saves_then_resume_continues(tmp_path, home, demo_asset
     while time.time() < deadline:
         if db.exists() and _steps_logged(db) >= 3:
             break
-        time.sleep(0.3)
+        time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out
@@ -105,7 +110,7 @@ def test_ctrl_c_stops_and_saves_then_resume_continues(tmp_path, home, demo_asset
     newest = json.loads(run_cli(["runs", "--json"], home).stdout)[0]
     assert newest["resumed_from_run_id"] == run["id"] and newest["status"] == "completed"
     steps = [m["step"] for m in json.loads(run_cli(["show", str(newest["id"]), "--json"], home).stdout)["metrics"]]
-    assert steps[0] == stopped_at + 1 and steps[-1] == 400
+    assert steps[0] == stopped_at + 1 and steps[-1] == CTRL_C_STEPS
     again = run_cli(["resume", str(run["id"])], home)
     assert again.returncode != 0 and "resumed" in (again.stderr + again.stdout)
 

@@ -63,8 +63,10 @@ class LiveServer:
 def server(home: Path, demo_assets, tmp_path: Path) -> Iterator[LiveServer]:
     """A real server process with its own home; stopped (and its worker with it) afterwards."""
     token = secrets.token_urlsafe(24)
+    # No prewarmed worker (TUNELAB_PREWARM=0): its torch import, seconds of CPU per test,
+    # would be thrown away by every page test that never trains.
     env = {**os.environ, "TUNELAB_HOME": str(home), "TUNELAB_TOKEN": token,
-           "TUNELAB_DATA_ROOTS": str(demo_assets.root)}
+           "TUNELAB_DATA_ROOTS": str(demo_assets.root), "TUNELAB_PREWARM": "0"}
     log = open(tmp_path / "server.log", "w")
     command = [sys.executable, "-m", "tunelab.server", "--port", "0", "--log-level", "warning"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=log, text=True)

@@ -66,7 +66,9 @@ def server(tmp_path_factory, demo_assets) -> Iterator[ChatServer]:
     token = secrets.token_urlsafe(24)
     log = open(base / "server.log", "w")
     process = subprocess.Popen([sys.executable, "-m", "tunelab.server", "--port", "0", "--log-level", "warning"],
-                               env={**env, "TUNELAB_TOKEN": token}, stdout=subprocess.PIPE, stderr=log, text=True)
+                               # no prewarmed training worker: this server only chats
+                               env={**env, "TUNELAB_TOKEN": token, "TUNELAB_PREWARM": "0"}, stdout=subprocess.PIPE,
+                               stderr=log, text=True)
     try:
         match = re.search(r"(http://127\.0\.0\.1:\d+/)", process.stdout.readline())
         assert match, f"the server announced no address; its log:\n{(base / 'server.log').read_text()}"

@@ -112,7 +112,9 @@ def start_server(home: Path, token: str) -> Server:
     """`python -m tunelab.server` on a free loopback port, answering /api/health."""
     import httpx
 
-    env = {**os.environ, "TUNELAB_HOME": str(home), "TUNELAB_TOKEN": token, "PYTHONUNBUFFERED": "1"}
+    # No prewarmed training worker (its torch import is seconds of CPU): this server only exports.
+    env = {**os.environ, "TUNELAB_HOME": str(home), "TUNELAB_TOKEN": token, "PYTHONUNBUFFERED": "1",
+           "TUNELAB_PREWARM": "0"}
     process = subprocess.Popen([sys.executable, "-m", "tunelab.server", "--host", "127.0.0.1", "--port", "0",
                                 "--log-level", "warning"], env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     # The server prints its address once it is bound.

@@ -124,7 +124,9 @@ def start_server(home: Path, token: str, env: dict[str, str] | None = None) -> S
 
     import httpx
 
-    full_env = {**os.environ, "TUNELAB_HOME": str(home), "TUNELAB_TOKEN": token, "PYTHONUNBUFFERED": "1", **(env or {})}
+    # No prewarmed training worker (its torch import is seconds of CPU): these servers only serve models.
+    full_env = {**os.environ, "TUNELAB_HOME": str(home), "TUNELAB_TOKEN": token, "PYTHONUNBUFFERED": "1",
+                "TUNELAB_PREWARM": "0", **(env or {})}
     process = subprocess.Popen([sys.executable, "-m", "tunelab.server", "--host", "127.0.0.1", "--port", "0",
                                 "--log-level", "warning"], env=full_env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     match = re.search(r"http://127\.0\.0\.1:(\d+)/", process.stdout.readline())

@@ -13,7 +13,8 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_killed_server_leaves_no_worker_and_its_run_resumes(start_server, demo_run, tmp_path):
-    outcome = kill_server_mid_run(start_server, tmp_path / "home", demo_run)
+    # Prewarmed, as `tunelab serve` runs: the spare worker must die with the killed server too.
+    outcome = kill_server_mid_run(lambda home: start_server(home=home, prewarm=True), tmp_path / "home", demo_run)
     assert outcome.worker_exit_s is not None, "the worker outlived its server"
     assert outcome.all_exit_s is not None, "a process of the killed server is still alive"
 

@@ -16,7 +16,7 @@ SEED = 20251130
 
 
 def test_a_worker_killed_in_any_stage_leaves_a_finalized_run_and_nothing_else(start_server, demo_run):
-    server = start_server()
+    server = start_server(prewarm=True)  # as `tunelab serve` runs: the kills are aimed at a warm worker's stages
     rng = random.Random(SEED)
     for stage in STAGES:
         trial = run_kill_trial(server, demo_run, stage, rng)

@@ -4,6 +4,14 @@ free loopback port, with its own temporary home and a known token, spoken to wit
 `start_server` launches one (a test may launch several, e.g. to restart on the same
 home); `live_server` is one per test module for tests that do not train; `demo_run`
 builds request bodies for tiny training runs on the demo model.
+
+Both start their servers without a prewarmed worker (TUNELAB_PREWARM=0) unless a test
+asks for one (`start_server(prewarm=True)`): a server started as `tunelab serve` keeps a
+spare worker that imports torch & co at once, seconds of CPU on every launch, which most
+of these tests never hand a run to. The tests about the server's own real-run path keep
+it (the worker kills, the server kill, the CLI's server-run); tests/orchestrator/
+test_prewarm.py covers the hand-over itself. `_launch` (also used by bench/reliability.py)
+keeps the production default.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ TOKEN = "test-token-7f3a9c"
 STARTUP_LIMIT_S = 30
 # Short heartbeats so a test can see one without waiting the production 10 s.
 HEARTBEAT_S = "0.3"
+NO_PREWARM = {"TUNELAB_PREWARM": "0"}
 
 
 @dataclass
@@ -93,11 +102,14 @@ def start_server(tmp_path: Path, demo_assets) -> Iterator[Callable[..., LiveServ
     started: list[LiveServer] = []
 
     def start(home: Path | None = None, token: str | None = TOKEN, extra_env: dict[str, str] | None = None,
-              log_level: str = "warning", extra_args: list[str] | None = None, cwd: Path | None = None) -> LiveServer:
-        """`extra_args` go to `python -m tunelab.server`; `cwd` is the server's working folder."""
+              log_level: str = "warning", extra_args: list[str] | None = None, cwd: Path | None = None,
+              prewarm: bool = False) -> LiveServer:
+        """`extra_args` go to `python -m tunelab.server`; `cwd` is the server's working folder;
+        `prewarm`: keep a prewarmed worker, as `tunelab serve` does by default."""
         home = home or tmp_path / "home"
         home.mkdir(parents=True, exist_ok=True)
-        server = _launch(home, token, [demo_assets.root], extra_env, log_level, extra_args, cwd)
+        env = {**({} if prewarm else NO_PREWARM), **(extra_env or {})}
+        server = _launch(home, token, [demo_assets.root], env, log_level, extra_args, cwd)
         started.append(server)
         return server
 
@@ -109,7 +121,7 @@ def start_server(tmp_path: Path, demo_assets) -> Iterator[Callable[..., LiveServ
 @pytest.fixture(scope="module")
 def live_server(tmp_path_factory: pytest.TempPathFactory, demo_assets) -> Iterator[LiveServer]:
     """One server shared by a module's tests that start no training."""
-    server = _launch(tmp_path_factory.mktemp("server-home"), TOKEN, [demo_assets.root])
+    server = _launch(tmp_path_factory.mktemp("server-home"), TOKEN, [demo_assets.root], NO_PREWARM)
     yield server
     server.stop()
 

@@ -50,7 +50,7 @@ def api(server) -> httpx.Client:
 
 @pytest.mark.slow
 def test_train_is_run_by_the_server_once(start_server, demo_assets, tmp_path):
-    server = start_server(token=None, log_level="info")
+    server = start_server(token=None, log_level="info", prewarm=True)  # as `tunelab serve` runs
     info = json.loads((server.home / "server.json").read_text())
     assert info["pid"] == server.pid and info["url"] == server.base_url + "/"
     config = write_config(tmp_path / "run.yaml", demo_assets, display_name="via server")
