@@ -16,7 +16,8 @@ result is saved. `detect(config)` picks the family from the model's own files
           audio + transcript rows through `speech_data.prepare` and its collator, and
           transformers' Seq2SeqTrainer with word error rate at eval (`speech_trainer`).
   tts     an Orpheus-style causal LM over SNAC codec tokens (`tts_family`, told apart by
-          `tts_model.is_tts_model`): text + audio rows to codec tokens, a spoken sample per eval.
+          `tts_model.is_tts_model`), or Sesame CSM over its own Mimi codec (`csm_family`,
+          `tts_model.is_csm_model`): text + audio rows to codec tokens, a spoken sample per eval.
 `modality(raw)` names what the run trains on (events.MODALITIES), for the run's record.
 `wrap` is the same for text and vision: the method's adapter on the family's targets, or full
 fine-tuning with what the switches turn off frozen; both train with TRL's SFTTrainer.
@@ -151,6 +152,10 @@ def detect(config: dict[str, Any]) -> Any:
         return SpeechFamily()
     from tunelab.worker import tts_model
 
+    if tts_model.is_csm_model(config):
+        from tunelab.worker.csm_family import CsmFamily
+
+        return CsmFamily()
     if tts_model.is_tts_model(config):
         from tunelab.worker.tts_family import TtsFamily
 
