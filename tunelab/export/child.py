@@ -26,7 +26,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from tunelab.export.codec import carry_codec
+from tunelab.export.codec import carry_codec, note_builtin_codec
 from tunelab.export.plan import ExportError, ExportFailed, ExportInputError
 
 
@@ -60,6 +60,7 @@ def export(request: dict[str, Any]) -> None:
         model.save_pretrained(dest)
         processing.save_pretrained(dest)
         carry_codec(Path(request["source"]), dest)
+        note_builtin_codec(dest)
 
 
 def _quiet_libraries() -> None:
@@ -80,9 +81,13 @@ def _dtype(name: str) -> Any:
 def _model_class(config_source: str, remote_code: bool) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tunelab.worker import speech_model, vision_model
+    from tunelab.worker import speech_model, tts_layout, vision_model
 
     config = AutoConfig.from_pretrained(config_source, trust_remote_code=remote_code)
+    if getattr(config, "model_type", None) == tts_layout.CSM_MODEL_TYPE:
+        from transformers import CsmForConditionalGeneration  # its Mimi codec inside it
+
+        return CsmForConditionalGeneration
     if speech_model.is_speech_config(config):
         return speech_model.model_class()
     return vision_model.model_class() if vision_model.is_vision_config(config) else AutoModelForCausalLM
