@@ -28,6 +28,13 @@ def test_a_csm_model_is_told_from_its_config_and_mlx_refuses_it(csm_assets, demo
     shutil.copytree(csm_assets.model_dir, renamed)
     assert type(model_family.detect({"model_name": str(renamed)})).__name__ == "CsmFamily"
     assert "text-to-speech" in mlx_model_problem(str(renamed)) and "backend=torch" in mlx_model_problem(str(renamed))
+    # Its codec is the one inside it: an Orpheus codec setting is refused, naming the field.
+    from tunelab.worker.context import RunSettingError
+    from tunelab.worker.csm_family import CsmFamily
+
+    with pytest.raises(RunSettingError) as caught:
+        CsmFamily().load({"model_name": str(renamed), "tts_codec": str(renamed)}, None)
+    assert caught.value.field == "tts_codec" and "Mimi codec inside it" in caught.value.message
     named = tmp_path / "sesame-csm-1b"  # and the name alone makes nothing CSM
     shutil.copytree(demo_assets.model_dir, named)
     assert type(model_family.detect({"model_name": str(named)})).__name__ == "TextFamily"
@@ -110,3 +117,13 @@ def test_cached_codes_give_the_loss_transformers_csm_computes_and_the_codec_neve
     assert all(p.requires_grad for name, p in full.named_parameters() if not name.startswith("codec_model."))
     trainer.compute_loss(full.train(), batch).backward()
     assert all(p.grad is None for p in full.codec_model.parameters())
+
+
+def test_the_demo_refuses_an_unknown_tts_family_naming_the_option(home):
+    from typer.testing import CliRunner
+
+    from tunelab.cli import app
+
+    result = CliRunner().invoke(app, ["demo", "--modality", "tts", "--tts-family", "wavenet"])
+    said = " ".join(result.output.split())  # the console wraps long lines
+    assert result.exit_code == 2 and "--tts-family" in said and "use orpheus or csm, with --modality tts" in said, said

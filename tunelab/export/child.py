@@ -8,7 +8,9 @@ as it trained against them (`run_facts.LOFTQ_BASE`). A full run's weights are lo
 they are. The model is cast to the requested dtype and saved with its tokenizer, ready
 for `AutoModelForCausalLM.from_pretrained` — or, for a vision-language or speech-to-text
 model (told from its config), with its processor, ready for `AutoModelForImageTextToText`
-or `AutoModelForSpeechSeq2Seq` (and the automatic-speech-recognition pipeline) + `AutoProcessor`. The parent hides the GPUs: all of it runs on the CPU.
+or `AutoModelForSpeechSeq2Seq` (and the automatic-speech-recognition pipeline) + `AutoProcessor`;
+a Sesame CSM model as `CsmForConditionalGeneration` (its Mimi codec inside) + its `CsmProcessor`.
+The parent hides the GPUs: all of it runs on the CPU.
 `gguf`: the same merged model, written as one GGUF file by llama.cpp's converter and,
 for a k-quant, quantised by llama.cpp (`gguf_convert`, `gguf_quantize`), with an Ollama
 Modelfile (`modelfile`). `gguf-adapter`: a LoRA run's adapter alone as a GGUF (`gguf_adapter`).

@@ -31,8 +31,12 @@ class CsmFamily(_Family):
     def load(self, config: dict[str, Any], device: Any) -> Loaded:
         from transformers import CsmForConditionalGeneration
 
+        from tunelab.worker.context import RunSettingError
         from tunelab.worker.csm_model import codec_of, load_processor
 
+        if config.get("tts_codec"):
+            raise RunSettingError("tts_codec", f"{config['model_name']} is a Sesame CSM model, which speaks through the Mimi codec "
+                                               "inside it; tts_codec is for Orpheus-style models: remove it")
         processor = load_processor(config)
         model = model_setup.load_model(config, device, CsmForConditionalGeneration)
         self.codec = codec_of(model)

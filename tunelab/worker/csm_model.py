@@ -3,7 +3,7 @@
 A CSM model (transformers' `CsmForConditionalGeneration`, config model_type `csm`) carries
 its codec as `model.codec_model` (Mimi) and saves it with its weights, so the codec a run
 encodes with, samples with and exports is always the model's own: no `tts_codec` applies.
-`MimiCodec` gives the codec cache (`tts_clips`) what it keys on — the codec's rate and a
+`MimiCodec` gives the codec cache (`tts_cache`) what it keys on — the codec's rate and a
 `fingerprint` over its config, dtype and weights — and turns a clip into frames (one list
 of `num_codebooks` codes per frame, as CSM's backbone and depth decoder read them).
 Its text follows CSM's convention (transformers' CSM docs and chat template): the speaker's
