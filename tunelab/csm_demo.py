@@ -4,7 +4,8 @@ Mimi codec inside it and its `CsmProcessor`, trained on the speech demo's clips 
 The clips and their words are the speech demo's (`speech_demo.ensure_speech_demo_assets`).
 The model is transformers' own CSM at a toy size: a two-layer backbone and a one-layer depth
 decoder over 4 codebooks of 64 codes, its codec Mimi at 24 kHz (12.5 frames a second) with
-4 quantizers and one small transformer layer. Its tokenizer is the demo's byte-level BPE
+4 quantizers and one small transformer layer, its codebooks seeded from a few of the clips
+(`_seed_codebooks`: Mimi's start at zero, which would code every frame as the end of audio). Its tokenizer is the demo's byte-level BPE
 trained on the transcripts, with CSM's `<|AUDIO|>` and `<|audio_eos|>` tokens and a
 post-processor that wraps text in <s> ... <|end|> (as CSM's own tokenizer wraps it in its
 begin and end of text); its feature extractor is Encodec's at the codec's rate. Built once
@@ -74,9 +75,38 @@ def _build(folder: Path, transcripts: Path) -> None:
                                              "num_key_value_heads": 4, "max_position_embeddings": CODEBOOKS + 1},
                        codec_config=codec.to_dict())
     torch.manual_seed(0)
+    model = CsmForConditionalGeneration(config)
+    _seed_codebooks(model.codec_model, [transcripts.parent / json.loads(line)["audio"] for line in transcripts.read_text().splitlines()[:12]])
     model_dir = folder / "model"
-    CsmForConditionalGeneration(config).save_pretrained(model_dir)
+    model.save_pretrained(model_dir)
     CsmProcessor(EncodecFeatureExtractor(feature_size=1, sampling_rate=RATE), tokenizer).save_pretrained(model_dir)
+
+
+def _seed_codebooks(codec, clips: list[Path]) -> None:
+    """Mimi's codebooks start at zero (its checkpoints carry trained ones), so a random-init
+    Mimi gives every frame code 0 — CSM's end-of-audio frame. Each codebook's centroids are
+    drawn instead from what it is given to quantize on a few demo clips, stage after stage
+    of each residual quantizer (as k-means starts), so the clips encode to varied codes."""
+    import torch
+
+    from tunelab.worker.speech_collator import decode_clip
+
+    seen = []
+    encode = codec.quantizer.encode
+    codec.quantizer.encode = lambda embeddings, num_quantizers=None: seen.append(embeddings) or encode(embeddings, num_quantizers)
+    with torch.no_grad():
+        for clip in clips:
+            codec.encode(torch.from_numpy(decode_clip({"path": str(clip), "bytes": None}, RATE)).view(1, 1, -1))
+        del codec.quantizer.encode  # the class's own method again
+        quantizer = codec.quantizer
+        for stage in (quantizer.semantic_residual_vector_quantizer, quantizer.acoustic_residual_vector_quantizer):
+            residual = torch.cat([stage.input_proj(e) if stage.input_proj is not None else e for e in seen], dim=-1)
+            for layer in stage.layers:
+                vectors = residual.transpose(1, 2).reshape(-1, residual.shape[1])
+                picked = vectors[torch.randint(len(vectors), (CODEBOOK_SIZE,))]
+                layer.codebook.embed_sum.copy_(picked + 1e-3 * torch.randn_like(picked))
+                layer.codebook._embed = None  # recomputed from embed_sum
+                residual = residual - layer.decode(layer.encode(residual))
 
 
 def ensure_csm_demo_assets(transcripts: Path, root: Path | None = None) -> CsmDemoAssets:

@@ -84,6 +84,9 @@ def test_cached_codes_give_the_loss_transformers_csm_computes_and_the_codec_neve
     codec = codec_of(model)
     prepared = csm_data.prepare(config, processor, model.config, codec, load_raw(config, tmp_path / "cache"), tmp_path / "out")
     assert prepared.notes[0].startswith("Encoded 2 training clips")
+    # The demo codec's seeded codebooks give varied codes, not CSM's end-of-audio frame (all 0) throughout.
+    frames = prepared.train[0]["codes"]
+    assert len({tuple(frame) for frame in frames}) > len(frames) // 2 and not any(frame[:-1] == [0] * 3 for frame in frames)
 
     # transformers' own way: the processor expands <|AUDIO|> to the clip's frames, the model encodes the raw audio.
     tokenizer = processor.tokenizer
