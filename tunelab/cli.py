@@ -427,6 +427,8 @@ def demo(
     method: str = typer.Option("sft", help="The text demo's objective: sft, or dpo, orpo, simpo, kto on generated preference pairs "
                                           "whose chosen answer follows a rule the rejected one breaks, or grpo on prompts with a "
                                           "checkable answer and built-in rewards."),
+    tts_family: str = typer.Option("orpheus", help="The tts demo's model: orpheus (a tiny Orpheus-style Llama with a SNAC codec) "
+                                                  "or csm (a tiny Sesame CSM with its Mimi codec inside)."),
 ) -> None:
     """Fine-tune a built-in tiny model on generated sample data, offline, end to end."""
     from tunelab.demo import demo_config, ensure_demo_assets, print_demo_summary
@@ -435,6 +437,8 @@ def demo(
         raise _config_failure(ConfigError.single("--modality", f"'{modality}' is not a demo; use text, vision, embedding, speech or tts"))
     if method not in ("sft", "dpo", "orpo", "simpo", "kto", "grpo"):
         raise _config_failure(ConfigError.single("--method", f"'{method}' is not a demo method; use sft, dpo, orpo, simpo, kto or grpo"))
+    if tts_family not in ("orpheus", "csm") or (tts_family != "orpheus" and modality != "tts"):
+        raise _config_failure(ConfigError.single("--tts-family", f"'{tts_family}' is not a tts demo model; use orpheus or csm, with --modality tts"))
     if method != "sft" and (modality != "text" or backend != "torch"):
         raise _config_failure(ConfigError.single("--method", f"the {method} demo trains the text model with backend torch; drop --modality and --backend"))
     if steps is None:
@@ -468,7 +472,12 @@ def demo(
                 clips = ensure_speech_demo_assets().transcripts
             except MissingSynthesiser as exc:
                 raise ConfigError.single("--modality", str(exc)) from exc
-            cfg = tts_demo_config(ensure_tts_demo_assets(clips), clips, steps=steps)
+            if tts_family == "csm":
+                from tunelab.csm_demo import csm_demo_config, ensure_csm_demo_assets
+
+                cfg = csm_demo_config(ensure_csm_demo_assets(clips), clips, steps=steps)
+            else:
+                cfg = tts_demo_config(ensure_tts_demo_assets(clips), clips, steps=steps)
         elif method == "grpo":
             from tunelab.grpo_demo import grpo_demo_config
 

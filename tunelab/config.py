@@ -227,7 +227,7 @@ class RunConfig(BaseModel):
     finetune_audio_layers: bool = Field(False, description="Audio chat models (Qwen2-Audio) only: train the audio tower and its projector too (adapter targets, or weights in full fine-tuning). Off: only the language model trains, on the pretrained encoder's features.")
 
     # --- text-to-speech models (Orpheus-style: detected from the model's config or tokenizer)
-    tts_codec: PathText | None = Field(None, description="The SNAC codec a text-to-speech model speaks through: a folder with SNAC's config.json and pytorch_model.bin, or a hub repo. None: the model folder's codec/ subfolder (tunelab saves one with every TTS model), else hubertsiuzdak/snac_24khz.")
+    tts_codec: PathText | None = Field(None, description="The SNAC codec a text-to-speech model speaks through: a folder with SNAC's config.json and pytorch_model.bin, or a hub repo. None: the model folder's codec/ subfolder (tunelab saves one with every TTS model), else hubertsiuzdak/snac_24khz. Orpheus-style models only: a Sesame CSM model speaks through the Mimi codec inside it.")
     tts_sample_text: Name | None = Field(None, max_length=500, description="The sentence a text-to-speech run speaks at each eval into samples/step-N.wav (the page plays it). None: the first eval row's text.")
 
     # --- optimisation

@@ -9,7 +9,9 @@ they are. The model is cast to the requested dtype and saved with its tokenizer,
 for `AutoModelForCausalLM.from_pretrained` — or, for a vision-language or speech-to-text
 model (told from its config), with its processor, ready for `AutoModelForImageTextToText`
 or `AutoModelForSpeechSeq2Seq` (and the automatic-speech-recognition pipeline) + `AutoProcessor`
-(an audio chat model: `AutoModelForMultimodalLM`). The parent hides the GPUs: all of it runs on the CPU.
+(an audio chat model: `AutoModelForMultimodalLM`); a Sesame CSM model as
+`CsmForConditionalGeneration` (its Mimi codec inside) + its `CsmProcessor`.
+The parent hides the GPUs: all of it runs on the CPU.
 `gguf`: the same merged model, written as one GGUF file by llama.cpp's converter and,
 for a k-quant, quantised by llama.cpp (`gguf_convert`, `gguf_quantize`), with an Ollama
 Modelfile (`modelfile`). `gguf-adapter`: a LoRA run's adapter alone as a GGUF (`gguf_adapter`).
@@ -27,7 +29,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from tunelab.export.codec import carry_codec
+from tunelab.export.codec import carry_codec, note_builtin_codec
 from tunelab.export.plan import ExportError, ExportFailed, ExportInputError
 
 
@@ -61,6 +63,7 @@ def export(request: dict[str, Any]) -> None:
         model.save_pretrained(dest)
         processing.save_pretrained(dest)
         carry_codec(Path(request["source"]), dest)
+        note_builtin_codec(dest)
 
 
 def _quiet_libraries() -> None:
@@ -81,9 +84,13 @@ def _dtype(name: str) -> Any:
 def _model_class(config_source: str, remote_code: bool) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tunelab.worker import audio_chat_model, speech_model, vision_model
+    from tunelab.worker import audio_chat_model, speech_model, tts_layout, vision_model
 
     config = AutoConfig.from_pretrained(config_source, trust_remote_code=remote_code)
+    if getattr(config, "model_type", None) == tts_layout.CSM_MODEL_TYPE:
+        from transformers import CsmForConditionalGeneration  # its Mimi codec inside it
+
+        return CsmForConditionalGeneration
     if speech_model.is_speech_config(config):
         return speech_model.model_class()
     if audio_chat_model.is_audio_chat_config(config):

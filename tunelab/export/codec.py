@@ -2,11 +2,14 @@
 
 A TTS run keeps its SNAC codec as `codec/` in its folder (`worker.tts_family`); a
 checkpoint's run folder is its parent. `carry_codec` copies it into the export and adds a
-README line saying how to decode. Anything else exports nothing extra. Torch-free.
+README line saying how to decode. A Sesame CSM model carries its Mimi codec inside its
+weights (transformers' `codec_model`): `note_builtin_codec` adds the README line saying how
+it speaks. Anything else exports nothing extra. Torch-free.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -31,4 +34,23 @@ def carry_codec(source: Path, dest: Path) -> bool:
     shutil.copytree(found, Path(dest) / CODEC_SUBFOLDER, dirs_exist_ok=True)
     with open(Path(dest) / "README.md", "a") as readme:
         readme.write(README_LINE)
+    return True
+
+
+CSM_README_LINE = ("Text-to-speech model (Sesame CSM, exported by tunelab). Its Mimi codec is inside the weights: "
+                   "`processor = AutoProcessor.from_pretrained(path)`, `model = CsmForConditionalGeneration.from_pretrained(path)`, "
+                   "`audio = model.generate(**processor('[0]Hello.', add_special_tokens=True), output_audio=True)` "
+                   "(\"[N]\" is the speaker id), then `processor.save_audio(audio, 'out.wav')`.\n")
+
+
+def note_builtin_codec(dest: Path) -> bool:
+    """The README line for a model whose codec is part of it (Sesame CSM)."""
+    try:
+        model_type = json.loads((Path(dest) / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return False
+    if model_type != "csm":  # worker.tts_layout.CSM_MODEL_TYPE
+        return False
+    with open(Path(dest) / "README.md", "a") as readme:
+        readme.write(CSM_README_LINE)
     return True

@@ -16,7 +16,8 @@ result is saved. `detect(config)` picks the family from the model's own files
           audio + transcript rows through `speech_data.prepare` and its collator, and
           transformers' Seq2SeqTrainer with word error rate at eval (`speech_trainer`).
   tts     an Orpheus-style causal LM over SNAC codec tokens (`tts_family`, told apart by
-          `tts_model.is_tts_model`): text + audio rows to codec tokens, a spoken sample per eval.
+          `tts_model.is_tts_model`), or Sesame CSM over its own Mimi codec (`csm_family`,
+          `tts_model.is_csm_model`): text + audio rows to codec tokens, a spoken sample per eval.
   audio_chat  a language model that listens (Qwen2-Audio; `audio_chat_family`, told apart by
           `audio_chat_model.is_audio_chat_model`): chat with audio parts, trained like vision.
 `modality(raw)` names what the run trains on (events.MODALITIES), for the run's record.
@@ -153,6 +154,10 @@ def detect(config: dict[str, Any]) -> Any:
         return SpeechFamily()
     from tunelab.worker import tts_model
 
+    if tts_model.is_csm_model(config):
+        from tunelab.worker.csm_family import CsmFamily
+
+        return CsmFamily()
     if tts_model.is_tts_model(config):
         from tunelab.worker.tts_family import TtsFamily
 

@@ -15,7 +15,9 @@ A training row reads: <start_of_human> text-tokens <end_of_human> <start_of_ai>
 A model is text-to-speech when its own files say so, never its name: its config.json
 carries a `tunelab_tts` marker (what tunelab writes: `{"codec": "snac", "codebook_size": K}`),
 or its tokenizer holds Orpheus's whole audio range (`<custom_token_10>` through
-`<custom_token_28681>`). Torch-free: the parent's start checks use it too.
+`<custom_token_28681>`). A Sesame CSM model (transformers' `CsmForConditionalGeneration`,
+its Mimi codec inside it) is text-to-speech too, told by its config's model_type `csm`
+(`config_dict_is_csm`). Torch-free: the parent's start checks use it too.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ FRAME = 7  # tokens per frame: 1 coarse + 2 mid + 4 fine
 AUDIO_BASE = 10  # <custom_token_10> is the first audio token
 CONTROL = {"start_of_speech": 1, "end_of_speech": 2, "start_of_human": 3, "end_of_human": 4,
            "start_of_ai": 5, "end_of_ai": 6, "pad": 7}
+CSM_MODEL_TYPE = "csm"  # transformers' Sesame CSM (csm_model)
 MLX_REFUSAL = ("is a text-to-speech model (text to audio-codec tokens), and the mlx backend trains text models only "
                "(no maintained MLX package trains it here); use backend=torch")
 
@@ -83,8 +86,13 @@ def added_tokens(tokenizer_json: str | Path | None) -> set[str]:
     return {entry.get("content") for entry in data.get("added_tokens") or [] if isinstance(entry, dict)}
 
 
+def config_dict_is_csm(config: dict[str, Any]) -> bool:
+    return config.get("model_type") == CSM_MODEL_TYPE
+
+
 def config_dict_is_tts(config: dict[str, Any], tokenizer_json: str | Path | None = None) -> bool:
-    """The test on a raw config.json and (when given) the tokenizer.json beside it."""
-    if isinstance(config.get(MARKER), dict):
+    """The test on a raw config.json and (when given) the tokenizer.json beside it: Orpheus's
+    layout or Sesame CSM."""
+    if isinstance(config.get(MARKER), dict) or config_dict_is_csm(config):
         return True
     return tokenizer_json is not None and tokens_have_orpheus_range(added_tokens(tokenizer_json))

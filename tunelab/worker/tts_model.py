@@ -37,8 +37,14 @@ def model_config_dict(config: dict[str, Any]) -> dict[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
+def is_csm_model(config: dict[str, Any]) -> bool:
+    """Whether the run's `model_name` is a Sesame CSM model (its config's model_type)."""
+    return tts_layout.config_dict_is_csm(model_config_dict(config))
+
+
 def is_tts_model(config: dict[str, Any]) -> bool:
-    """Whether the run's `model_name` is an Orpheus-style TTS model (its config, then its tokenizer)."""
+    """Whether the run's `model_name` is a text-to-speech model: Orpheus-style (its config,
+    then its tokenizer) or Sesame CSM (its config)."""
     model_config = model_config_dict(config)
     if not model_config:
         return False
