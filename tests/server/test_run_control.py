@@ -52,7 +52,7 @@ def test_same_request_id_starts_one_run_and_cancel_discards_it(server, demo_run)
     assert client.post(f"/api/runs/{job}/resume").json()["error"]["code"] == "not_resumable"
     # The same click replayed after the run ended still names the same job.
     late = client.post("/api/train/start", json=body).json()
-    assert late == {"job_id": job, "status": "stopped", "duplicate": True}
+    assert late == {"job_id": job, "status": "stopped", "duplicate": True, "queued": False, "queue_position": None}
     assert client.get("/api/runs").json()["total"] == 1
 
 

@@ -7,8 +7,8 @@ worker; from then on the run's own `ActiveRun` (pump, watchdog, finalize) carrie
 its end. Several runs train at once on disjoint devices. A start whose devices are busy
 is queued (a `queued` row; `queue: false` in its config, or an orchestrator made with
 `queueing=False` like the CLI's, refuses instead), and the scheduler thread starts queued
-runs in order as devices free up (scheduler.py), also those a previous server life
-left queued. Secrets are never stored: a queued run keeps them in this process's
+runs in order as devices free up (queueing.py; placement in scheduler.py), also those a
+previous server life left queued. Secrets are never stored: a queued run keeps them in this process's
 memory; one picked up after a restart takes them from the environment, or fails
 saying which secret to give again.
 The methods without a run id (snapshot, stop, metrics, ...) are about the most recent
@@ -46,20 +46,18 @@ from tunelab.orchestrator.prechecks import check_before_start
 from tunelab.orchestrator.prewarm import WarmWorkers, prewarm_wanted
 from tunelab.orchestrator.resume import check_resumable, check_world_size, resolve_resume_from
 from tunelab.orchestrator.run import ActiveRun
-from tunelab.orchestrator.scheduler import (POLL_S, PlannedStart, as_if_idle, device_request, devices_for, place,
-                                            queued_snapshot)
+from tunelab.orchestrator.queueing import QueueRunner
+from tunelab.orchestrator.scheduler import PlannedStart, device_request, devices_for, place, queued_snapshot
 from tunelab.orchestrator.state import ProgressState
 from tunelab.plots import loss_plot_png, plot_title
-from tunelab.store import AlreadyResumed, DuplicateStartRequest, InvalidValue, RunNotFound, Store, StoreError
+from tunelab.store import AlreadyResumed, DuplicateStartRequest, InvalidValue, RunNotFound, Store
 
 log = logging.getLogger("tunelab.orchestrator")
 
 CANCEL_PERSIST_ATTEMPTS = 3
-# Finished runs kept in memory (live state, histories, replayable progress) besides the newest.
-KEEP_FINISHED = 8
 
 
-class Orchestrator:
+class Orchestrator(QueueRunner):
     def __init__(self, store: Store, *, worker_target: str | Callable[..., Any] = DEFAULT_WORKER,
                  before_spawn: Callable[[], Any] | None = None, mp_context: str = "spawn",
                  prewarm: bool | Sequence[str] | None = None, queueing: bool = True):
@@ -142,10 +140,6 @@ class Orchestrator:
                 with self._lock:
                     self._spawning = False
 
-    def queue_position(self, run_id: int) -> int | None:
-        """Where a queued run stands (1 = next to start); None when it is not queued."""
-        return next((r["queue_position"] for r in self.store.queued_runs() if r["id"] == run_id), None)
-
     def _refuse_foreign_folder(self, output_dir: Path, resumed_from: int | None) -> None:
         """An output_dir that is, holds or lies inside another run's folder would overwrite
         (or, on cancel or delete, remove) that run's files. The one exception: a run
@@ -185,49 +179,6 @@ class Orchestrator:
             ids = ", ".join(str(r.run_id) for r in self._live_runs())
             raise RunActive(f"run {ids} is active on the devices this run needs; stop it or wait for it to finish "
                             "(or set queue: true to wait in the queue)")
-
-    def _check_for_later(self, plan: PlannedStart, gpus: list[hardware.Gpu]) -> None:
-        """What a start checks once it knows its devices, checked now against the devices
-        it would get on an idle machine, so a queued run does not fail later on something
-        a start refuses up front (free memory, which depends on what runs then, excepted)."""
-        idle = as_if_idle(gpus)
-        chosen = place(plan.cfg, idle, set()) or []
-        env = {"CUDA_VISIBLE_DEVICES": ",".join(g.pin for g in chosen)} if chosen else {}
-        planned = layout.plan(plan.cfg.model_dump(), layout.visible_gpu_count(env))
-        fit_memory(plan.cfg, chosen, planned.world_size, planned.processes_per_node)
-        if plan.resume_from is not None:
-            check_world_size(plan.resume_from, planned.world_size)
-
-    def _queue_has_runs(self) -> bool:
-        return bool(self.store.queued_runs())
-
-    def _enqueue(self, plan: PlannedStart) -> int:
-        """Record the run as queued; the scheduler starts it when its turn and devices come."""
-        cfg = plan.cfg
-        public = self._public(plan, cfg)
-        try:
-            modality = (self.store.get_run(plan.resumed_from) or {}).get("modality") if plan.resumed_from else None
-            run_id = self.store.create_run(public, cfg.model_name, cfg.dataset_label, cfg.display_name, plan.resumed_from,
-                                           start_request_id=plan.start_request_id, modality=modality,
-                                           owned_by=plan.owned_by, queued=True, device_request=device_request(cfg))
-            self.store.set_output_dir(run_id, public["output_dir"])
-        except DuplicateStartRequest as exc:
-            return exc.run_id
-        except InvalidValue as exc:
-            raise ConfigError.single(exc.field, str(exc).split(": ", 1)[-1]) from None
-        except Exception as exc:
-            raise PersistError(f"the run could not be recorded in the database ({exc}); nothing was queued") from exc
-        if plan.resume_run_id is not None:
-            self._record_resume(plan.resume_run_id, run_id, on_failure=lambda why: self._fail_queued(run_id, why))
-        with self._lock:
-            self._waiting[run_id] = plan
-            self._latest = run_id
-        position = self.queue_position(run_id)
-        log.info("run %s: queued at position %s", run_id, position)
-        self._notify({**ev.status(f"queued at position {position}: waiting for its devices"), "run_id": run_id,
-                      "queue_position": position})
-        self._wake.set()
-        return run_id
 
     def _public(self, plan: PlannedStart, cfg: RunConfig) -> dict[str, Any]:
         return {**cfg.public(), SECRETS_USED_KEY: cfg.secret_names(), "output_dir": str(plan.output_dir),
@@ -360,100 +311,6 @@ class Orchestrator:
         # which also covers an output folder outside the outputs root that was allowed.
         stored = {**row["config"], "resume_from": None, "output_dir": row["output_dir"]}
         return self.start(resume_config(stored, secrets, os.environ), resume_run_id=run_id, owned_by=owned_by)
-
-    # --- the queue ----------------------------------------------------------------------
-    def _schedule_loop(self) -> None:
-        while not self._closed:
-            try:
-                self.start_queued()
-            except StoreError as exc:
-                if "closed" in str(exc):
-                    return  # the store went away with its owner
-                log.warning("the queue could not be read: %s", exc)
-            except Exception:
-                log.exception("starting queued runs failed; trying again shortly")
-            self._wake.wait(POLL_S)
-            self._wake.clear()
-
-    def start_queued(self) -> list[int]:
-        """Start queued runs, in queue order, while their devices are free; returns their ids."""
-        started: list[int] = []
-        with self._start_lock:
-            rows = self.store.queued_runs() if not self._closed else []
-            for row in rows:
-                plan = self._plan_for(row)
-                if plan is None:
-                    continue  # it could not be rebuilt and was ended with the reason
-                if place(plan.cfg, hardware.list_gpus(), self._busy()) is None:
-                    break  # strict order: the runs behind it wait too
-                with self._lock:
-                    self._spawning = True
-                try:
-                    run_id = self._launch(plan, may_wait=True, queued_id=row["id"])
-                except Exception as exc:  # a check that depends on the moment (free memory) refused it
-                    self._fail_queued(row["id"], str(exc))
-                    continue
-                finally:
-                    with self._lock:
-                        self._spawning = False
-                if run_id is None and self.store.get_run(row["id"]) and self.store.get_run(row["id"])["status"] == "queued":
-                    break  # a device is held by another process on this home: wait
-                if run_id is not None:
-                    started.append(run_id)
-        return started
-
-    def _plan_for(self, row: dict[str, Any]) -> PlannedStart | None:
-        """The start a queued row stands for: the one queued here (with its secrets), or
-        one rebuilt from the stored config with secrets from the environment."""
-        with self._lock:
-            plan = self._waiting.get(row["id"])
-        if plan is not None:
-            return plan
-        config = row["config"]
-        try:
-            cfg = resume_config({**config, "resume_from": None}, None, os.environ)
-        except ConfigError as exc:
-            self._fail_queued(row["id"], "it waited in the queue across a server restart, and tunelab never stores "
-                                         f"secrets: {exc.errors[0].message}; start it again")
-            return None
-        except Exception as exc:
-            self._fail_queued(row["id"], f"its stored settings no longer make a valid run: {exc}")
-            return None
-        resume_from = config.get("resume_from")
-        return PlannedStart(cfg, Path(row["output_dir"] or config["output_dir"]), Path(resume_from) if resume_from else None,
-                            row.get("resumed_from_run_id"), None, row.get("start_request_id"), row.get("owner"))
-
-    def _fail_queued(self, run_id: int, reason: str) -> None:
-        """End a queued run that cannot start, as an error saying why (nothing was spawned)."""
-        log.warning("run %s: cannot start from the queue: %s", run_id, reason)
-        with self._lock:
-            self._waiting.pop(run_id, None)
-        if self.store.claim_queued(run_id, self.instance_id, []):
-            self.store.finalize_run(run_id, status="error", error_message=reason, resume_blocked=True)
-            self._notify({**ev.make(ev.ERROR), "run_id": run_id, "final": True, "status": "error",
-                          "status_message": reason, "error": reason, "resume_blocked": True, "output_dir": None,
-                          "final_step": None, "final_loss": None, "total_steps": None})
-
-    def _run_ended(self, run_id: int) -> None:
-        """A run was finalized and let go of its devices: the next queued run may start."""
-        with self._lock:
-            finished = [i for i, r in self._runs.items() if r.finalized and i != self._latest]
-            for old in finished[:-KEEP_FINISHED] if len(finished) > KEEP_FINISHED else []:
-                del self._runs[old]
-        self._wake.set()
-
-    def cancel_queued(self, run_id: int) -> bool:
-        """Withdraw a queued run (status `cancelled`, nothing spawned); False when it is not queued."""
-        if not self.store.cancel_queued(run_id):
-            return False
-        with self._lock:
-            self._waiting.pop(run_id, None)
-        log.info("run %s: cancelled while queued", run_id)
-        self._notify({**ev.make(ev.COMPLETE), "run_id": run_id, "final": True, "status": "cancelled",
-                      "status_message": "cancelled while queued", "error": None, "resume_blocked": True,
-                      "output_dir": None, "final_step": None, "final_loss": None, "total_steps": None})
-        self._wake.set()
-        return True
 
     # --- stopping -----------------------------------------------------------------------
     def stop(self, save: bool, expected_run_id: int | None = None) -> None:
