@@ -135,7 +135,7 @@ class Histories(BaseModel):
 
 class TrainStatus(BaseModel):
     model_config = ConfigDict(extra="allow")
-    phase: str = Field(description="idle, loading_model, loading_dataset, configuring, training, finalizing, completed, stopped or error.")
+    phase: str = Field(description="idle, queued, loading_model, loading_dataset, configuring, training, finalizing, completed, stopped, error or cancelled (withdrawn while queued).")
     is_training_running: bool
     job_id: int | None = Field(None, description="The current (or last finished) run; same as run_id.")
     run_id: int | None = None
@@ -157,6 +157,8 @@ class TrainStatus(BaseModel):
     message: str | None = None
     error: str | None = None
     output_dir: str | None = None
+    queue_position: int | None = Field(None, description="While the run waits in the queue: its place (1 = next to start).")
+    devices: list[str] | None = Field(None, description="The devices the run was given (gpu-<n>, or cpu), once placed.")
     histories: Histories = Histories()
 
 
