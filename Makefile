@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml Makefile scripts/install_system_deps.sh
 	# wheel, so only the first install pays for it. GGML_NATIVE=OFF: a wheel that runs on any
 	# x86-64 machine the cache is shared with, not only the one that built it; LLAVA_BUILD=OFF:
 	# no multimodal (mtmd) library, which tunelab does not use (a quarter of the build).
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -q -e ".[train,mlx,dev,cluster,eval,gguf]"
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install -q -e ".[train,mlx,dev,cluster,eval,gguf,postgres]"
 	touch $(STAMP)
 
 install: $(STAMP)

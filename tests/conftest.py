@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from store_backends import pg_cluster, store_url  # noqa: F401  (fixtures: the store suite on SQLite and PostgreSQL)
 from tunelab.demo import DemoAssets, ensure_demo_assets
 
 # One torch thread per process in the tests (inherited by every worker child): `make test`
@@ -30,4 +31,5 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root.mkdir()
     monkeypatch.setenv("TUNELAB_HOME", str(root))
     monkeypatch.delenv("TUNELAB_TOKEN", raising=False)
+    monkeypatch.delenv("TUNELAB_DATABASE_URL", raising=False)
     return root

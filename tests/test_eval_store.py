@@ -1,5 +1,5 @@
 """The run_evals table (store migration 5): results stored per run, newest first, gone
-with their run; an unknown run or kind is refused."""
+with their run; an unknown run or kind is refused. On SQLite and PostgreSQL (store_url)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ def _finished_run(store: Store) -> int:
     return run_id
 
 
-def test_results_are_stored_per_run_newest_first_and_go_with_their_run(tmp_path):
-    with Store(tmp_path / "t.db") as store:
+def test_results_are_stored_per_run_newest_first_and_go_with_their_run(store_url):
+    with Store(store_url) as store:
         first, second = _finished_run(store), _finished_run(store)
         add_eval(store, first, "perplexity", {"base": {"loss": 2.0}, "fine_tune": {"loss": 1.5}}, created_at=10.0)
         newest = add_eval(store, first, "generations", {"items": [{"base": {"text": "é\n"}}]}, created_at=11.0)
@@ -31,8 +31,8 @@ def test_results_are_stored_per_run_newest_first_and_go_with_their_run(tmp_path)
         assert [r["kind"] for r in list_evals(store, second)] == ["lm_eval"]
 
 
-def test_an_unknown_run_kind_or_number_is_refused(tmp_path):
-    with Store(tmp_path / "t.db") as store:
+def test_an_unknown_run_kind_or_number_is_refused(store_url):
+    with Store(store_url) as store:
         run_id = _finished_run(store)
         with pytest.raises(RunNotFound):
             add_eval(store, run_id + 1, "perplexity", {})

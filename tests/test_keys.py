@@ -3,12 +3,12 @@ final, the store's keys migration applied to an older database, and the CLI comm
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from store_backends import database_at_version
 from tunelab.cli import app
 from tunelab.keys import KeyRefused, check_name, check_role, looks_like_key, new_secret, secret_hash
 from tunelab.store import KEYS_MIGRATION, MIGRATIONS, KeyNameTaken, KeyNotFound, Store
@@ -34,9 +34,9 @@ def test_secrets_are_random_prefixed_and_stored_only_as_their_hash(tmp_path: Pat
     assert secret_hash(first).encode() in on_disk
 
 
-def test_a_revoked_key_is_not_found_and_its_name_is_never_reused(tmp_path: Path) -> None:
+def test_a_revoked_key_is_not_found_and_its_name_is_never_reused(store_url: str) -> None:
     secret = new_secret()
-    with Store(tmp_path / "runs.db") as store:
+    with Store(store_url) as store:
         store.add_api_key("bob", "viewer", secret_hash(secret))
         with pytest.raises(KeyNameTaken, match="a key with that name exists"):
             store.add_api_key("bob", "admin", secret_hash(new_secret()))
@@ -62,17 +62,11 @@ def test_roles_are_admin_member_or_viewer() -> None:
     assert check_name(" ci-bot.2 ") == "ci-bot.2"
 
 
-def test_the_keys_migration_keeps_older_runs_and_leaves_them_without_owner(tmp_path: Path) -> None:
-    db = tmp_path / "runs.db"
-    version = MIGRATIONS.index(KEYS_MIGRATION)
-    raw = sqlite3.connect(db, isolation_level=None)
-    for statements in MIGRATIONS[:version]:
-        for statement in statements:
-            raw.execute(statement)
-    raw.execute(f"PRAGMA user_version = {version}")
+def test_the_keys_migration_keeps_older_runs_and_leaves_them_without_owner(store_url: str) -> None:
+    raw = database_at_version(store_url, MIGRATIONS.index(KEYS_MIGRATION))
     raw.execute("INSERT INTO runs (status, model_name, config_json, started_at) VALUES ('completed', 'old', '{}', 1.0)")
     raw.close()
-    with Store(db) as store:
+    with Store(store_url) as store:
         assert store.schema_version() == len(MIGRATIONS)
         assert store.list_runs()[0]["owner"] is None
         owned = store.create_run({"model_name": "m"}, "m", "d", owned_by="alice")

@@ -1,5 +1,6 @@
-"""The run store on a real SQLite file: schema, upserts, history operations, orphan
-closing, and writes that survive another process holding the database lock."""
+"""The run store on a real SQLite file and on a real PostgreSQL database (tests taking
+`store` or `store_url` run on both): schema, upserts, history operations, orphan closing,
+and writes that survive another process holding the database lock."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Iterator
 import pytest
 
 from checkpoint_factory import make_checkpoint
+from store_backends import database_at_version, raw_connection
 from tunelab import events
 from tunelab.checkpoints import latest_valid_checkpoint
 from tunelab.config import parse_config
@@ -37,11 +39,19 @@ from tunelab.store import (
 CONFIG = {"model_name": "tiny", "learning_rate": 0.0002, "s3": None}
 
 # Holds an exclusive write lock on the database from another process until its stdin
-# closes or the given seconds pass, announcing "locked" once it holds it.
+# closes or the given seconds pass, announcing "locked" once it holds it. On PostgreSQL
+# EXCLUSIVE mode on the tables lets readers in and keeps every writer out, as SQLite's lock.
 LOCK_HOLDER = r"""
-import select, sqlite3, sys
-conn = sqlite3.connect(sys.argv[1], isolation_level=None)
-conn.execute("BEGIN EXCLUSIVE")
+import select, sys
+if "://" in sys.argv[1]:
+    import psycopg
+    conn = psycopg.connect(sys.argv[1], autocommit=True)
+    conn.execute("BEGIN")
+    conn.execute("LOCK TABLE runs, metrics IN EXCLUSIVE MODE")
+else:
+    import sqlite3
+    conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+    conn.execute("BEGIN EXCLUSIVE")
 print("locked", flush=True)
 select.select([sys.stdin], [], [], float(sys.argv[2]))
 conn.execute("COMMIT")
@@ -50,13 +60,13 @@ print("released", flush=True)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with Store(tmp_path / "runs.db") as opened:
+def store(store_url: str) -> Iterator[Store]:
+    with Store(store_url) as opened:
         yield opened
 
 
 @contextlib.contextmanager
-def lock_held_by_other_process(db: Path, seconds: float) -> Iterator[subprocess.Popen]:
+def lock_held_by_other_process(db: str | Path, seconds: float) -> Iterator[subprocess.Popen]:
     holder = subprocess.Popen(
         [sys.executable, "-c", LOCK_HOLDER, str(db), str(seconds)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
@@ -68,7 +78,14 @@ def lock_held_by_other_process(db: Path, seconds: float) -> Iterator[subprocess.
         holder.wait(timeout=60)
 
 
-def assert_locked(db: Path) -> None:
+def assert_locked(db: str | Path) -> None:
+    if "://" in str(db):
+        import psycopg
+
+        with psycopg.connect(str(db), autocommit=True) as probe:
+            with pytest.raises(psycopg.errors.LockNotAvailable), probe.transaction():
+                probe.execute("LOCK TABLE runs IN ROW EXCLUSIVE MODE NOWAIT")
+        return
     probe = sqlite3.connect(db, timeout=0, isolation_level=None)
     try:
         with pytest.raises(sqlite3.OperationalError, match="locked"):
@@ -115,26 +132,17 @@ def test_refuses_a_database_from_a_newer_version_or_not_a_database(tmp_path: Pat
     garbage.write_bytes(b"definitely not sqlite" * 100)
     with pytest.raises(StoreError, match="cannot be used as the run database"):
         Store(garbage)
-    with pytest.raises(InvalidValue, match="not supported yet"):
-        Store("postgresql://db.example/tunelab")
+    with pytest.raises(InvalidValue, match="database: mysql:// databases are not supported; use a file path"):
+        Store("mysql://db.example/tunelab")
+    with pytest.raises(InvalidValue, match="database: a sqlite URL needs an absolute path"):
+        Store("sqlite://relative.db")
 
 
-def _database_at_version(db: Path, version: int) -> sqlite3.Connection:
-    """A database as an older tunelab left it: only the first `version` migrations applied."""
-    raw = sqlite3.connect(db, isolation_level=None)
-    for statements in MIGRATIONS[:version]:
-        for statement in statements:
-            raw.execute(statement)
-    raw.execute(f"PRAGMA user_version = {version}")
-    return raw
-
-
-def test_runs_from_before_modalities_read_as_text_and_new_ones_wait_for_their_worker(tmp_path: Path) -> None:
-    db = tmp_path / "runs.db"
-    raw = _database_at_version(db, 2)
+def test_runs_from_before_modalities_read_as_text_and_new_ones_wait_for_their_worker(store_url: str) -> None:
+    raw = database_at_version(store_url, 2)
     raw.execute("INSERT INTO runs (status, model_name, config_json, started_at) VALUES ('completed', 'old', '{}', 1.0)")
     raw.close()
-    with Store(db) as store:
+    with Store(store_url) as store:
         assert store.schema_version() == len(MIGRATIONS)
         assert [r["modality"] for r in store.list_runs()] == ["text"]
         assert store.get_metric_extras(1) == {}
@@ -304,7 +312,7 @@ def test_rename(store: Store) -> None:
         store.rename_run(run_id + 1, "name")
 
 
-def test_delete_refused_while_running_then_removes_metrics(store: Store, tmp_path: Path) -> None:
+def test_delete_refused_while_running_then_removes_metrics(store: Store, store_url: str) -> None:
     run_id = new_run(store)
     store.add_metrics(run_id, [{"step": 1, "loss": 1.0}])
     with pytest.raises(RunIsRunning):
@@ -312,7 +320,7 @@ def test_delete_refused_while_running_then_removes_metrics(store: Store, tmp_pat
     store.finalize_run(run_id, status="error", error_message="boom")
     assert store.delete_run(run_id)["error_message"] == "boom"
     assert store.get_run(run_id) is None
-    raw = sqlite3.connect(tmp_path / "runs.db")
+    raw = raw_connection(store_url)
     assert raw.execute("SELECT COUNT(*) FROM metrics").fetchone()[0] == 0
     raw.close()
     with pytest.raises(RunNotFound):
@@ -404,8 +412,8 @@ def test_sparkline() -> None:
     assert sparkline(many[:50]) == many[:50]
 
 
-def test_writes_wait_out_a_lock_held_by_another_process(tmp_path: Path) -> None:
-    db = tmp_path / "runs.db"
+def test_writes_wait_out_a_lock_held_by_another_process(store_url: str) -> None:
+    db = store_url
     with Store(db) as store:
         run_id = new_run(store)
         rows = [{"step": s, "loss": 1.0 / s} for s in range(1, 51)]
@@ -418,8 +426,8 @@ def test_writes_wait_out_a_lock_held_by_another_process(tmp_path: Path) -> None:
         assert store.get_run(run_id)["status"] == "completed"
 
 
-def test_lock_outlasting_the_retry_window_raises_and_buffer_keeps_rows(tmp_path: Path) -> None:
-    db = tmp_path / "runs.db"
+def test_lock_outlasting_the_retry_window_raises_and_buffer_keeps_rows(store_url: str) -> None:
+    db = store_url
     with Store(db, retry_seconds=0.3) as store:
         run_id = new_run(store)
         buffer = MetricBuffer()
@@ -432,7 +440,7 @@ def test_lock_outlasting_the_retry_window_raises_and_buffer_keeps_rows(tmp_path:
                 buffer.flush(store, run_id)
             assert buffer.pending() == 12
             buffer.add({"step": 13, "loss": 13.0})
-            assert store.get_run(run_id)["status"] == "running"  # reads still work under WAL
+            assert store.get_run(run_id)["status"] == "running"  # reads still work (SQLite: under WAL)
         assert buffer.flush(store, run_id) == 13
         assert buffer.pending() == 0
         assert [r["step"] for r in store.get_metrics(run_id)] == list(range(1, 14))
@@ -492,8 +500,8 @@ def test_concurrent_threads(store: Store) -> None:
         assert len(store.get_metrics(run_id)) == 40
 
 
-def test_closed_store_refuses_work(tmp_path: Path) -> None:
-    store = Store(tmp_path / "runs.db")
+def test_closed_store_refuses_work(store_url: str) -> None:
+    store = Store(store_url)
     store.close()
     with pytest.raises(StoreError, match="closed"):
         store.count_runs()

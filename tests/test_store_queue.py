@@ -1,7 +1,7 @@
-"""The run queue in the store (migration 7) on a real SQLite file: the table rebuild keeps
-old runs, their metrics, evaluations and ids; queued runs come back in priority and
-position order; a claim is atomic between two connections; cancel, move and priority
-change only queued runs; devices_in_use sees only running runs."""
+"""The run queue in the store (migration 7) on SQLite and PostgreSQL: the migration keeps
+old runs, their metrics, evaluations and ids (on SQLite a table rebuild); queued runs come
+back in priority and position order; a claim is atomic between two connections; cancel,
+move and priority change only queued runs; devices_in_use sees only running runs."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from store_backends import database_at_version
 
 from tunelab.store import MIGRATIONS, QUEUE_MIGRATION, InvalidValue, RunNotFound, RunNotQueued, Store
 
@@ -18,8 +19,8 @@ CONFIG = {"model_name": "tiny", "learning_rate": 0.0002}
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with Store(tmp_path / "runs.db") as opened:
+def store(store_url: str) -> Iterator[Store]:
+    with Store(store_url) as opened:
         yield opened
 
 
@@ -34,24 +35,18 @@ def order(store: Store) -> list[int]:
     return [r["id"] for r in runs]
 
 
-def test_migration_7_rebuilds_runs_keeping_rows_ids_children_and_indexes(tmp_path: Path) -> None:
-    db = tmp_path / "runs.db"
-    version = MIGRATIONS.index(QUEUE_MIGRATION)
-    raw = sqlite3.connect(db, isolation_level=None)
-    for statements in MIGRATIONS[:version]:
-        for statement in statements:
-            raw.execute(statement)
-    raw.execute(f"PRAGMA user_version = {version}")
-    for run_id in (1, 2, 3):
-        raw.execute("INSERT INTO runs (id, status, model_name, config_json, started_at, owner, modality)"
-                    " VALUES (?, 'completed', 'old', '{}', 1.0, 'alice', 'text')", (run_id,))
+def test_migration_7_keeps_rows_ids_children_and_indexes(store_url: str) -> None:
+    raw = database_at_version(store_url, MIGRATIONS.index(QUEUE_MIGRATION))
+    for _ in range(3):
+        raw.execute("INSERT INTO runs (status, model_name, config_json, started_at, owner, modality)"
+                    " VALUES ('completed', 'old', '{}', 1.0, 'alice', 'text')")
     raw.execute("DELETE FROM runs WHERE id = 3")  # the newest run was deleted: its id must stay used
     raw.execute("INSERT INTO metrics (run_id, step, loss) VALUES (1, 5, 0.5)")
     raw.execute("INSERT INTO metric_extras (run_id, step, name, value) VALUES (1, 5, 'rewards/margin', 0.25)")
     raw.execute("INSERT INTO run_evals (run_id, created_at, kind, payload) VALUES (1, 2.0, 'perplexity', '{}')")
     raw.close()
 
-    with Store(db) as store:
+    with Store(store_url) as store:
         assert store.schema_version() == len(MIGRATIONS)
         old = store.get_run(1)
         assert (old["status"], old["owner"], old["modality"], old["queue_priority"]) == ("completed", "alice", "text", 0)
@@ -60,7 +55,9 @@ def test_migration_7_rebuilds_runs_keeping_rows_ids_children_and_indexes(tmp_pat
         assert queue(store) == 4
         store.delete_run(1)  # the foreign keys still cascade to the rebuilt table
         assert store.get_metrics(1) == [] and store.get_metric_extras(1) == {}
-    raw = sqlite3.connect(db)
+    if "://" in store_url:
+        return  # what follows is SQLite's rebuild: PostgreSQL changed the table in place
+    raw = sqlite3.connect(store_url)
     indexes = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'runs'")}
     assert {"runs_by_start_request", "runs_by_status"} <= indexes
     assert raw.execute("SELECT COUNT(*) FROM run_evals").fetchone()[0] == 0
@@ -132,8 +129,8 @@ def test_devices_in_use_are_those_of_running_runs(store: Store) -> None:
     assert store.devices_in_use() == {"cpu"}
 
 
-def test_two_servers_racing_for_each_queued_run_claim_it_exactly_once(tmp_path: Path) -> None:
-    db = tmp_path / "runs.db"
+def test_two_servers_racing_for_each_queued_run_claim_it_exactly_once(store_url: str) -> None:
+    db = store_url
     with Store(db) as setup:
         ids = [queue(setup) for _ in range(20)]
     wins: dict[str, list[int]] = {"a": [], "b": []}

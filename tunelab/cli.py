@@ -1,4 +1,4 @@
-"""The `tunelab` command line: serve, train, resume, runs, show, export, chat, eval, token, fields, demo.
+"""The `tunelab` command line: serve, train, resume, runs, show, export, chat, speak, eval, token, fields, demo.
 
 Bad input exits with code 2 and a message naming the field — never a traceback.
 Heavy libraries are never imported here; training happens in a child process.
@@ -65,7 +65,7 @@ def _orchestrator():
     from tunelab.store import Store
 
     # The CLI trains its own run now or refuses; the queue is the server's to run.
-    return Orchestrator(Store(paths.db_path()), queueing=False)
+    return Orchestrator(Store(), queueing=False)
 
 
 def _start_and_watch(orchestrator, start) -> int:
@@ -185,7 +185,7 @@ def runs(
     """List recorded runs, newest first."""
     from tunelab.store import Store
 
-    rows = Store(paths.db_path()).list_runs(limit=limit, offset=offset)
+    rows = Store().list_runs(limit=limit, offset=offset)
     if as_json:
         print(json.dumps(rows, indent=1, default=str))
         return
@@ -229,7 +229,7 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
     """One run: status, config, final loss, loss sparkline, the last value of each extra metric and output folder."""
     from tunelab.store import Store
 
-    store = Store(paths.db_path())
+    store = Store()
     row = store.get_run(run)
     if row is None:
         raise _fail(EXIT_ERROR, f"no run {run}; see `tunelab runs`")
@@ -275,7 +275,7 @@ def export(
 
     try:
         with console.status(f"exporting run {run} as {format_}…"):
-            result = export_run(Store(paths.db_path()), run, format_, dest=dest, dtype=dtype, quant=quant)
+            result = export_run(Store(), run, format_, dest=dest, dtype=dtype, quant=quant)
     except (ExportInputError, PathNotAllowed) as exc:
         raise _fail(EXIT_BAD_CONFIG, f"--{exc.field}: {exc}")
     except (ExportRefused, ExportFailed) as exc:
@@ -316,6 +316,41 @@ def chat(
     except InferenceError as exc:
         code = EXIT_BAD_CONFIG if exc.field else EXIT_ERROR
         raise _fail(code, f"--{exc.field}: {exc}" if exc.field else str(exc))
+
+
+@app.command()
+def speak(
+    run: int = typer.Argument(..., help="Run id of a text-to-speech run (see `tunelab runs`)."),
+    text: str = typer.Argument(..., help="The words to speak."),
+    out: Path = typer.Option(Path("speech.wav"), "-o", "--out", help="The wav file to write."),
+    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Speak with checkpoint-N of the run instead of its final weights."),
+    max_new_tokens: int = typer.Option(1200, "--max-new-tokens", help="Longest speech, in audio tokens (7 a codec frame; at most 4096)."),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 (greedy) to 2."),
+) -> None:
+    """Speak TEXT with a finished or stopped text-to-speech run into a wav file (the TTS
+    counterpart of chat). See docs/INFERENCE.md."""
+    from pydantic import ValidationError
+
+    from tunelab.inference.speak import SpeakOptions, speak_run
+    from tunelab.inference.target import InferenceError
+    from tunelab.store import Store
+
+    try:
+        options = SpeakOptions(text=text, checkpoint=checkpoint, max_new_tokens=max_new_tokens, temperature=temperature)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        option = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "options"
+        raise _fail(EXIT_BAD_CONFIG, f"{'TEXT' if option == '--text' else option}: {first['msg']}")
+    if not out.parent.is_dir():
+        raise _fail(EXIT_BAD_CONFIG, f"--out: the folder {out.parent} does not exist; create it or write elsewhere")
+    try:
+        with Store(paths.db_path()) as store, console.status(f"speaking with run {run}…"):
+            wav = speak_run(store, run, options)
+    except InferenceError as exc:
+        option = "TEXT" if exc.field == "text" else f"--{exc.field}"
+        raise _fail(EXIT_BAD_CONFIG if exc.field else EXIT_ERROR, f"{option}: {exc}" if exc.field else str(exc))
+    out.write_bytes(wav)
+    console.print(f"wrote {out}")
 
 
 @app.command("eval")

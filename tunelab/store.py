@@ -1,10 +1,12 @@
-"""The run history: runs and their metrics in one SQLite file (SPEC §5).
+"""The run history: runs and their metrics in SQLite (one file, the default) or PostgreSQL (SPEC §5).
 
 This is the only module that speaks SQL. Every statement lives here and the schema grows
-through the ordered `MIGRATIONS` (applied at open, tracked in `PRAGMA user_version`).
-`Store` takes a file path or a `sqlite:///` URL; a shared server database later means a
-second connection factory and dialect for the few SQLite-only statements (PRAGMAs,
-BEGIN IMMEDIATE) behind these same methods. The store is shared by the orchestrator's pump and watchdog threads and the
+through the ordered `MIGRATIONS` (applied at open, tracked in the database's schema version).
+`Store` takes a file path, a `sqlite:///` URL or a `postgresql://` URL (with none,
+TUNELAB_DATABASE_URL, else the home's SQLite file). Statements are written for SQLite;
+tunelab.store_dialect holds what differs (connecting, BEGIN, busy errors, the version) and
+on PostgreSQL `conn` is tunelab.store_postgres's adapter, with sqlite3's interface, that
+rewrites each statement. The store is shared by the orchestrator's pump and watchdog threads and the
 server's request threads, so one connection is guarded by a lock, and every call is
 retried while another process holds the database ("database is locked"/"busy").
 
@@ -25,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from tunelab import paths
+from tunelab import store_dialect
 from tunelab.events import DEFAULT_MODALITY, MODALITIES, clean_extra, finite_or_none
 from tunelab.text import char_name, first_unsafe_char
 
@@ -48,8 +50,7 @@ NAME_MAX_CHARS = 200
 SPARKLINE_POINTS = 50
 MAX_LIST_LIMIT = 10_000
 DEFAULT_RETRY_SECONDS = 10.0
-# Short per-attempt wait inside SQLite; the retry loop below waits without holding our lock.
-BUSY_TIMEOUT_MS = 250
+BUSY_TIMEOUT_MS = store_dialect.BUSY_TIMEOUT_MS
 
 # Migration 6: named API keys (tunelab.keys), kept by name, role and the SHA-256 of the
 # secret only; and which key started each run (`owner`, NULL for the home's token and the CLI).
@@ -132,7 +133,8 @@ QUEUE_MIGRATION: dict[str, tuple[str, ...]] = {
     ),
 }
 
-# A step is a tuple of statements every dialect runs, or {dialect: statements} where they differ.
+# A step: statements written for SQLite (translated for PostgreSQL), or a mapping
+# {"sqlite": (...), "postgresql": (...)} where the dialects differ (see tunelab.store_dialect).
 MIGRATIONS: tuple[tuple[str, ...] | Mapping[str, tuple[str, ...]], ...] = (
     (  # 1: runs and metrics
         """CREATE TABLE runs (
@@ -319,28 +321,6 @@ def _check_modality(modality: Any) -> str:
     return modality
 
 
-def _sqlite_path(location: str | Path | None) -> Path:
-    """A file path, or a `sqlite:///` URL; other database URLs are not supported yet."""
-    if location is None:
-        return paths.db_path()
-    text = str(location)
-    if "://" in text:
-        scheme, _, rest = text.partition("://")
-        if scheme != "sqlite" or not rest.startswith("/"):
-            raise InvalidValue("database", f"{scheme}:// databases are not supported yet; use a file path or sqlite:////absolute/path.db")
-        return Path(rest[1:]) if rest.startswith("//") else Path(rest)
-    return Path(text).expanduser()
-
-
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    # Extended codes (e.g. SQLITE_BUSY_SNAPSHOT) keep the primary code in the low byte.
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-        return True
-    text = str(exc).lower()
-    return "locked" in text or "busy" in text
-
-
 def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
     run = dict(row)
     run["config"] = json.loads(run.pop("config_json"))
@@ -389,23 +369,30 @@ class Store:
     """Thread-safe access to the run history. See docs/ARCHITECTURE.md "Store"."""
 
     def __init__(self, location: str | Path | None = None, *, retry_seconds: float = DEFAULT_RETRY_SECONDS):
-        self.path = _sqlite_path(location)
+        try:
+            self._dialect = store_dialect.open_location(location)
+        except store_dialect.BadLocation as exc:
+            raise InvalidValue(exc.field, exc.reason) from None
+        except store_dialect.DialectError as exc:  # psycopg missing
+            raise StoreError(str(exc)) from None
+        # `path`: where machine-local things go (paths.locks_dir); `location`: the database, safe to show.
+        self.path, self.location = self._dialect.path, self._dialect.location
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.retry_seconds = retry_seconds
         self._lock = threading.RLock()
-        self._conn: sqlite3.Connection | None = sqlite3.connect(
-            self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000
-        )
-        self._conn.row_factory = sqlite3.Row
+        self._conn: sqlite3.Connection | None = None
         try:
-            self._conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            self._retry(lambda c: c.execute("PRAGMA journal_mode = WAL").fetchone(), write=False)
-            # Foreign keys go on only after migrating: a table rebuild must not cascade (see QUEUE_MIGRATION).
+            self._conn = self._dialect.connect()
+            self._retry(self._dialect.prepare, write=False)
             self._retry(self._migrate, write=True)
-            self._conn.execute("PRAGMA foreign_keys = ON")
-        except sqlite3.DatabaseError as exc:
+            # Foreign keys go on only after migrating: a table rebuild must not cascade (see QUEUE_MIGRATION).
+            self._dialect.after_migrate(self._conn)
+        except store_dialect.DialectError as exc:  # a schema too new, or a migration that broke references
             self.close()
-            raise StoreError(f"{self.path} cannot be used as the run database ({exc}); move it away or set TUNELAB_HOME") from exc
+            raise StoreError(str(exc)) from None
+        except self._dialect.errors as exc:
+            self.close()
+            raise StoreError(self._dialect.unusable_message(exc)) from exc
         except BaseException:
             self.close()
             raise
@@ -435,17 +422,17 @@ class Store:
                     raise StoreError("the store is closed")
                 try:
                     if write:
-                        conn.execute("BEGIN IMMEDIATE")
+                        self._dialect.begin_write(conn)
                     result = work(conn)
                     if write:
                         conn.execute("COMMIT")
                     return result
-                except sqlite3.OperationalError as exc:
+                except self._dialect.retryable_errors as exc:
                     self._rollback(conn)
-                    if not _is_busy(exc):
+                    if not self._dialect.is_busy(exc):
                         raise
                     if time.monotonic() + delay > deadline:
-                        raise StoreBusy(f"the run database {self.path} stayed locked for {self.retry_seconds:.0f} s: {exc}") from exc
+                        raise StoreBusy(self._dialect.busy_message(exc, self.retry_seconds)) from exc
                 except BaseException:
                     self._rollback(conn)
                     raise
@@ -457,29 +444,14 @@ class Store:
         if conn.in_transaction:
             try:
                 conn.execute("ROLLBACK")
-            except sqlite3.Error:
+            except Exception:  # the driver's error, either dialect
                 log.warning("rollback failed", exc_info=True)
 
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        # Read inside the write transaction so two processes opening at once migrate once.
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version > len(MIGRATIONS):
-            raise StoreError(
-                f"the run database has schema version {version} but this tunelab knows {len(MIGRATIONS)}; upgrade tunelab or use another TUNELAB_HOME"
-            )
-        for step in MIGRATIONS[version:]:
-            for statement in step["sqlite"] if isinstance(step, Mapping) else step:
-                conn.execute(statement)
-        # A table rebuild ran with foreign keys off: prove it left no row pointing nowhere.
-        broken = conn.execute("PRAGMA foreign_key_check").fetchall()
-        if broken:
-            raise StoreError(f"migrating the run database left {len(broken)} rows without their run (first: {tuple(broken[0])}); "
-                             "restore the file from a backup")
-        conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        store_dialect.migrate(self._dialect, conn, MIGRATIONS)
 
     def schema_version(self) -> int:
-        return self._retry(lambda c: c.execute("PRAGMA user_version").fetchone()[0], write=False)
+        return self._retry(self._dialect.read_version, write=False)
 
     @staticmethod
     def _require_run(conn: sqlite3.Connection, run_id: int) -> sqlite3.Row:
@@ -545,12 +517,12 @@ class Store:
                     " resumed_from_run_id, start_request_id, owner_lock, owner_pid, owner_started_at, modality, owner,"
                     " queue_priority, queue_order, device_request, devices, claimed_by)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                    " CASE WHEN ? THEN COALESCE((SELECT MAX(queue_order) FROM runs), 0) + 1 END, ?, ?, ?)",
+                    " CASE WHEN ? = 1 THEN COALESCE((SELECT MAX(queue_order) FROM runs), 0) + 1 END, ?, ?, ?)",
                     ("queued" if queued else "running", model_name, dataset_name or "", name, config_json, time.time(),
                      resumed_from_run_id, start_request_id, owner.get("lock"), owner.get("pid"), owner.get("started_at"),
-                     modality, owned_by, queue_priority, bool(queued), request_json, devices_json, claimed_by),
+                     modality, owned_by, queue_priority, int(bool(queued)), request_json, devices_json, claimed_by),
                 )
-            except sqlite3.IntegrityError:
+            except self._dialect.integrity_errors:
                 existing = conn.execute("SELECT id FROM runs WHERE start_request_id = ?", (start_request_id,)).fetchone()
                 if existing is None:
                     raise
@@ -824,7 +796,7 @@ class Store:
             try:
                 conn.executemany(UPSERT_METRIC, params)
                 conn.executemany(UPSERT_EXTRA, extras)
-            except sqlite3.IntegrityError:
+            except self._dialect.integrity_errors:
                 self._require_run(conn, run_id)
                 raise
 

@@ -221,3 +221,23 @@ def test_a_checkpoint_can_answer_instead_of_the_final_weights(server, open_page)
     reply = page.locator("#chat-log-tuned .chat-turn.assistant").last
     expect(reply).not_to_have_attribute("data-state", "streaming", timeout=LOAD_MS)
     assert reply.locator(".chat-text").text_content() == server.answer("run-1-checkpoint-1", [{"role": "user", "content": "Hello"}], 6)
+
+
+def test_a_text_to_speech_run_offers_speak_in_place_of_chat(server, open_page):
+    """The history's Speak action posts the text and shows the server's reason when it cannot
+    speak (here: the run's folder is gone); the real synthesis is tests/speech/test_tts_run.py's."""
+    from tunelab.store import Store
+
+    with Store(server.home / "tunelab.db") as store:
+        run_id = store.create_run({"model_name": "tiny-tts"}, "tiny-tts", "transcription")
+        store.set_modality(run_id, "tts")
+        store.finalize_run(run_id, status="completed", final_step=2, output_dir=server.home / "gone")
+    page = open_page()
+    item = page.locator(f'#runs-list li[data-run-id="{run_id}"]')
+    expect(item.get_by_role("button", name=f"Speak with Run #{run_id}")).to_be_visible()
+    assert item.get_by_role("button", name=f"Chat with Run #{run_id}").count() == 0
+    item.get_by_role("button", name=f"Speak with Run #{run_id}").click()
+    item.get_by_label(f"Text for Run #{run_id} to speak").fill("one two three")
+    item.get_by_role("button", name="Speak", exact=True).click()
+    expect(item.locator(".run-speak .run-error-line")).to_contain_text("no longer exists")
+    expect(item.get_by_label(f"Speech of Run #{run_id}")).to_be_hidden()

@@ -85,12 +85,17 @@ def test_runs_that_cannot_answer_say_why(store, tmp_path):
     mlx_run = _run(store, "completed", mlx)
     with pytest.raises(TargetRefused, match="mlx"):
         resolve_target(store.get_run(mlx_run), mlx_run)
-    for modality, reason in (("embedding", "embedding model"), ("vision", "vision-language")):
+    for modality, reason in (("embedding", "embedding model"), ("vision", "vision-language"), ("tts", "speak with it")):
         other = _run(store, "completed", mlx)
         store.set_modality(other, modality)
         with pytest.raises(TargetRefused, match=reason):
             resolve_target(store.get_run(other), other)
     assert servable_targets(store.list_runs()) == []
+    # Speaking is the other way round: a text-to-speech run only, the others refused naming what they trained.
+    with pytest.raises(TargetRefused, match="trained a text model, not a text-to-speech one.*tunelab chat"):
+        resolve_target(store.get_run(hollow), hollow, speech=True)
+    with pytest.raises(TargetRefused, match="trained an embedding model, not a text-to-speech one"):
+        resolve_target(store.get_run(other - 2), other - 2, speech=True)
 
 
 def _gpu(index: int, free_mb: int) -> Gpu:

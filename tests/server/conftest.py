@@ -57,7 +57,7 @@ class LiveServer:
 
 def _launch(home: Path, token: str | None, data_roots: list[Path], extra_env: dict[str, str] | None = None,
             log_level: str = "warning", extra_args: list[str] | None = None, cwd: Path | None = None) -> LiveServer:
-    env = {k: v for k, v in os.environ.items() if k != "TUNELAB_TOKEN"}
+    env = {k: v for k, v in os.environ.items() if k not in ("TUNELAB_TOKEN", "TUNELAB_DATABASE_URL")}
     env.update(TUNELAB_HOME=str(home), TUNELAB_DATA_ROOTS=os.pathsep.join(map(str, data_roots)),
                TUNELAB_SSE_HEARTBEAT_S=HEARTBEAT_S, PYTHONUNBUFFERED="1")
     if token:

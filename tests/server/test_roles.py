@@ -43,6 +43,7 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("GET", "/api/runs/{run_id}/chat"): (409, 409, 409, 409, 409, 401),
     ("POST", "/api/runs/{run_id}/eval"): (409, 409, 409, 409, 403, 401),
     ("GET", "/api/runs/{run_id}/evals"): (200, 200, 200, 200, 200, 401),
+    ("POST", "/api/runs/{run_id}/speak"): (409, 409, 409, 409, 403, 401),
     ("GET", "/api/runs/{run_id}/samples"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/runs/{run_id}/samples/{name}"): (404, 404, 404, 404, 404, 401),
     ("GET", "/api/models/local"): (200, 200, 200, 200, 200, 401),
@@ -62,7 +63,7 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
 # Bodies that pass the role rule and then fail (or succeed) harmlessly.
 BODIES = {("PATCH", "/api/runs/{run_id}"): {"display_name": "renamed"}, ("POST", "/api/train/stop"): {"save": False},
           ("POST", "/api/runs/{run_id}/stop"): {"save": False},
-          ("POST", "/api/runs/{run_id}/export"): {"format": "adapter"}}
+          ("POST", "/api/runs/{run_id}/export"): {"format": "adapter"}, ("POST", "/api/runs/{run_id}/speak"): {"text": "hello"}}
 
 
 def add_keys(home) -> dict[str, str]:

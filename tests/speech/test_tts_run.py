@@ -1,11 +1,13 @@
 """A text-to-speech run through the real orchestrator and worker on the tiny Orpheus-style
 Llama and its random SNAC codec: the loss falls, each eval speaks a sample wav, a stop-and-save
 then resume reads the codec tokens back from the run's cache (no clip is encoded again),
-the server's sample routes serve the wav behind the token and nothing else, and the
-export carries the codec."""
+the server's sample routes serve the wav behind the token and nothing else, the run
+speaks text over HTTP and from `tunelab speak` (a text run is refused), and the export
+carries the codec."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -83,8 +85,30 @@ def _sample_routes_serve_the_wav(home: Path, first: int, second: int, output: Pa
         for name in ("..%2Fcodec%2Fconfig.json", "..%252Fcodec%252Fconfig.json", "step-99.wav", "step-8.wav.tmp", ".step-8.wav"):
             answer = client.get(f"/api/runs/{first}/samples/{name}")
             assert answer.status_code == 404 and answer.json()["error"]["code"] in ("sample_not_found", "not_found"), name
+        _speaks(home, client, second)
     finally:
         server.stop()
+
+
+def _speaks(home: Path, client, run_id: int) -> None:
+    """The run speaks over HTTP and from the CLI (a child process each); a text run, and chat with this one, are refused."""
+    said = client.post(f"/api/runs/{run_id}/speak", json={"text": "one two three", "max_new_tokens": 35})
+    assert said.status_code == 200 and said.headers["content-type"] == "audio/wav", said.text
+    audio, rate = soundfile.read(io.BytesIO(said.content))
+    assert rate == 16000 and 0 < len(audio) <= 5 * 2048  # at most 5 frames of 2048 samples
+    with Store(paths.db_path()) as store:
+        text_run = store.create_run({"model_name": "demo"}, "demo", "alpaca")
+        store.set_modality(text_run, "text")
+    refused = client.post(f"/api/runs/{text_run}/speak", json={"text": "one"})
+    assert refused.status_code == 409 and "not a text-to-speech one" in refused.json()["error"]["message"]
+    assert "speak with it" in client.get(f"/api/runs/{run_id}/chat").json()["error"]["message"]
+    out = home / "spoken.wav"
+    spoken = subprocess.run([sys.executable, "-m", "tunelab.cli", "speak", str(run_id), "one two three", "-o", str(out),
+                             "--max-new-tokens", "35", "--temperature", "0.8"],
+                            env={**os.environ, "TUNELAB_HOME": str(home)}, capture_output=True, text=True, timeout=240)
+    assert spoken.returncode == 0, spoken.stdout + spoken.stderr
+    audio, rate = soundfile.read(out)
+    assert rate == 16000 and 0 < len(audio) <= 5 * 2048
 
 
 def _export_carries_the_codec(home: Path, run_id: int) -> None:

@@ -15,7 +15,6 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from tunelab import paths
 from tunelab.foreground import EXIT_BAD_CONFIG, EXIT_ERROR, EXIT_OK
 
 # EvalOptions fields whose CLI option has another name.
@@ -37,7 +36,7 @@ def eval_command(run_id: int, options: dict[str, Any], show: bool, as_json: bool
     from tunelab.evaluate.runner import EvalError, EvalInputError, EvalOptions, run_eval
     from tunelab.store import RunNotFound, Store
 
-    with Store(paths.db_path()) as store:
+    with Store() as store:
         if show:
             try:
                 records = list(reversed(list_evals(store, run_id)))

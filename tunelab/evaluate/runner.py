@@ -115,12 +115,12 @@ def build_request(run: dict[str, Any] | None, run_id: int, options: EvalOptions,
     return target, request
 
 
-class _Child:
-    """The eval child process and its answers, read on threads."""
+class ChildProcess:
+    """The eval child process (or another child of its protocol: `module`) and its answers, read on threads."""
 
-    def __init__(self, request: dict[str, Any], env: dict[str, str]):
+    def __init__(self, request: dict[str, Any], env: dict[str, str], module: str = "tunelab.evaluate.child"):
         child_env = {**os.environ, **env, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen([sys.executable, "-m", "tunelab.evaluate.child"], stdin=subprocess.PIPE,
+        self.process = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env,
                                         preexec_fn=die_with_parent if sys.platform == "linux" else None)
         self.messages: queue.Queue = queue.Queue()
@@ -168,7 +168,7 @@ def run_eval(store: Any, run_id: int, options: EvalOptions, progress: Callable[[
     except InferenceError as exc:
         raise EvalRefused(str(exc).replace("chat and serving", "evaluation")) from None
     progress(f"evaluating {target.label} on {device}")
-    child = _Child(request, env)
+    child = ChildProcess(request, env)
     stored: list[dict[str, Any]] = []
     deadline = time.monotonic() + eval_max_time_s()
     try:

@@ -18,9 +18,14 @@ README_LINE = ("Text-to-speech model (Orpheus's layout over SNAC codes, exported
                "tunelab_tts.codebook_size, 4096 for Orpheus).\n")
 
 
+def codec_beside(source: Path) -> Path | None:
+    """The `codec/` folder of a run folder or of a checkpoint's run folder, or None."""
+    return next((folder / CODEC_SUBFOLDER for folder in (Path(source), Path(source).parent)
+                 if all((folder / CODEC_SUBFOLDER / name).is_file() for name in CODEC_FILES)), None)
+
+
 def carry_codec(source: Path, dest: Path) -> bool:
-    found = next((folder / CODEC_SUBFOLDER for folder in (Path(source), Path(source).parent)
-                  if all((folder / CODEC_SUBFOLDER / name).is_file() for name in CODEC_FILES)), None)
+    found = codec_beside(source)
     if found is None:
         return False
     shutil.copytree(found, Path(dest) / CODEC_SUBFOLDER, dirs_exist_ok=True)

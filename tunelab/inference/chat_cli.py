@@ -67,7 +67,7 @@ class ChatSession:
 def load_target(run_id: int, checkpoint: int | None) -> ModelTarget:
     from tunelab.store import Store
 
-    with Store(paths.db_path()) as store:
+    with Store() as store:
         return resolve_target(store.get_run(run_id), run_id, checkpoint)
 
 

@@ -108,12 +108,13 @@ def _checkpoint_hint(run_id: int, output_dir: str | None) -> str:
     return f"valid checkpoints of run {run_id}: {', '.join(map(str, steps))} (--checkpoint N, or model run-{run_id}-checkpoint-N)"
 
 
-def resolve_target(run: dict[str, Any] | None, run_id: int, step: int | None = None) -> ModelTarget:
-    """The weights to load for `run` (the store's record), at checkpoint `step` if given."""
+def resolve_target(run: dict[str, Any] | None, run_id: int, step: int | None = None, speech: bool = False) -> ModelTarget:
+    """The weights to load for `run` (the store's record), at checkpoint `step` if given;
+    `speech`: for speaking (a text-to-speech run), not chat."""
     if run is None:
         raise TargetNotFound(f"there is no run {run_id}; list runs with `tunelab runs`")
     status, output_dir = run["status"], run.get("output_dir")
-    _check_modality(run_id, run.get("modality"))
+    _check_modality(run_id, run.get("modality"), speech)
     if status == "running":
         raise TargetRefused(f"run {run_id} is still training; chat with it once it has finished or been stopped with save")
     if status == "stopped" and (run.get("cancel_requested") or not output_dir):
@@ -144,8 +145,24 @@ def resolve_target(run: dict[str, Any] | None, run_id: int, step: int | None = N
                        trust_remote_code=bool(config.get("trust_remote_code")))
 
 
-def _check_modality(run_id: int, modality: str | None) -> None:
-    """Chat is for text models; a run's modality is what its worker reported it trained."""
+# What a run of each modality trained, for a refusal.
+TRAINED = {"text": "a text model", "embedding": "an embedding model", "vision": "a vision-language model",
+           "speech": "a speech-to-text model"}
+
+
+def _check_modality(run_id: int, modality: str | None, speech: bool = False) -> None:
+    """Chat is for text models, speaking for text-to-speech ones; a run's modality is what
+    its worker reported it trained."""
+    if speech:
+        if modality != "tts":
+            trained = TRAINED.get(modality or "text", f"a {modality} model")
+            raise TargetRefused(f"run {run_id} trained {trained}, not a text-to-speech one, so it cannot speak; "
+                                + ("chat with it instead (`tunelab chat`)" if modality in (None, "text") else
+                                   "speaking needs a run of a text-to-speech model (modality tts)"))
+        return
+    if modality == "tts":
+        raise TargetRefused(f"run {run_id} trained a text-to-speech model, which answers with audio, not text; speak with it: "
+                            f"`tunelab speak {run_id} \"some text\"` or POST /api/runs/{run_id}/speak")
     if modality == "embedding":
         raise TargetRefused(f"run {run_id} trained an embedding model, which answers with vectors, not text; load its "
                             "folder with sentence-transformers (SentenceTransformer(<folder>)) to embed with it")

@@ -33,7 +33,7 @@ from tunelab.orchestrator.ownership import owner_is_alive
 from tunelab.inference.host import InferenceHost
 from tunelab.orchestrator.prewarm import prewarm_wanted
 from tunelab.server import (roles, routes_chat, routes_datasets, routes_eval, routes_export, routes_inference, routes_memory,
-                            routes_models, routes_run_live, routes_runs, routes_samples, routes_train)
+                            routes_models, routes_run_live, routes_runs, routes_samples, routes_speak, routes_train)
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.guards import RequestGuard
@@ -107,7 +107,9 @@ def create_app(
     if home is not None:
         os.environ["TUNELAB_HOME"] = str(home)
     owns_store = store is None
-    store = store if store is not None else Store(paths.db_path())
+    store = store if store is not None else Store()
+    if owns_store:  # TUNELAB_DATABASE_URL or the home's file; a password in the URL shows as ***
+        logging.getLogger("tunelab.server").info("run history: %s", store.location)
     # Started on the first chat request; unloaded from a GPU before a training run starts there.
     inference = InferenceHost(paths.locks_dir(store.path))
     owns_orchestrator = orchestrator is None
@@ -163,6 +165,7 @@ def create_app(
     app.include_router(routes_memory.router)
     app.include_router(routes_export.router)
     app.include_router(routes_eval.router)
+    app.include_router(routes_speak.router)
     app.include_router(routes_models.router)
     app.include_router(routes_chat.router)
     app.include_router(routes_inference.router)

@@ -5,7 +5,7 @@ to write. The preview also counts the rows training would refuse (or skip, with
 `skip_bad_audio`): a clip that is missing, whose header libsndfile cannot read, that
 holds no samples, that lies outside the folders tunelab may read, or — when a model is
 given and its feature extractor has a fixed window (Whisper: 30 s) — that is longer than
-the window. Only headers are read (training decodes every clip whole at its start, so a
+the window; for a text-to-speech model, longer than `max_seq_length` leaves room for. Only headers are read (training decodes every clip whole at its start, so a
 clip with a good header and broken data is found there), over the first
 `MAX_CHECKED_ROWS` rows, so a huge dataset still previews quickly.
 """
@@ -27,6 +27,10 @@ def _longest(model_name: str | None, config: dict[str, Any]) -> float | None:
     if not model_name:
         return None
     try:
+        from tunelab.worker.tts_model import is_tts_model
+
+        if is_tts_model({**config, "model_name": model_name}):
+            return _tts_longest({**config, "model_name": model_name})
         from transformers import AutoFeatureExtractor
 
         from tunelab.worker.speech_data import longest_seconds
@@ -36,6 +40,21 @@ def _longest(model_name: str | None, config: dict[str, Any]) -> float | None:
         return longest_seconds(extractor)
     except Exception:  # any loader failure only leaves the length unchecked
         return None
+
+
+def _tts_longest(config: dict[str, Any]) -> float | None:
+    """A text-to-speech model's longest clip: the audio max_seq_length leaves room for
+    beside the layout's six markers (its text takes more, so training may refuse a few more
+    clips than counted here), with the codec the run would use, when it is a local folder."""
+    from pathlib import Path
+
+    from tunelab.worker.tts_clips import codec_settings, seconds_room
+    from tunelab.worker.tts_codec import codec_source
+
+    folder = Path(codec_source(config)).expanduser()
+    if not (folder / "config.json").is_file():
+        return None  # a hub codec: the length is left to training
+    return seconds_room(codec_settings(folder), int(config.get("max_seq_length") or 2048) - 6)
 
 
 def _clip_is_bad(ref: Any, folders: list, field: str, longest: float | None) -> bool:

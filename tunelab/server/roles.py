@@ -56,6 +56,7 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/api/runs/{run_id}/chat"): READ,
     ("POST", "/api/runs/{run_id}/eval"): USE,  # loads a model, as chat does; adds results, changes nothing of the run
     ("GET", "/api/runs/{run_id}/evals"): READ,
+    ("POST", "/api/runs/{run_id}/speak"): USE,  # loads a model, as eval does; changes nothing of the run
     ("GET", "/api/runs/{run_id}/samples"): READ,
     ("GET", "/api/runs/{run_id}/samples/{name}"): READ,
     ("GET", "/api/models/local"): READ,

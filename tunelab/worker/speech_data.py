@@ -56,9 +56,12 @@ def open_clip(ref: dict[str, Any]) -> Any:
     return soundfile.SoundFile(io.BytesIO(ref["bytes"]) if ref.get("bytes") else ref["path"])
 
 
-def check_clip(ref: dict[str, Any], longest: float | None) -> float:
+EXTRACTOR_LIMIT = "the model's feature extractor takes"
+
+
+def check_clip(ref: dict[str, Any], longest: float | None, limit: str = EXTRACTOR_LIMIT) -> float:
     """Decode the whole clip (so a file with a good header and broken data is found now);
-    returns its length in seconds."""
+    returns its length in seconds. `limit` says what sets `longest`."""
     from pathlib import Path
 
     if not ref.get("bytes") and not Path(ref["path"]).is_file():
@@ -66,7 +69,7 @@ def check_clip(ref: dict[str, Any], longest: float | None) -> float:
     with open_clip(ref) as clip:
         seconds = clip.frames / clip.samplerate
         if longest is not None and seconds > longest + 1e-6:
-            raise BadClip(f"is {seconds:.1f} s long and the model's feature extractor takes at most {longest:g} s; "
+            raise BadClip(f"is {seconds:.1f} s long and {limit} at most {longest:g} s; "
                           "cut the clip into shorter pieces or remove the row", f"longer than {longest:g} s")
         frames = len(clip.read(dtype="float32"))
     if frames == 0:
@@ -97,17 +100,19 @@ class BadAudioRow(DataFormatError):
         self.shown, self.kind = shown, kind
 
 
-def checked_clip(raw_ref: Any, index: int, place: ClipPlace, longest: float | None, hint: str = "") -> dict[str, Any]:
+def checked_clip(raw_ref: Any, index: int, place: ClipPlace, longest: float | None, hint: str = "",
+                 limit: str = EXTRACTOR_LIMIT) -> dict[str, Any]:
     """Row `index`'s clip as `{path, bytes}`, decoded once to check it; any problem is a
     DataFormatError naming the row, the path and the field (speech-to-text and text-to-speech rows
-    alike) — a BadAudioRow when the clip itself is bad. `hint` ends the message (", or set ...")."""
+    alike) — a BadAudioRow when the clip itself is bad. `hint` ends the message (", or set ..."),
+    `limit` says what sets `longest` ("the model's feature extractor takes")."""
     ref = None
     where = f"row {index} of the {place.what} data: audio"
     try:
         ref = image_reference(raw_ref, place.folders)
         if place.confined and not ref["bytes"]:
             paths.check_readable(ref["path"], place.field)
-        check_clip(ref, longest)
+        check_clip(ref, longest, limit)
     except paths.PathNotAllowed as exc:
         raise DataFormatError(place.field, f"{where} {exc}") from exc
     except BadClip as exc:

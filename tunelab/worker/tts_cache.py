@@ -1,7 +1,8 @@
 """The codec cache of a text-to-speech run: every clip encoded once, kept beside the run.
 
 `<output_dir>/codec_cache/<split>-<key>.json` holds one split's audio offsets
-(tts_layout), one list per row. The key is a hash over the codec (its files' hash and
+(tts_layout), one list per row — or, for a row `skip_bad_audio` left out, the reason as
+a string (so a resumed run reports the same skipped rows without reading a clip). The key is a hash over the codec (its files' hash and
 rate), the dataset (each local data file's bytes, or a hub dataset's fingerprint) and the
 split's clip references (paths, or the hash of embedded bytes): a resumed run — which
 writes into the same folder — finds the file and encodes nothing; any change to the
@@ -43,7 +44,7 @@ def cache_file(output_dir: Path, what: str, key: str) -> Path:
     return Path(output_dir) / CACHE_FOLDER / f"{what}-{key}.json"
 
 
-def load(path: Path, rows: int) -> list[list[int]] | None:
+def load(path: Path, rows: int) -> list[list[int] | str] | None:
     """The cached offsets, or None when absent or not a whole cache of `rows` rows."""
     try:
         codes = json.loads(path.read_text())["codes"]
@@ -52,7 +53,7 @@ def load(path: Path, rows: int) -> list[list[int]] | None:
     return codes if isinstance(codes, list) and len(codes) == rows else None
 
 
-def save(path: Path, codes: list[list[int]]) -> None:
+def save(path: Path, codes: list[list[int] | str]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     draft = path.with_name(f".{path.name}.{os.getpid()}")
     draft.write_text(json.dumps({"codes": codes}))

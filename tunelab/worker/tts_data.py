@@ -3,9 +3,10 @@
 The data is the `transcription` shape speech-to-text reads (an audio column and a text
 column, `speech_formats`), with an optional `speaker` column: a speaker's rows are
 prompted `"<speaker>: <text>"`, as Orpheus's multi-speaker models are. Every clip is
-checked exactly as for speech-to-text (`speech_data.checked_clip`: a bad clip is an error
-naming its row, path and field, before training), decoded and resampled to the codec's
-rate (`speech_collator.decode_clip`) and encoded by SNAC once; the codes are kept in the
+checked as for speech-to-text before any is encoded, in both splits (`tts_clips`: a bad clip is an error
+naming its row, path and field, or with `skip_bad_audio` a skipped row counted in a note;
+too long means more audio than `max_seq_length` leaves room for), decoded and resampled
+to the codec's rate (`speech_collator.decode_clip`) and encoded by SNAC once; the codes are kept in the
 run's codec cache (`tts_cache`) and a resumed run reads them back without decoding or
 encoding a clip. Each row becomes (tts_layout)
   input_ids  <start_of_human> text <end_of_human> <start_of_ai> <start_of_speech> audio <end_of_speech> <end_of_ai>
@@ -22,8 +23,8 @@ from typing import Any
 from tunelab.worker.data import PreparedData, _check_batch_fits
 from tunelab.worker.formats import DataFormatError
 from tunelab.worker.speech_formats import WORKING_EXAMPLE, audio_column, transcript_column
-from tunelab.worker.speech_data import check_audio_run, checked_clip, clip_place
-from tunelab.worker.tts_layout import frames_to_offsets
+from tunelab.worker.speech_data import check_audio_run, clip_place
+from tunelab.worker.tts_layout import FRAME, frames_to_offsets
 from tunelab.worker.vision_data import image_reference
 
 IGNORE_INDEX = -100
@@ -48,11 +49,41 @@ def prompt_ids(tokenizer: Any, layout: Any, prompt: str) -> list[int]:
     return [c["start_of_human"]] + tokenizer(prompt).input_ids + [c["end_of_human"], c["start_of_ai"], c["start_of_speech"]]
 
 
-def _codes(rows: Any, config: dict[str, Any], codec: Any, what: str, output_dir: Path) -> tuple[list[list[int]], int, str]:
-    """Every row's audio offsets: from the cache, else encoded now (and cached)."""
-    from tunelab.worker import tts_cache
-    from tunelab.worker.speech_collator import decode_clip
+@dataclass
+class _Split:
+    """One split, checked and ready to encode: what `_checked` found before any clip is encoded."""
+    what: str
+    field: str
+    heads: list[list[int]]  # each row's prompt ids
+    prompts: list[str]
+    cache: Path | None  # where its codes are (or go)
+    codes: list[Any] | None  # from the cache, else None
+    checked: list[Any]  # each row's checked clip reference, or (skipped) its reason
 
+
+def _checked(rows: Any, config: dict[str, Any], tokenizer: Any, layout: Any, codec: Any, what: str, output_dir: Path) -> _Split:
+    """Every row's text, then its cached codes or every clip checked (`tts_clips`): all the
+    refusals a split can meet, before the codec encodes anything."""
+    from tunelab.worker import tts_cache
+    from tunelab.worker.tts_clips import check_clips
+    from tunelab.worker.vision_data import _source_field
+
+    text_name = transcript_column(rows.column_names)
+    field_name = _source_field(config, what)
+    limit = int(config.get("max_seq_length") or 2048)
+    heads, prompts = [], []
+    for index, row in enumerate(rows):
+        prompt = prompt_of(row, text_name)
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise DataFormatError(field_name, f"row {index} of the {what} data: the text (column '{text_name}') is {row.get(text_name)!r}; "
+                                              f"every row needs the words spoken in its clip, e.g. {WORKING_EXAMPLE}")
+        head = prompt_ids(tokenizer, layout, prompt)
+        if len(head) + 2 + FRAME > limit:
+            raise DataFormatError("max_seq_length", f"row {index} of the {what} data: its text alone is {len(head)} tokens and max_seq_length "
+                                                    f"is {limit}, which leaves no room for its audio; raise max_seq_length, or shorten the text")
+        heads.append(head)
+        prompts.append(prompt)
+    skip_bad = bool(config.get("skip_bad_audio"))
     audio_name = audio_column(rows.column_names)
     place = clip_place(config, what, audio_name)
     raw_refs = rows[audio_name]
@@ -63,58 +94,75 @@ def _codes(rows: Any, config: dict[str, Any], codec: Any, what: str, output_dir:
     key = tts_cache.cache_key(codec.fingerprint, codec.rate, tts_cache.dataset_fingerprint(config, rows), refs) if refs else None
     path = tts_cache.cache_file(output_dir, what, key) if key else None
     cached = tts_cache.load(path, len(rows)) if path else None
-    if cached is not None:
-        return cached, 0, f"Reused the codec tokens of {len(rows)} {what} clips cached in {path}"
-    codes = []
-    for index, raw_ref in enumerate(raw_refs):
-        ref = checked_clip(raw_ref, index, place, None)
+    # A cache that skipped rows serves only a run that skips them; otherwise they are checked (and refused) again.
+    if cached is not None and (skip_bad or not any(isinstance(entry, str) for entry in cached)):
+        return _Split(what, field_name, heads, prompts, path, cached, [])
+    checked = check_clips(raw_refs, place, [limit - len(head) - 2 for head in heads], codec, skip_bad, limit)
+    return _Split(what, field_name, heads, prompts, path, None, checked)
+
+
+def _codes(split: _Split, codec: Any) -> tuple[list[Any], int, str]:
+    """Every row's audio offsets (or, skipped, its reason): from the cache, else the checked clips encoded (and cached)."""
+    from tunelab.worker import tts_cache
+    from tunelab.worker.speech_collator import decode_clip
+
+    if split.codes is not None:
+        reused = sum(1 for entry in split.codes if not isinstance(entry, str))
+        return split.codes, 0, f"Reused the codec tokens of {reused} {split.what} clips cached in {split.cache}"
+    codes: list[Any] = []
+    for ref in split.checked:
+        if isinstance(ref, str):
+            codes.append(ref)
+            continue
         coarse, mid, fine = codec.encode(decode_clip(ref, codec.rate))
         codes.append(frames_to_offsets(coarse, mid, fine, codec.codebook_size))
-    if path:
-        tts_cache.save(path, codes)
-    return codes, len(rows), f"Encoded {len(rows)} {what} clips to codec tokens (cached in {path})"
+    if split.cache:
+        tts_cache.save(split.cache, codes)
+    encoded = sum(1 for entry in codes if not isinstance(entry, str))
+    return codes, encoded, f"Encoded {encoded} {split.what} clips to codec tokens (cached in {split.cache})"
 
 
-def _rows(rows: Any, config: dict[str, Any], tokenizer: Any, layout: Any, codec: Any, what: str,
-          output_dir: Path) -> tuple[Any, list[str], int, int, str]:
+def _rows(split: _Split, config: dict[str, Any], layout: Any, codec: Any, notes: list[str]) -> tuple[Any, list[str], int, int]:
     import datasets
 
-    from tunelab.worker.vision_data import _source_field
+    from tunelab.worker.vision_data import drop_bad_rows
 
-    text_name = transcript_column(rows.column_names)
-    field_name = _source_field(config, what)
-    codes, encoded, note = _codes(rows, config, codec, what, output_dir)
+    codes, encoded, note = _codes(split, codec)
+    notes.append(note)
     limit = int(config.get("max_seq_length") or 2048)
     c = layout.control
-    ids, labels, prompts = [], [], []
-    for index, (row, offsets) in enumerate(zip(rows, codes)):
-        prompt = prompt_of(row, text_name)
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise DataFormatError(field_name, f"row {index} of the {what} data: the text (column '{text_name}') is {row.get(text_name)!r}; "
-                                              f"every row needs the words spoken in its clip, e.g. {WORKING_EXAMPLE}")
-        head = prompt_ids(tokenizer, layout, prompt)
+    ids, labels, bad = [], [], []
+    for index, (head, offsets) in enumerate(zip(split.heads, codes)):
+        if isinstance(offsets, str):  # skipped (skip_bad_audio): its reason
+            ids.append([]), labels.append([]), bad.append(offsets)
+            continue
         tail = layout.audio_ids(offsets) + [c["end_of_speech"], c["end_of_ai"]]
-        if len(head) + len(tail) > limit:
-            raise DataFormatError("max_seq_length", f"row {index} of the {what} data is {len(head) + len(tail)} tokens ({len(tail) - 2} of them "
-                                                    f"audio) and max_seq_length is {limit}; raise max_seq_length, or cut the clip shorter")
+        if len(head) + len(tail) > limit:  # codes cached under a larger max_seq_length
+            raise DataFormatError("max_seq_length", f"row {index} of the {split.what} data is {len(head) + len(tail)} tokens ({len(tail) - 2} "
+                                                    f"of them audio) and max_seq_length is {limit}; raise max_seq_length, or cut the clip shorter")
         ids.append(head + tail)
         labels.append([IGNORE_INDEX] * len(head) + tail)
-        prompts.append(prompt)
-    longest = max((len(o) for o in codes), default=0)
-    return datasets.Dataset.from_dict({"input_ids": ids, "labels": labels}), prompts, longest, encoded, note
+        bad.append(None)
+    converted = datasets.Dataset.from_dict({"input_ids": ids, "labels": labels, "bad_audio": bad})
+    table = drop_bad_rows(converted, "bad_audio", split.field, split.what, notes, has="audio that cannot train",
+                          whose="audio is missing, unreadable, empty or too long", setting="skip_bad_audio", kind="audio")
+    good = [i for i, reason in enumerate(bad) if reason is None]
+    return table, [split.prompts[i] for i in good], max((len(codes[i]) for i in good), default=0), encoded
 
 
 def prepare(config: dict[str, Any], tokenizer: Any, layout: Any, codec: Any, raw: Any, output_dir: Path) -> TtsRows:
     check_audio_run(config, raw, "text-to-speech", "text with the audio that speaks it",
                     "a text column and optionally a speaker column", "the audio tokens only")
-    train, prompts, longest, encoded, note = _rows(raw.train, config, tokenizer, layout, codec, "training", output_dir)
+    # Both splits are checked before either is encoded: a bad eval clip costs no training clip's encoding.
+    train_split = _checked(raw.train, config, tokenizer, layout, codec, "training", output_dir)
+    eval_split = _checked(raw.eval, config, tokenizer, layout, codec, "eval", output_dir) if raw.eval is not None else None
+    notes: list[str] = []
+    train, prompts, longest, encoded = _rows(train_split, config, layout, codec, notes)
     _check_batch_fits(len(train), config)
-    notes = [note]
     eval_set, eval_prompts = None, []
-    if raw.eval is not None:
-        eval_set, eval_prompts, eval_longest, eval_encoded, eval_note = _rows(raw.eval, config, tokenizer, layout, codec, "eval", output_dir)
+    if eval_split is not None:
+        eval_set, eval_prompts, eval_longest, eval_encoded = _rows(eval_split, config, layout, codec, notes)
         longest, encoded = max(longest, eval_longest), encoded + eval_encoded
-        notes.append(eval_note)
     sample = config.get("tts_sample_text") or (eval_prompts or prompts)[0]
     return TtsRows(train=train, eval=eval_set, format=raw.format, collator=TtsCollator(layout.control["pad"]), notes=notes,
                    longest_audio=longest, sample_prompt=sample, encoded=encoded)

@@ -5,6 +5,8 @@ a frame only the audio tokens of place p may come, and <end_of_speech> only at a
 start after at least one frame — so even an untrained model's output decodes. It stops
 at <end_of_speech> or after `max_audio_tokens`. The wav lands in
 `<output_dir>/samples/step-<N>.wav` at the codec's rate; the API serves it and the page plays it.
+`tunelab speak` and `POST /api/runs/{id}/speak` synthesise through it too (`inference.speak_child`),
+greedy or sampled at a temperature.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ def sample_path(output_dir: Path, step: int) -> Path:
     return Path(output_dir) / SAMPLES_FOLDER / f"step-{step}.wav"
 
 
-def generate_offsets(model: Any, prompt: list[int], layout: Any, max_audio_tokens: int) -> list[int]:
+def generate_offsets(model: Any, prompt: list[int], layout: Any, max_audio_tokens: int, temperature: float = 0.0) -> list[int]:
+    """The audio offsets the model writes for `prompt`: greedy, or sampled at `temperature` > 0."""
     import torch
 
     size, start, end = layout.codebook_size, layout.audio_start, layout.control["end_of_speech"]
@@ -35,17 +38,19 @@ def generate_offsets(model: Any, prompt: list[int], layout: Any, max_audio_token
     device = next(model.parameters()).device
     with torch.no_grad():
         out = model.generate(input_ids=torch.tensor([prompt], device=device), attention_mask=torch.ones((1, len(prompt)), dtype=torch.long, device=device),
-                             max_new_tokens=max_audio_tokens, do_sample=False, prefix_allowed_tokens_fn=allowed,
+                             max_new_tokens=max_audio_tokens, prefix_allowed_tokens_fn=allowed,
+                             **({"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}),
                              eos_token_id=end, pad_token_id=layout.control["pad"])
     return layout.offsets(out[0, len(prompt):].tolist())
 
 
-def write_sample(model: Any, tokenizer: Any, layout: Any, codec: Any, text: str, max_audio_tokens: int, dest: Path) -> Path:
+def write_sample(model: Any, tokenizer: Any, layout: Any, codec: Any, text: str, max_audio_tokens: int, dest: Path,
+                 temperature: float = 0.0) -> Path:
     import soundfile
 
     from tunelab.worker.tts_data import prompt_ids
 
-    offsets = generate_offsets(model, prompt_ids(tokenizer, layout, text), layout, max(FRAME, max_audio_tokens))
+    offsets = generate_offsets(model, prompt_ids(tokenizer, layout, text), layout, max(FRAME, max_audio_tokens), temperature)
     audio = codec.decode(*offsets_to_codes(offsets, layout.codebook_size))
     dest.parent.mkdir(parents=True, exist_ok=True)
     draft = dest.with_name(f".{dest.name}")

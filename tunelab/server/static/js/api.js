@@ -113,6 +113,15 @@ export const api = {
     if (!response.ok) throw new ApiError(response.status, null);
     return response.blob();
   },
+  /** A text-to-speech run's speech of `text`, as a wav blob (an ApiError with the server's reason otherwise). */
+  speak: async (id, text) => {
+    const response = await fetch(`/api/runs/${encodeURIComponent(id)}/speak`, {
+      method: "POST", body: JSON.stringify({ text }),
+      headers: { Authorization: `Bearer ${getToken()}`, "Content-Type": "application/json" },
+    });
+    if (!response.ok) throw new ApiError(response.status, await response.json().catch(() => null));
+    return response.blob();
+  },
   chatTarget: (id, checkpoint) => request("GET", `/api/runs/${encodeURIComponent(id)}/chat${checkpoint == null ? "" : `?checkpoint=${checkpoint}`}`),
   exportRun: (id, body) => request("POST", `/api/runs/${encodeURIComponent(id)}/export`, body),
   localModels: () => request("GET", "/api/models/local"),

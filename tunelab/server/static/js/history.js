@@ -2,7 +2,8 @@
  * The run history: a paged list, newest first, with each run's status, loss sparkline,
  * final loss and duration, and the actions on it (rename, resume, delete, select for
  * comparison; chat, compare with its base and export, for a run with weights to use;
- * evaluate, with the run's evaluations folding out below it). The selection survives
+ * evaluate, with the run's evaluations folding out below it; for a text-to-speech run,
+ * speak in place of chat and evaluate). The selection survives
  * paging and refreshes.
  */
 
@@ -10,6 +11,7 @@ import { api } from "./api.js";
 import { evalSection } from "./evals.js";
 import { fmtDuration, fmtInt, fmtNumber, fmtTime, sparkline } from "./format.js";
 import { notify } from "./notice.js";
+import { speakSection } from "./speak.js";
 
 const PAGE_SIZE = 20;
 const $ = (id) => document.getElementById(id);
@@ -139,21 +141,26 @@ export class HistoryPanel {
     const actions = el("div", "run-actions");
     actions.append(button("Rename", "quiet", `Rename ${name}`, () => this.#rename(run)));
     if (run.can_resume) actions.append(button("Resume", "secondary", `Resume ${name}`, () => this.#resume(run)));
+    // A text-to-speech run answers with audio: Speak takes the place of Chat (and of Evaluate, which reads text).
+    const speaks = hasWeights(run) && run.modality === "tts";
+    const speech = speaks ? speakSection(run, name) : null;
     if (hasWeights(run)) {
       // The server says why when a run's weights cannot answer (e.g. an embedding model).
-      if (!NO_CHAT_MODALITIES.has(run.modality)) {
+      if (speaks) actions.append(speech.button);
+      else if (!NO_CHAT_MODALITIES.has(run.modality)) {
         actions.append(button("Chat", "secondary", `Chat with ${name}`, () => this.onChat(run, false)));
         actions.append(button("Compare with base", "quiet", `Compare ${name} with its base`, () => this.onChat(run, true)));
       }
       actions.append(button("Export", "quiet", `Export ${name}`, () => this.onExport(run)));
     }
     // Evaluation loads the weights as chat does, so it is offered to the same runs.
-    const evals = hasWeights(run) && !NO_CHAT_MODALITIES.has(run.modality) ? evalSection(run, name) : null;
+    const evals = hasWeights(run) && !speaks && !NO_CHAT_MODALITIES.has(run.modality) ? evalSection(run, name) : null;
     if (evals) actions.append(evals.button);
     actions.append(button("Delete", "quiet danger-text", `Delete ${name}`, () => this.#delete(run)));
 
     item.append(pick, title, badge, facts, spark, actions);
     if (evals) item.append(evals.details);
+    if (speech) item.append(speech.details);
     return item;
   }
 

@@ -1,0 +1,102 @@
+"""Speak with a finished text-to-speech run: text in, a wav out — `tunelab speak` and
+`POST /api/runs/{id}/speak` call `speak_run(store, run_id, options)`.
+
+Torch-free, as chat and eval are on this side: the weights are the ones chat would load
+(`target.resolve_target`, for a run of modality `tts` only: a text run is refused, naming
+why), and the child that loads them (`inference.speak_child`) runs on the device the
+inference rules choose (`devices.choose_device`: never a GPU a training run holds), with
+the eval child's process handling (`evaluate.runner.ChildProcess`). Should a training run
+claim the child's GPU meanwhile, the child is ended and the request refused, leaving the
+GPU to the run. The child writes the wav into a temporary folder; its bytes come back.
+"""
+
+from __future__ import annotations
+
+import queue
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tunelab import paths
+from tunelab.export.codec import codec_beside
+from tunelab.inference.devices import choose_device, training_on
+from tunelab.inference.settings import MAX_NEW_TOKENS_LIMIT, load_timeout_s, max_time_s
+from tunelab.inference.target import InferenceError, TargetInputError, TargetRefused, resolve_target
+
+MAX_TEXT_CHARS = 2000
+DEFAULT_AUDIO_TOKENS = 1200  # 171 frames: about 15 s of Orpheus's 24 kHz SNAC
+POLL_S = 1.0
+
+
+class SpeakFailed(InferenceError):
+    """The child failed (CLI exit 1, HTTP 500)."""
+
+
+class SpeakOptions(BaseModel):
+    """What to say, and how."""
+
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(..., min_length=1, max_length=MAX_TEXT_CHARS, description="The words to speak.")
+    checkpoint: int | None = Field(None, ge=0, le=2**62, description="Speak with checkpoint-N of the run instead of its final weights.")
+    max_new_tokens: int = Field(DEFAULT_AUDIO_TOKENS, ge=7, le=MAX_NEW_TOKENS_LIMIT,
+                                description="Longest speech, in audio tokens (7 a codec frame); generation also ends at the model's end of speech.")
+    temperature: float = Field(0.0, ge=0, le=2, description="0 (greedy: the same text says the same) to 2.")
+
+
+def speak_run(store: Any, run_id: int, options: SpeakOptions, progress: Callable[[str], None] = lambda message: None) -> bytes:
+    """The wav of `options.text` spoken by `run_id` (at the codec's rate)."""
+    if not options.text.strip():
+        raise TargetInputError("text", "the text is only blanks; give the words to speak")
+    target = resolve_target(store.get_run(run_id), run_id, options.checkpoint, speech=True)
+    codec = codec_beside(target.weights)
+    if codec is None:  # found before a model loads
+        raise TargetRefused(f"{target.weights} and its run folder hold no codec/ folder (the SNAC codec a TTS run saves "
+                            "beside its weights), so its audio tokens cannot become sound")
+    locks = paths.locks_dir(store.path)
+    device, env = choose_device(locks)
+    progress(f"speaking with {target.label} on {device}")
+    from tunelab.evaluate.runner import ChildProcess
+
+    with tempfile.TemporaryDirectory(prefix="tunelab-speak-") as folder:
+        dest = Path(folder) / "speech.wav"
+        request = {"target": target.child_request(), "codec": str(codec), "text": options.text, "max_new_tokens": options.max_new_tokens,
+                   "temperature": options.temperature, "dest": str(dest)}
+        child = ChildProcess(request, env, module="tunelab.inference.speak_child")
+        try:
+            _wait_done(child, locks, device, progress)
+        finally:
+            child.end()
+        return dest.read_bytes()
+
+
+def _wait_done(child: Any, locks: Path, device: str, progress: Callable[[str], None]) -> None:
+    limit_s = load_timeout_s() + max_time_s()  # loading, then one generation: as chat bounds them
+    deadline = time.monotonic() + limit_s
+    while True:
+        holder = training_on(locks, device)
+        if holder is not None:
+            raise TargetRefused(f"{holder} started training on {device}; speaking was ended to leave the GPU to it. "
+                                "Try again when the run has finished")
+        if time.monotonic() > deadline:
+            raise SpeakFailed(f"speaking took longer than {limit_s:.0f} s and was ended; ask for fewer max_new_tokens")
+        try:
+            message = child.messages.get(timeout=POLL_S)
+        except queue.Empty:
+            continue
+        if message is None:
+            code = child.process.wait()
+            time.sleep(0.1)  # the stderr reader's last lines
+            raise SpeakFailed(f"the speak process ended (exit code {code}) before finishing{child.tail()}")
+        kind = message.get("type")
+        if kind == "progress":
+            progress(str(message.get("message")))
+        elif kind == "error":
+            text = str(message.get("message"))
+            if message.get("refused"):
+                raise TargetRefused(text)
+            raise SpeakFailed(text + child.tail())
+        elif kind == "done":
+            return

@@ -1,0 +1,96 @@
+"""The speak child: `python -m tunelab.inference.speak_child`, one text spoken by one run.
+
+Protocol (the parent side is `speak.speak_run`; the eval child's shape): the parent writes
+one JSON line
+  {"target": ModelTarget.child_request(), "codec": folder, "text", "max_new_tokens", "temperature", "dest"}
+and the child answers with JSON lines on its real stdout:
+  {"type": "progress", "message"}
+  {"type": "error", "message", "refused"?}   then it exits (2: refused, 1: failed)
+  {"type": "done", "seconds", "rate"}        the wav is at `dest`
+The weights load as chat loads them (`generate.load_model`: the adapter on its base, or the
+full model); the layout comes from the model's config and tokenizer (`tts_model`), the
+codec from the `codec/` the parent found beside the weights (a checkpoint's in its run
+folder, as export finds it), and the speech is synthesised as the run's eval samples are (`tts_sample`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+
+class Refused(Exception):
+    """This model cannot speak here; the message says why."""
+
+
+def _codec(request: dict[str, Any]) -> Any:
+    from tunelab.worker.context import RunSettingError
+    from tunelab.worker.tts_codec import load_codec
+
+    try:
+        return load_codec({"model_name": request["target"]["base_model"], "tts_codec": request["codec"]})
+    except RunSettingError as exc:
+        raise Refused(exc.message) from exc
+
+
+def speak(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
+    import soundfile
+
+    from tunelab.inference.generate import load_model
+    from tunelab.worker.context import RunSettingError
+    from tunelab.worker.tts_model import check_codec_matches, layout_of, model_config_dict
+    from tunelab.worker.tts_sample import write_sample
+
+    target = request["target"]
+    send({"type": "progress", "message": "loading the model"})
+    loaded = load_model(target)
+    # An adapter folder has no config.json: the layout's codebook size is its base's.
+    own = Path(target["weights"]) / "config.json"
+    model_config = model_config_dict({"model_name": target["weights"] if own.is_file() else target["base_model"]})
+    try:
+        layout = layout_of(loaded.tokenizer, model_config)
+        codec = _codec(request)
+        check_codec_matches(layout, codec)
+    except RunSettingError as exc:
+        raise Refused(exc.message) from exc
+    room = getattr(loaded.model.config, "max_position_embeddings", None)
+    tokens = int(request["max_new_tokens"])
+    if room:  # the prompt and the speech together stay within the model's positions
+        tokens = min(tokens, int(room) - len(loaded.tokenizer(request["text"]).input_ids) - 4)
+    send({"type": "progress", "message": f"speaking on {loaded.device}"})
+    dest = write_sample(loaded.model, loaded.tokenizer, layout, codec, request["text"], tokens, Path(request["dest"]),
+                        float(request.get("temperature") or 0.0))
+    info = soundfile.info(str(dest))
+    send({"type": "done", "seconds": info.frames / info.samplerate, "rate": info.samplerate})
+
+
+def main() -> int:
+    from tunelab.evaluate.child import _sender
+
+    send = _sender(os.fdopen(os.dup(1), "w", encoding="utf-8"))
+    os.dup2(2, 1)  # libraries print to stdout now and then; the real stdout carries only the protocol
+    line = sys.stdin.readline()
+    if not line:
+        return 0
+    from tunelab.inference.generate import LoadRefused
+
+    try:
+        speak(json.loads(line), send)
+    except (Refused, LoadRefused) as exc:
+        send({"type": "error", "message": str(exc), "refused": True})
+        return 2
+    except Exception as exc:  # noqa: BLE001 - any failure becomes a message for the parent
+        traceback.print_exc()
+        send({"type": "error", "message": f"speaking failed: {type(exc).__name__}: {exc}"})
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stderr.flush()
+    os._exit(code)  # tearing down torch's interpreter state takes seconds and saves nothing
