@@ -707,16 +707,15 @@ class Store:
     def claim_queued(self, run_id: int, claimed_by: str, devices: list[Any], *,
                      owner: Mapping[str, Any] | None = None) -> bool:
         """Turn a queued run into a running one on `devices`, for the server `claimed_by`
-        (and the process `owner`, as create_run). One conditional UPDATE, so of two
-        servers claiming the same run at once exactly one gets True; False when the run
-        is no longer queued (claimed elsewhere, cancelled) or gone."""
+        (and the process `owner`, as create_run). One conditional UPDATE (store_dialect.claim),
+        so of two servers claiming the same run at once exactly one gets True; False when
+        the run is no longer queued (claimed elsewhere, cancelled) or gone."""
         devices_json = _json_or_none("devices", _check_devices(devices))
         owner = owner or {}
-        return self._retry(lambda c: c.execute(
-            "UPDATE runs SET status = 'running', devices = ?, claimed_by = ?, started_at = ?,"
-            " owner_lock = ?, owner_pid = ?, owner_started_at = ? WHERE id = ? AND status = 'queued'",
-            (devices_json, claimed_by, time.time(), owner.get("lock"), owner.get("pid"), owner.get("started_at"), run_id),
-        ).rowcount == 1, write=True)
+        changes = {"status": "running", "devices": devices_json, "claimed_by": claimed_by, "started_at": time.time(),
+                   "owner_lock": owner.get("lock"), "owner_pid": owner.get("pid"),
+                   "owner_started_at": owner.get("started_at")}
+        return self._retry(lambda c: store_dialect.claim(c, "runs", run_id, {"status": "queued"}, changes), write=True)
 
     def cancel_queued(self, run_id: int) -> bool:
         """Withdraw a queued run (status `cancelled`); False when it is not queued any more
