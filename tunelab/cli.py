@@ -64,7 +64,8 @@ def _orchestrator():
     from tunelab.orchestrator import Orchestrator
     from tunelab.store import Store
 
-    return Orchestrator(Store())
+    # The CLI trains its own run now or refuses; the queue is the server's to run.
+    return Orchestrator(Store(), queueing=False)
 
 
 def _start_and_watch(orchestrator, start) -> int:

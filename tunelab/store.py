@@ -34,7 +34,9 @@ from tunelab.text import char_name, first_unsafe_char
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-RUN_STATUSES = ("running", "completed", "stopped", "error")
+RUN_STATUSES = ("queued", "running", "completed", "stopped", "error", "cancelled")
+# What finalize_run may write: a `running` row ends in one of these; a queued one is cancelled (cancel_queued).
+FINAL_STATUSES = ("completed", "stopped", "error")
 METRIC_FIELDS = ("loss", "learning_rate", "grad_norm", "eval_loss", "epoch", "num_tokens", "elapsed_seconds")
 # Keys that hold secrets anywhere in a config; storing one is a bug in the caller.
 SECRET_KEYS = frozenset(
@@ -63,6 +65,73 @@ KEYS_MIGRATION: tuple[str, ...] = (
     )""",
     "ALTER TABLE runs ADD COLUMN owner TEXT",
 )
+
+# Migration 7: the run queue (tunelab/orchestrator/scheduler.py). Runs may wait ('queued') and a
+# queued run may be withdrawn ('cancelled'); each queued run has a priority and a position key,
+# the devices it asked for, and once claimed the devices it got and the server that claimed it.
+QUEUE_COLUMNS = (
+    ("queue_priority", "INTEGER NOT NULL DEFAULT 0"),
+    ("queue_order", "REAL"),  # position key among equal priorities; move_queued renumbers
+    ("device_request", "TEXT"),  # JSON: {"num_gpus": n} or {"gpu_ids": [...]}
+    ("devices", "TEXT"),  # JSON list of the device ids the run got at claim ("cpu", "gpu-0", ...)
+    ("claimed_by", "TEXT"),  # the instance id of the server that claimed it
+)
+STATUS_CHECK = "CHECK (status IN ('queued', 'running', 'completed', 'stopped', 'error', 'cancelled'))"
+# Every column of runs after migration 6, in table order: what the rebuild copies.
+RUNS_COLUMNS_6 = (
+    "id, status, model_name, dataset_name, display_name, config_json, started_at, ended_at, total_steps, final_step,"
+    " final_loss, duration_seconds, output_dir, error_message, loss_sparkline, cancel_requested, resume_blocked,"
+    " resumed_from_run_id, resumed_by_run_id, start_request_id, owner_lock, owner_pid, owner_started_at, modality, owner"
+)
+# SQLite cannot change a CHECK in place: its documented procedure rebuilds the table (new
+# table, copy, drop, rename, indexes) with foreign keys off, which Store.__init__ ensures by
+# migrating before it turns them on; otherwise dropping `runs` would cascade to the metrics.
+# The AUTOINCREMENT high-water mark is carried over so a deleted run's id is never reused.
+QUEUE_MIGRATION_SQLITE: tuple[str, ...] = (
+    f"""CREATE TABLE runs_new (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        status TEXT NOT NULL {STATUS_CHECK},
+        model_name TEXT NOT NULL,
+        dataset_name TEXT NOT NULL DEFAULT '',
+        display_name TEXT,
+        config_json TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        total_steps INTEGER,
+        final_step INTEGER,
+        final_loss REAL,
+        duration_seconds REAL,
+        output_dir TEXT,
+        error_message TEXT,
+        loss_sparkline TEXT NOT NULL DEFAULT '[]',
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        resume_blocked INTEGER NOT NULL DEFAULT 0,
+        resumed_from_run_id INTEGER,
+        resumed_by_run_id INTEGER,
+        start_request_id TEXT,
+        owner_lock TEXT,
+        owner_pid INTEGER,
+        owner_started_at REAL,
+        modality TEXT,
+        owner TEXT,
+        {", ".join(f"{name} {kind}" for name, kind in QUEUE_COLUMNS)}
+    )""",
+    f"INSERT INTO runs_new ({RUNS_COLUMNS_6}) SELECT {RUNS_COLUMNS_6} FROM runs",
+    "DELETE FROM sqlite_sequence WHERE name = 'runs_new'",
+    "INSERT INTO sqlite_sequence (name, seq) SELECT 'runs_new', seq FROM sqlite_sequence WHERE name = 'runs'",
+    "DROP TABLE runs",
+    "ALTER TABLE runs_new RENAME TO runs",
+    "CREATE UNIQUE INDEX runs_by_start_request ON runs (start_request_id) WHERE start_request_id IS NOT NULL",
+    "CREATE INDEX runs_by_status ON runs (status)",
+)
+QUEUE_MIGRATION: dict[str, tuple[str, ...]] = {
+    "sqlite": QUEUE_MIGRATION_SQLITE,
+    "postgresql": (
+        "ALTER TABLE runs DROP CONSTRAINT runs_status_check",
+        f"ALTER TABLE runs ADD CONSTRAINT runs_status_check {STATUS_CHECK}",
+        *(f"ALTER TABLE runs ADD COLUMN {name} {kind.replace('REAL', 'DOUBLE PRECISION')}" for name, kind in QUEUE_COLUMNS),
+    ),
+}
 
 # A step: statements written for SQLite (translated for PostgreSQL), or a mapping
 # {"sqlite": (...), "postgresql": (...)} where the dialects differ (see tunelab.store_dialect).
@@ -134,6 +203,7 @@ MIGRATIONS: tuple[tuple[str, ...] | Mapping[str, tuple[str, ...]], ...] = (
         "CREATE INDEX run_evals_by_run ON run_evals (run_id, id)",
     ),
     KEYS_MIGRATION,  # 6: named API keys and each run's owner
+    QUEUE_MIGRATION,  # 7: queued and cancelled runs, priorities, device requests and claims
 )
 
 # A later report for a step fills in what an earlier one lacked and never erases a value.
@@ -174,6 +244,12 @@ class AlreadyResumed(StoreError):
     def __init__(self, run_id: int, by_run_id: int):
         self.run_id, self.by_run_id = run_id, by_run_id
         super().__init__(f"run {run_id} was already resumed by run {by_run_id}; resume run {by_run_id} instead")
+
+
+class RunNotQueued(StoreError):
+    def __init__(self, run_id: int, status: str):
+        self.run_id, self.status = run_id, status
+        super().__init__(f"run {run_id} is {status}, not queued; only a queued run can be moved or given a priority")
 
 
 class DuplicateStartRequest(StoreError):
@@ -251,7 +327,30 @@ def _run_dict(row: sqlite3.Row) -> dict[str, Any]:
     run["loss_sparkline"] = json.loads(run["loss_sparkline"] or "[]")
     run["cancel_requested"] = bool(run["cancel_requested"])
     run["resume_blocked"] = bool(run["resume_blocked"])
+    for key in ("device_request", "devices"):
+        run[key] = json.loads(run[key]) if run.get(key) else None
     return run
+
+
+def _check_priority(priority: Any) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int) or not -1_000_000 <= priority <= 1_000_000:
+        raise InvalidValue("queue_priority", f"must be a whole number from -1000000 to 1000000 (higher starts first), got {priority!r}")
+    return priority
+
+
+def _check_devices(devices: Any) -> list[Any]:
+    if not isinstance(devices, (list, tuple)) or len(set(map(str, devices))) != len(devices):
+        raise InvalidValue("devices", f"must be a list of distinct device ids, got {devices!r}")
+    return list(devices)
+
+
+def _json_or_none(field: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        return json.dumps(value, allow_nan=False, sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        raise InvalidValue(field, f"is not standard JSON: {exc}") from None
 
 
 def _metric_values(row: Mapping[str, Any]) -> tuple[int, list[Any], dict[str, float]]:
@@ -286,7 +385,9 @@ class Store:
             self._conn = self._dialect.connect()
             self._retry(self._dialect.prepare, write=False)
             self._retry(self._migrate, write=True)
-        except store_dialect.SchemaTooNew as exc:
+            # Foreign keys go on only after migrating: a table rebuild must not cascade (see QUEUE_MIGRATION).
+            self._dialect.after_migrate(self._conn)
+        except store_dialect.DialectError as exc:  # a schema too new, or a migration that broke references
             self.close()
             raise StoreError(str(exc)) from None
         except self._dialect.errors as exc:
@@ -379,12 +480,20 @@ class Store:
         owner: Mapping[str, Any] | None = None,
         modality: str | None = None,
         owned_by: str | None = None,
+        queued: bool = False,
+        device_request: Mapping[str, Any] | None = None,
+        queue_priority: int = 0,
+        devices: list[Any] | None = None,
+        claimed_by: str | None = None,
     ) -> int:
-        """A new `running` row; returns its id (ids are never reused). `owner` names the
+        """A new `running` row (or, with `queued`, a `queued` one at the end of its
+        priority's queue); returns its id (ids are never reused). `owner` names the
         process that trains it: {"lock", "pid", "started_at"} (see close_orphans).
         `modality` is known up front only for a resumed run (its parent's); otherwise
         the worker reports it (set_modality). `owned_by`: the name of the API key that
-        started it (the row's `owner`; None for the home's token and the CLI)."""
+        started it (the row's `owner`; None for the home's token and the CLI).
+        `device_request` is what the run asked for ({"num_gpus": n} or {"gpu_ids": [...]});
+        a run started at once also says the `devices` it got and who `claimed_by` it."""
         if not isinstance(config_public, Mapping):
             raise InvalidValue("config", "must be a mapping (RunConfig.public())")
         check_no_secrets(config_public)
@@ -397,15 +506,21 @@ class Store:
         owner = owner or {}
         if modality is not None:
             _check_modality(modality)
+        _check_priority(queue_priority)
+        request_json = _json_or_none("device_request", device_request)
+        devices_json = _json_or_none("devices", _check_devices(devices) if devices is not None else None)
 
         def work(conn: sqlite3.Connection) -> int:
             try:
                 cursor = conn.execute(
                     "INSERT INTO runs (status, model_name, dataset_name, display_name, config_json, started_at,"
-                    " resumed_from_run_id, start_request_id, owner_lock, owner_pid, owner_started_at, modality, owner)"
-                    " VALUES ('running', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (model_name, dataset_name or "", name, config_json, time.time(), resumed_from_run_id, start_request_id,
-                     owner.get("lock"), owner.get("pid"), owner.get("started_at"), modality, owned_by),
+                    " resumed_from_run_id, start_request_id, owner_lock, owner_pid, owner_started_at, modality, owner,"
+                    " queue_priority, queue_order, device_request, devices, claimed_by)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+                    " CASE WHEN ? = 1 THEN COALESCE((SELECT MAX(queue_order) FROM runs), 0) + 1 END, ?, ?, ?)",
+                    ("queued" if queued else "running", model_name, dataset_name or "", name, config_json, time.time(),
+                     resumed_from_run_id, start_request_id, owner.get("lock"), owner.get("pid"), owner.get("started_at"),
+                     modality, owned_by, queue_priority, int(bool(queued)), request_json, devices_json, claimed_by),
                 )
             except self._dialect.integrity_errors:
                 existing = conn.execute("SELECT id FROM runs WHERE start_request_id = ?", (start_request_id,)).fetchone()
@@ -446,7 +561,7 @@ class Store:
         """Close a `running` row. Returns False (changing nothing) when the row was
         already finalized, so a second finalizer cannot overwrite the first. A missing
         total_steps or duration keeps the known total / is computed from started_at."""
-        if status not in RUN_STATUSES or status == "running":
+        if status not in FINAL_STATUSES:
             raise InvalidValue("status", f"must be completed, stopped or error, got {status!r}")
         ended = ended_at if ended_at is not None else time.time()
         params = (
@@ -579,6 +694,90 @@ class Store:
             ):
                 closed.append(run_id)
         return closed
+
+    # --- the queue (tunelab/orchestrator/scheduler.py decides; these statements are atomic) ---
+    def queued_runs(self) -> list[dict[str, Any]]:
+        """Every queued run in the order they will start: higher priority first, then by
+        position key, then by id; each with its `queue_position`, 1 to n."""
+        rows = self._retry(lambda c: c.execute(
+            "SELECT * FROM runs WHERE status = 'queued' ORDER BY queue_priority DESC, queue_order, id").fetchall(),
+            write=False)
+        return [{**_run_dict(row), "queue_position": position} for position, row in enumerate(rows, start=1)]
+
+    def claim_queued(self, run_id: int, claimed_by: str, devices: list[Any], *,
+                     owner: Mapping[str, Any] | None = None) -> bool:
+        """Turn a queued run into a running one on `devices`, for the server `claimed_by`
+        (and the process `owner`, as create_run). One conditional UPDATE (store_dialect.claim),
+        so of two servers claiming the same run at once exactly one gets True; False when
+        the run is no longer queued (claimed elsewhere, cancelled) or gone."""
+        devices_json = _json_or_none("devices", _check_devices(devices))
+        owner = owner or {}
+        changes = {"status": "running", "devices": devices_json, "claimed_by": claimed_by, "started_at": time.time(),
+                   "owner_lock": owner.get("lock"), "owner_pid": owner.get("pid"),
+                   "owner_started_at": owner.get("started_at")}
+        return self._retry(lambda c: store_dialect.claim(c, "runs", run_id, {"status": "queued"}, changes), write=True)
+
+    def cancel_queued(self, run_id: int) -> bool:
+        """Withdraw a queued run (status `cancelled`); False when it is not queued any more
+        (RunNotFound when there is no such run)."""
+
+        def work(conn: sqlite3.Connection) -> bool:
+            now = time.time()
+            if conn.execute("UPDATE runs SET status = 'cancelled', ended_at = ?, duration_seconds = 0"
+                            " WHERE id = ? AND status = 'queued'", (now, run_id)).rowcount == 1:
+                return True
+            self._require_run(conn, run_id)
+            return False
+
+        return self._retry(work, write=True)
+
+    def set_queue_priority(self, run_id: int, priority: int) -> None:
+        """A queued run's priority (higher starts first); it keeps its place among equals."""
+        _check_priority(priority)
+        self._update_queued(run_id, lambda conn: conn.execute(
+            "UPDATE runs SET queue_priority = ? WHERE id = ? AND status = 'queued'", (priority, run_id)))
+
+    def move_queued(self, run_id: int, position: int) -> None:
+        """Put a queued run at `position` (1 = next to start) of queued_runs. Priority
+        still comes first, so the position must lie among the runs of its own priority;
+        otherwise InvalidValue names the positions it can take."""
+        if isinstance(position, bool) or not isinstance(position, int) or position < 1:
+            raise InvalidValue("position", f"must be a whole number >= 1, got {position!r}")
+
+        def work(conn: sqlite3.Connection) -> None:
+            rows = conn.execute("SELECT id, queue_priority FROM runs WHERE status = 'queued'"
+                                " ORDER BY queue_priority DESC, queue_order, id").fetchall()
+            ids = [r[0] for r in rows]
+            if run_id not in ids:
+                self._not_queued(conn, run_id)
+            priority = rows[ids.index(run_id)][1]
+            band = [i + 1 for i, r in enumerate(rows) if r[1] == priority]
+            if not band[0] <= position <= band[-1]:
+                raise InvalidValue("position", f"run {run_id} has priority {priority}, which places it at positions "
+                                               f"{band[0]} to {band[-1]} of {len(rows)}; choose one of those or change its priority")
+            ids.remove(run_id)
+            ids.insert(position - 1, run_id)
+            # Renumbering every queued run keeps the keys plain whole numbers however often runs move.
+            conn.executemany("UPDATE runs SET queue_order = ? WHERE id = ?", [(float(i), rid) for i, rid in enumerate(ids, 1)])
+
+        self._retry(work, write=True)
+
+    def devices_in_use(self) -> set[Any]:
+        """The devices of every running run, as claimed in the database (by any server)."""
+        rows = self._retry(lambda c: c.execute(
+            "SELECT devices FROM runs WHERE status = 'running' AND devices IS NOT NULL").fetchall(), write=False)
+        return {device for (devices,) in rows for device in json.loads(devices)}
+
+    def _update_queued(self, run_id: int, update: Callable[[sqlite3.Connection], sqlite3.Cursor]) -> None:
+        def work(conn: sqlite3.Connection) -> None:
+            if update(conn).rowcount == 0:
+                self._not_queued(conn, run_id)
+
+        self._retry(work, write=True)
+
+    def _not_queued(self, conn: sqlite3.Connection, run_id: int) -> None:
+        row = self._require_run(conn, run_id)
+        raise RunNotQueued(run_id, row["status"])
 
     # --- metrics ----------------------------------------------------------------------
     def add_metrics(self, run_id: int, rows: Iterable[Mapping[str, Any]]) -> None:

@@ -99,6 +99,7 @@ def migrate(dialect: Any, conn: Any, migrations: Sequence[Any]) -> None:
         translated = not isinstance(step, Mapping)
         for statement in step_statements(step, dialect.name, number):
             dialect.run_schema(conn, statement, translated=translated)
+    dialect.check_references(conn)
     dialect.write_version(conn, len(migrations))
 
 
@@ -135,8 +136,21 @@ class SQLiteDialect:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA foreign_keys = ON")
+        # Foreign keys go on in after_migrate: SQLite's table rebuild (migration 7) must run
+        # without them, or dropping the old `runs` would cascade to every run's metrics.
         return conn
+
+    @staticmethod
+    def after_migrate(conn: sqlite3.Connection) -> None:
+        conn.execute("PRAGMA foreign_keys = ON")  # outside a transaction, where the pragma takes effect
+
+    @staticmethod
+    def check_references(conn: sqlite3.Connection) -> None:
+        """After migrating with foreign keys off: prove no row points at a missing run."""
+        broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            raise DialectError(f"migrating the run database left {len(broken)} rows without their run "
+                               f"(first: {tuple(broken[0])}); restore the file from a backup")
 
     @staticmethod
     def prepare(conn: sqlite3.Connection) -> None:

@@ -249,6 +249,14 @@ class PostgresDialect:
         conn.execute("SELECT 1").fetchone()
 
     @staticmethod
+    def after_migrate(conn: PgConnection) -> None:
+        """PostgreSQL checks foreign keys always; its migrations change tables in place."""
+
+    @staticmethod
+    def check_references(conn: PgConnection) -> None:
+        """Nothing to prove: no PostgreSQL migration turns the foreign keys off."""
+
+    @staticmethod
     def begin_write(conn: PgConnection) -> None:
         conn.execute("BEGIN ISOLATION LEVEL SERIALIZABLE")
 

@@ -52,8 +52,25 @@ class StartRequest(RunConfig):
 
 class JobAnswer(BaseModel):
     job_id: int = Field(description="The run id of the job.")
-    status: str = Field(description="The run's status: running, completed, stopped or error.")
+    status: str = Field(description="The run's status: queued, running, completed, stopped, error or cancelled.")
     duplicate: bool = Field(False, description="True when this start_request_id had already started the job.")
+    queued: bool = Field(False, description="True when the run waits in the queue for its devices (config queue: true).")
+    queue_position: int | None = Field(None, description="Its place in the queue (1 = next to start) while queued.")
+
+    @classmethod
+    def of(cls, orchestrator: Any, run_id: int, status: str | None = None, duplicate: bool = False) -> "JobAnswer":
+        """The answer for a run just started (or found again): running, or queued at its position."""
+        position = orchestrator.queue_position(run_id)
+        status = "queued" if position is not None else (status if status and status != "queued" else "running")
+        return cls(job_id=run_id, status=status, duplicate=duplicate, queued=position is not None,
+                   queue_position=position)
+
+
+class RunStopAnswer(BaseModel):
+    job_id: int
+    save: bool
+    outcome: str = Field(description="stopping (the worker stops at its next step) or cancelled (it was queued).")
+    phase: str
 
 
 class ResumeS3Keys(BaseModel):
@@ -118,7 +135,7 @@ class Histories(BaseModel):
 
 class TrainStatus(BaseModel):
     model_config = ConfigDict(extra="allow")
-    phase: str = Field(description="idle, loading_model, loading_dataset, configuring, training, finalizing, completed, stopped or error.")
+    phase: str = Field(description="idle, queued, loading_model, loading_dataset, configuring, training, finalizing, completed, stopped, error or cancelled (withdrawn while queued).")
     is_training_running: bool
     job_id: int | None = Field(None, description="The current (or last finished) run; same as run_id.")
     run_id: int | None = None
@@ -140,6 +157,8 @@ class TrainStatus(BaseModel):
     message: str | None = None
     error: str | None = None
     output_dir: str | None = None
+    queue_position: int | None = Field(None, description="While the run waits in the queue: its place (1 = next to start).")
+    devices: list[str] | None = Field(None, description="The devices the run was given (gpu-<n>, or cpu), once placed.")
     histories: Histories = Histories()
 
 
