@@ -37,6 +37,8 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("DELETE", "/api/runs/{run_id}"): (409, 409, 409, 403, 403, 401),
     ("POST", "/api/runs/{run_id}/resume"): (409, 409, 409, 403, 403, 401),
     ("POST", "/api/runs/{run_id}/export"): (409, 409, 409, 403, 403, 401),
+    ("GET", "/api/queue"): (200, 200, 200, 200, 200, 401),
+    ("POST", "/api/runs/{run_id}/queue"): (409, 409, 409, 403, 403, 401),
     ("GET", "/api/runs/{run_id}/chat"): (409, 409, 409, 409, 409, 401),
     ("POST", "/api/runs/{run_id}/eval"): (409, 409, 409, 409, 403, 401),
     ("GET", "/api/runs/{run_id}/evals"): (200, 200, 200, 200, 200, 401),
@@ -58,7 +60,8 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
 }
 # Bodies that pass the role rule and then fail (or succeed) harmlessly.
 BODIES = {("PATCH", "/api/runs/{run_id}"): {"display_name": "renamed"}, ("POST", "/api/train/stop"): {"save": False},
-          ("POST", "/api/runs/{run_id}/export"): {"format": "adapter"}}
+          ("POST", "/api/runs/{run_id}/export"): {"format": "adapter"},
+          ("POST", "/api/runs/{run_id}/queue"): {"priority": 1}}
 
 
 def add_keys(home) -> dict[str, str]:

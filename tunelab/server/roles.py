@@ -50,6 +50,8 @@ RULES: dict[tuple[str, str], str] = {
     ("DELETE", "/api/runs/{run_id}"): OWN_RUN,
     ("POST", "/api/runs/{run_id}/resume"): OWN_RUN,
     ("POST", "/api/runs/{run_id}/export"): OWN_RUN,
+    ("GET", "/api/queue"): READ,
+    ("POST", "/api/runs/{run_id}/queue"): OWN_RUN,  # a waiting run's place and priority
     ("GET", "/api/runs/{run_id}/chat"): READ,
     ("POST", "/api/runs/{run_id}/eval"): USE,  # loads a model, as chat does; adds results, changes nothing of the run
     ("GET", "/api/runs/{run_id}/evals"): READ,
@@ -136,7 +138,7 @@ def enforce(request: Request) -> None:
     if owner != caller.key_name:
         whose = f"the key {owner!r}" if owner else "the server's own token (owner 'local')"
         _refuse(request, "not_owner", f"run {run_id} belongs to {whose}; the member key {caller.shown!r} may "
-                                      "stop, rename, delete, resume or export only its own runs: ask its owner or an admin")
+                                      "stop, rename, delete, resume, export or reorder only its own runs: ask its owner or an admin")
 
 
 def _role_message(caller: Caller, rule: str | None) -> str:

@@ -15,6 +15,7 @@ import { setUpMemoryEstimate } from "./memory-estimate.js";
 import { loadModelPicker } from "./model-picker.js";
 import { notify } from "./notice.js";
 import { PlaygroundPanel } from "./playground.js";
+import { QueuePanel } from "./queue-panel.js";
 import { RunPanel } from "./run-panel.js";
 import { setUpTheme } from "./theme.js";
 
@@ -34,7 +35,8 @@ const history = new HistoryPanel({
   onExport: (run) => exportDialog.open(run),
 });
 // A run that ends may be one to continue from: the Model list is refreshed with the history.
-const runPanel = new RunPanel({ onRunChanged: () => { history.refresh(); loadModelPicker(); } });
+const runPanel = new RunPanel({ onRunChanged: () => { history.refresh(); queuePanel.refresh(); loadModelPicker(); } });
+const queuePanel = new QueuePanel({ onChanged: () => history.refresh() });
 
 setUpDatasetCheck(configForm);
 setUpMemoryEstimate(configForm);
@@ -146,6 +148,7 @@ function setUpToken() {
 
 function load() {
   runPanel.start();
+  queuePanel.start();
   history.refresh();
   loadModelPicker();
 }
