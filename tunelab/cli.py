@@ -49,7 +49,8 @@ def _orchestrator():
     from tunelab.orchestrator import Orchestrator
     from tunelab.store import Store
 
-    return Orchestrator(Store(paths.db_path()))
+    # The CLI trains its own run now or refuses; the queue is the server's to run.
+    return Orchestrator(Store(paths.db_path()), queueing=False)
 
 
 def _start_and_watch(orchestrator, start) -> int:

@@ -269,6 +269,7 @@ class RunConfig(BaseModel):
     nodes: NodesConfig | None = Field(None, description="Multi-node training with torchrun (count, node_rank, master_addr, master_port or rdzv_endpoint).")
     ray_address: Name | None = Field(None, description="Train on a Ray cluster (e.g. auto, 10.0.0.1:6379) through Ray Train; needs tunelab[cluster].")
     backend: Backend = "auto"
+    queue: bool = Field(True, description="When the devices this run needs are busy with other runs, wait in the server's queue and start as soon as they are free (true), or refuse the start with 409 (false).")
     memory_fit: MemoryFit = Field("refuse", description="Before a start, the estimated peak memory per device is checked against the GPUs' free memory: refuse (a run that will not fit is refused, naming the estimate, the free memory and the fix) | auto (turn gradient checkpointing on where it is left to auto, then lower batch_size and raise gradient_accumulation_steps, keeping the effective batch, until it fits; the change is logged) | off (no check). On a CPU the available RAM only warns.")
 
     # --- output

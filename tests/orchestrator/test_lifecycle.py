@@ -3,6 +3,7 @@ metrics, malformed input, workers that crash or die, refusals while a run is act
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing.spawn
 import os
@@ -122,7 +123,7 @@ def test_start_is_refused_while_a_run_is_active_and_reset_needs_a_finished_run(o
     recorder.wait_for(lambda e: e["type"] == "progress")
     assert orch.is_training_active()
     with pytest.raises(RunActive):
-        orch.start(scripted_config())
+        orch.start(scripted_config(queue=False))  # queue: true would wait in the queue instead
     with pytest.raises(RunActive):
         orch.reset()
     release.touch()
@@ -148,6 +149,9 @@ def test_same_start_request_id_gives_the_same_run(orchestrator_for, store):
 
 def _free_fds(count: int) -> list[int]:
     """The `count` lowest file descriptor numbers not in use (new files get these first)."""
+    # Earlier tests' finished runs (orchestrator <-> run cycles) hold their queues' pipes until
+    # the cycle collector runs; collect now so it cannot free descriptors after the count.
+    gc.collect()
     used = {int(name) for name in os.listdir("/proc/self/fd")}
     return [fd for fd in range(len(used) + count + 1) if fd not in used][:count]
 
@@ -214,7 +218,7 @@ def test_a_dead_pump_is_restarted_by_a_status_poll(orchestrator_for, store, monk
     orch.subscribe(kill_pump_once)
     run_id = orch.start(scripted_config())
     recorder.wait_for(lambda e: e["type"] == "progress")
-    pump = orch._run.pump_thread()
+    pump = orch._runs[run_id].pump_thread()
     pump.join(30)
     assert not pump.is_alive() and killed == [1]
     release.touch()

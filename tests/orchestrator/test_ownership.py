@@ -39,7 +39,7 @@ def test_a_second_start_on_a_busy_device_is_refused_naming_the_run(store, monkey
     try:
         run_id = first.start(scripted_config(max_steps=200))
         with pytest.raises(RunActive, match=rf"run {run_id} \(process {os.getpid()}\) is training on cpu"):
-            second.start(scripted_config())
+            second.start(scripted_config(queue=False))  # queue: true would wait in the queue instead
         assert store.count_runs() == 1, "a refused start must leave no row behind"
         row = store.get_run(run_id)
         assert row["owner_pid"] == os.getpid() and row["owner_lock"] and row["owner_started_at"] > 0

@@ -180,7 +180,7 @@ def test_resume_takes_the_secrets_again_and_refuses_up_front_without_them(orches
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "resume_secret_3")  # one from the environment
     second = orch.resume(first, {"hf_token": "hf_resume_secret_1", "s3": {"access_key_id": "AKIA_RESUME_2"}})
-    assert sorted(orch._run.cfg.secret_values()) == sorted(["hf_resume_secret_1", "AKIA_RESUME_2", "resume_secret_3"])
+    assert sorted(orch._runs[second].cfg.secret_values()) == sorted(["hf_resume_secret_1", "AKIA_RESUME_2", "resume_secret_3"])
     assert finished(orch, second)["status"] == "completed"
     assert store.get_run(second)["config"]["secrets_used"] == stored["secrets_used"]
     files = (paths.db_path(), Path(f"{paths.db_path()}-wal"))

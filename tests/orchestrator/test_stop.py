@@ -229,7 +229,7 @@ def test_finalize_runs_once_when_pump_watchdog_and_others_race(orchestrator_for,
     monkeypatch.setenv("SCRIPTED_RELEASE_FILE", str(tmp_path / "never"))
     orch, recorder = orchestrator_for(sw.waits_for_file)
     run_id = _start_and_reach(orch, recorder, scripted_config(), 1)
-    run = orch._run
+    run = orch._runs[run_id]
     barrier = threading.Barrier(8)
     results: list[object] = []
 

@@ -47,7 +47,7 @@ def test_sigterm_to_tunelab_train_saves_and_a_server_on_its_home_leaves_the_run_
         assert run_row(client, run_id)["status"] == "running"
 
         # Nobody else may train on the same device meanwhile: not the server, not another CLI.
-        answer = client.post("/api/train/start", json=demo_run(max_steps=4))
+        answer = client.post("/api/train/start", json=demo_run(max_steps=4, queue=False))
         assert answer.status_code == 409, answer.text
         assert answer.json()["error"]["code"] == "device_busy"
         assert f"run {run_id} (process {train.pid}) is training on cpu" in answer.json()["error"]["message"]

@@ -33,7 +33,7 @@ def test_same_request_id_starts_one_run_and_cancel_discards_it(server, demo_run)
     assert again["job_id"] == first["job_id"] and again["duplicate"] is True and first["duplicate"] is False
     job = first["job_id"]
 
-    busy = client.post("/api/train/start", json=demo_run(max_steps=LONG))
+    busy = client.post("/api/train/start", json=demo_run(max_steps=LONG, queue=False))
     assert busy.status_code == 409 and busy.json()["error"]["code"] == "run_active"
     running_delete = client.delete(f"/api/runs/{job}", params={"delete_artifacts": "true"})
     assert running_delete.status_code == 409 and running_delete.json()["error"]["code"] == "run_active"

@@ -1,11 +1,19 @@
-"""The Orchestrator: the one object that starts runs and answers for the active one.
+"""The Orchestrator: the one object that starts runs and answers for them.
 
-It validates a start completely before anything happens, runs the optional
-`before_spawn` hook, chooses GPUs, claims the run's devices and owner lock (refused
-while another process trains on them, see ownership.py), creates the history row and
-spawns the worker; from then on the run's own `ActiveRun` (pump, watchdog, finalize)
-carries it to its end. `stop_for_shutdown` is what SIGTERM and SIGHUP mean to the
-server and the CLI.
+It validates a start completely before anything happens; then, when the devices the
+run needs are free, runs the optional `before_spawn` hook, chooses GPUs, claims the
+run's devices and owner lock (see ownership.py), creates the history row and spawns the
+worker; from then on the run's own `ActiveRun` (pump, watchdog, finalize) carries it to
+its end. Several runs train at once on disjoint devices. A start whose devices are busy
+is queued (a `queued` row; `queue: false` in its config, or an orchestrator made with
+`queueing=False` like the CLI's, refuses instead), and the scheduler thread starts queued
+runs in order as devices free up (scheduler.py), also those a previous server life
+left queued. Secrets are never stored: a queued run keeps them in this process's
+memory; one picked up after a restart takes them from the environment, or fails
+saying which secret to give again.
+The methods without a run id (snapshot, stop, metrics, ...) are about the most recent
+run (the newest started or queued here); the `run_*` methods take a run id.
+`stop_for_shutdown` is what SIGTERM and SIGHUP mean to the server and the CLI.
 Surfaces (HTTP server, CLI) use only the methods below; see docs/ARCHITECTURE.md.
 The parent never imports torch & co: the worker is named by a dotted path and only
 the child imports it.
@@ -17,7 +25,10 @@ import atexit
 import logging
 import multiprocessing
 import os
+import secrets
+import socket
 import threading
+import time
 import weakref
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -29,39 +40,49 @@ from tunelab.orchestrator import ownership
 from tunelab.orchestrator.child import DEFAULT_WORKER, target_name
 from tunelab.orchestrator.errors import NoActiveRun, NotResumable, PersistError, RunActive, RunMismatch
 from tunelab.orchestrator.finalize import with_retries
-from tunelab.orchestrator.gpus import auto_gpu_env, choose_gpus, gpu_env
+from tunelab.orchestrator.gpus import auto_gpu_env, gpu_env
 from tunelab.orchestrator.memory_check import fit_memory
 from tunelab.orchestrator.prechecks import check_before_start
 from tunelab.orchestrator.prewarm import WarmWorkers, prewarm_wanted
 from tunelab.orchestrator.resume import check_resumable, check_world_size, resolve_resume_from
 from tunelab.orchestrator.run import ActiveRun
+from tunelab.orchestrator.scheduler import (POLL_S, PlannedStart, as_if_idle, device_request, devices_for, place,
+                                            queued_snapshot)
 from tunelab.orchestrator.state import ProgressState
 from tunelab.plots import loss_plot_png, plot_title
-from tunelab.store import AlreadyResumed, DuplicateStartRequest, InvalidValue, Store
+from tunelab.store import AlreadyResumed, DuplicateStartRequest, InvalidValue, RunNotFound, Store, StoreError
 
 log = logging.getLogger("tunelab.orchestrator")
 
 CANCEL_PERSIST_ATTEMPTS = 3
+# Finished runs kept in memory (live state, histories, replayable progress) besides the newest.
+KEEP_FINISHED = 8
 
 
 class Orchestrator:
     def __init__(self, store: Store, *, worker_target: str | Callable[..., Any] = DEFAULT_WORKER,
                  before_spawn: Callable[[], Any] | None = None, mp_context: str = "spawn",
-                 prewarm: bool | Sequence[str] | None = None):
+                 prewarm: bool | Sequence[str] | None = None, queueing: bool = True):
         """`prewarm`: keep one worker with its heavy imports done, waiting for the next run
         (see prewarm.py). True preloads the default backend's libraries, a list of module
-        names preloads those, None follows TUNELAB_PREWARM (off when unset)."""
+        names preloads those, None follows TUNELAB_PREWARM (off when unset).
+        `queueing`: queue starts whose devices are busy and run the history's queue (a
+        server); False refuses them instead and leaves the queue alone (the CLI's own run)."""
         if mp_context == "fork":
             raise ValueError("mp_context='fork' is not allowed: each run needs fresh CUDA state and fresh imports; use 'spawn'")
         self.store = store
+        self.instance_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._target = target_name(worker_target)
         self._before_spawn = before_spawn
         self._mp = multiprocessing.get_context(mp_context)
-        # Serialises starts (and stops against a start in progress): a second start with
-        # the same request id waits, then finds the run the first one created.
+        self._queueing = queueing
+        # Serialises starts, queue passes and stops against a start in progress: a second
+        # start with the same request id waits, then finds the run the first one created.
         self._start_lock = threading.Lock()
         self._lock = threading.Lock()  # guards the fields below
-        self._run: ActiveRun | None = None
+        self._runs: dict[int, ActiveRun] = {}  # live runs, and the last few finished ones
+        self._latest: int | None = None  # the most recent run: what the run-less methods are about
+        self._waiting: dict[int, PlannedStart] = {}  # runs queued here, with their secrets (never stored)
         self._spawning = False
         self._closed = False
         self._subscribers: list[Callable[[dict[str, Any]], None]] = []
@@ -72,12 +93,19 @@ class Orchestrator:
             modules = None if prewarm is None or prewarm is True else list(prewarm)
             self._warm = WarmWorkers(self._mp, auto_gpu_env, modules)
             self._warm.refill()
+        self._wake = threading.Event()
+        self._scheduler: threading.Thread | None = None
+        if queueing:  # its first pass picks up what a previous server life left queued
+            self._scheduler = threading.Thread(target=self._schedule_loop, name="tunelab-scheduler", daemon=True)
+            self._scheduler.start()
 
     # --- starting -----------------------------------------------------------------------
     def start(self, config: RunConfig | dict[str, Any], *, resume_run_id: int | None = None,
               start_request_id: str | None = None, owned_by: str | None = None) -> int:
-        """Start a run and return its id; raises before anything happens if it cannot run.
-        `owned_by`: the API key that asked (recorded as the run's owner; never in its config)."""
+        """Start a run, or queue it while its devices are busy, and return its id; raises
+        before anything happens if it cannot run. `owned_by`: the API key that asked
+        (recorded as the run's owner; never in its config). `queue_position(id)` says
+        whether it waits."""
         cfg = config if isinstance(config, RunConfig) else parse_config(config)
         with self._start_lock:
             if self._closed:
@@ -86,7 +114,9 @@ class Orchestrator:
                 known = self._run_for_request(start_request_id)
                 if known is not None:
                     return known
-            self._refuse_if_busy()
+            may_queue = self._queueing and cfg.queue
+            if not may_queue:
+                self._refuse_if_busy(cfg)
             check_machine(cfg, hardware.cuda_device_count())
             if self._target == DEFAULT_WORKER:  # a substituted worker (tests' fakes) reads no files
                 check_before_start(cfg)
@@ -95,14 +125,25 @@ class Orchestrator:
             resume_from, resumed_from = resolve_resume_from(self.store, cfg.resume_from, resume_run_id)
             if cfg.output_dir:
                 self._refuse_foreign_folder(output_dir, resumed_from)
+            plan = PlannedStart(cfg, output_dir, resume_from, resumed_from, resume_run_id, start_request_id, owned_by)
+            if may_queue:
+                gpus = hardware.list_gpus()
+                self._check_for_later(plan, gpus)
+                # Runs already waiting go first; so does everything when the devices are busy.
+                if self._queue_has_runs() or place(cfg, gpus, self._busy()) is None:
+                    return self._enqueue(plan)
             with self._lock:
                 self._spawning = True
             try:
-                return self._spawn_run(cfg, output_dir, resume_from, resumed_from, resume_run_id, start_request_id,
-                                       owned_by)
+                run_id = self._launch(plan, may_wait=may_queue)
+                return run_id if run_id is not None else self._enqueue(plan)
             finally:
                 with self._lock:
                     self._spawning = False
+
+    def queue_position(self, run_id: int) -> int | None:
+        """Where a queued run stands (1 = next to start); None when it is not queued."""
+        return next((r["queue_position"] for r in self.store.queued_runs() if r["id"] == run_id), None)
 
     def _refuse_foreign_folder(self, output_dir: Path, resumed_from: int | None) -> None:
         """An output_dir that is, holds or lies inside another run's folder would overwrite
@@ -123,36 +164,116 @@ class Orchestrator:
         try:
             known = self.store.find_by_start_request_id(start_request_id)
         except Exception as exc:
-            raise PersistError(f"the run database cannot be read ({exc}); nothing was started, try again") from exc
+            raise PersistError(f"the run database cannot be read ({exc}); nothing was started") from exc
         return known["id"] if known is not None else None
 
-    def _refuse_if_busy(self) -> None:
-        run = self._run
-        if run is None:
-            return
-        if not run.finalized or run.worker_alive():
-            raise RunActive(f"run {run.run_id} is active; stop it or wait for it to finish")
-        pump = run.pump_thread()
-        if pump is not None and pump.is_alive():
-            raise RunActive(f"run {run.run_id} is still finishing; try again in a moment")
+    def _live_runs(self) -> list[ActiveRun]:
+        with self._lock:
+            return [r for r in self._runs.values() if not r.finalized or r.worker_alive()]
 
-    def _spawn_run(self, cfg: RunConfig, output_dir: Path, resume_from: Path | None, resumed_from: int | None,
-                   resume_run_id: int | None, start_request_id: str | None, owned_by: str | None = None) -> int:
-        self._call_before_spawn()
-        chosen = choose_gpus(cfg, hardware.list_gpus())  # after the hook: it may just have freed GPU memory
-        env = gpu_env(cfg, chosen)
-        planned = layout.plan(cfg.model_dump(), layout.visible_gpu_count(env))
-        cfg, memory_notes = fit_memory(cfg, chosen, planned.world_size, planned.processes_per_node)
-        public = {**cfg.public(), SECRETS_USED_KEY: cfg.secret_names(), "output_dir": str(output_dir),
-                  "resume_from": str(resume_from) if resume_from else None}
-        payload = {**cfg.worker_payload(), "output_dir": str(output_dir), "resume_from": str(resume_from) if resume_from else None}
-        if resume_from is not None:  # the world size is known only now, from the GPUs just chosen
-            check_world_size(resume_from, layout.plan(payload, layout.visible_gpu_count(env)).world_size)
-        # Before the row exists: a refused start leaves nothing behind, and a row is never
-        # `running` without its owner holding the lock that says so.
-        claim = ownership.RunClaim(paths.locks_dir(self.store.path), ownership.devices_of(env))
+    def _own_devices(self) -> set[Any]:
+        return {d for run in self._live_runs() for d in run.devices}
+
+    def _busy(self) -> set[Any]:
+        """Devices held by this server's live runs and by every running run in the database."""
+        return self._own_devices() | self.store.devices_in_use()
+
+    def _refuse_if_busy(self, cfg: RunConfig) -> None:
+        """A start that may not wait: refused while its devices are busy here."""
+        if place(cfg, hardware.list_gpus(), self._own_devices()) is None:
+            ids = ", ".join(str(r.run_id) for r in self._live_runs())
+            raise RunActive(f"run {ids} is active on the devices this run needs; stop it or wait for it to finish "
+                            "(or set queue: true to wait in the queue)")
+
+    def _check_for_later(self, plan: PlannedStart, gpus: list[hardware.Gpu]) -> None:
+        """What a start checks once it knows its devices, checked now against the devices
+        it would get on an idle machine, so a queued run does not fail later on something
+        a start refuses up front (free memory, which depends on what runs then, excepted)."""
+        idle = as_if_idle(gpus)
+        chosen = place(plan.cfg, idle, set()) or []
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(g.pin for g in chosen)} if chosen else {}
+        planned = layout.plan(plan.cfg.model_dump(), layout.visible_gpu_count(env))
+        fit_memory(plan.cfg, chosen, planned.world_size, planned.processes_per_node)
+        if plan.resume_from is not None:
+            check_world_size(plan.resume_from, planned.world_size)
+
+    def _queue_has_runs(self) -> bool:
+        return bool(self.store.queued_runs())
+
+    def _enqueue(self, plan: PlannedStart) -> int:
+        """Record the run as queued; the scheduler starts it when its turn and devices come."""
+        cfg = plan.cfg
+        public = self._public(plan, cfg)
         try:
-            run_id, modality = self._create_row(cfg, public, resumed_from, start_request_id, claim, owned_by)
+            modality = (self.store.get_run(plan.resumed_from) or {}).get("modality") if plan.resumed_from else None
+            run_id = self.store.create_run(public, cfg.model_name, cfg.dataset_label, cfg.display_name, plan.resumed_from,
+                                           start_request_id=plan.start_request_id, modality=modality,
+                                           owned_by=plan.owned_by, queued=True, device_request=device_request(cfg))
+            self.store.set_output_dir(run_id, public["output_dir"])
+        except DuplicateStartRequest as exc:
+            return exc.run_id
+        except InvalidValue as exc:
+            raise ConfigError.single(exc.field, str(exc).split(": ", 1)[-1]) from None
+        except Exception as exc:
+            raise PersistError(f"the run could not be recorded in the database ({exc}); nothing was queued") from exc
+        if plan.resume_run_id is not None:
+            self._record_resume(plan.resume_run_id, run_id, on_failure=lambda why: self._fail_queued(run_id, why))
+        with self._lock:
+            self._waiting[run_id] = plan
+            self._latest = run_id
+        position = self.queue_position(run_id)
+        log.info("run %s: queued at position %s", run_id, position)
+        self._notify({**ev.status(f"queued at position {position}: waiting for its devices"), "run_id": run_id,
+                      "queue_position": position})
+        self._wake.set()
+        return run_id
+
+    def _public(self, plan: PlannedStart, cfg: RunConfig) -> dict[str, Any]:
+        return {**cfg.public(), SECRETS_USED_KEY: cfg.secret_names(), "output_dir": str(plan.output_dir),
+                "resume_from": str(plan.resume_from) if plan.resume_from else None}
+
+    def _launch(self, plan: PlannedStart, *, may_wait: bool, queued_id: int | None = None) -> int | None:
+        """Start `plan` on free devices now: a new row, or the queued row `queued_id`
+        claimed atomically. None when its devices are busy after all and it `may_wait`
+        (or another server claimed the queued row first)."""
+        self._call_before_spawn()
+        gpus = hardware.list_gpus()  # after the hook: it may just have freed GPU memory
+        # A start that may not wait meets other processes' runs at their device locks, whose
+        # refusal names the run and its process.
+        chosen = place(plan.cfg, gpus, self._busy() if may_wait else self._own_devices())
+        if chosen is None:
+            if may_wait:
+                return None
+            raise RunActive("the devices this run needs are busy; wait for the runs on them to finish")
+        env = gpu_env(plan.cfg, chosen)
+        planned = layout.plan(plan.cfg.model_dump(), layout.visible_gpu_count(env))
+        cfg, memory_notes = fit_memory(plan.cfg, chosen, planned.world_size, planned.processes_per_node)
+        public = self._public(plan, cfg)
+        payload = {**cfg.worker_payload(), "output_dir": str(plan.output_dir),
+                   "resume_from": str(plan.resume_from) if plan.resume_from else None}
+        if plan.resume_from is not None:  # the world size is known only now, from the GPUs just chosen
+            check_world_size(plan.resume_from, layout.plan(payload, layout.visible_gpu_count(env)).world_size)
+        devices = devices_for(chosen)
+        # Before the row is running: a refused start leaves nothing behind, and a row is
+        # never `running` without its owner holding the lock that says so.
+        try:
+            claim = ownership.RunClaim(paths.locks_dir(self.store.path), devices)
+        except ownership.DeviceBusy:
+            if may_wait:  # another process on this home trains there; wait in the queue
+                return None
+            raise
+        try:
+            if queued_id is None:
+                run_id, modality = self._create_row(cfg, public, plan.resumed_from, plan.start_request_id, claim,
+                                                    plan.owned_by, devices)
+            else:
+                run_id, modality = queued_id, (self.store.get_run(queued_id) or {}).get("modality")
+                owner = {"lock": claim.owner_lock, "pid": claim.pid, "started_at": claim.started_at}
+                if not self.store.claim_queued(queued_id, self.instance_id, devices, owner=owner):
+                    claim.release()  # cancelled meanwhile, or another server took it
+                    with self._lock:
+                        self._waiting.pop(queued_id, None)
+                    return None
         except DuplicateStartRequest as exc:  # another process took this request id first
             claim.release()
             return exc.run_id
@@ -161,23 +282,19 @@ class Orchestrator:
             raise
         claim.record_run(run_id)
         run = ActiveRun(run_id=run_id, cfg=cfg, payload=payload, env=env, target=self._target, mp_context=self._mp,
-                        store=self.store, output_dir=output_dir, notify=self._notify, warm=self._warm, claim=claim,
-                        modality=modality)
+                        store=self.store, output_dir=plan.output_dir, notify=self._notify, warm=self._warm, claim=claim,
+                        modality=modality, on_end=self._run_ended)
         with self._lock:
-            self._run = run
+            self._runs[run_id] = run
+            self._waiting.pop(run_id, None)
+            if queued_id is None or self._latest is None:
+                self._latest = run_id
+        if queued_id is not None:
+            run.apply(ev.status(f"started from the queue on {', '.join(devices)}"))
         for note in memory_notes:  # what the memory check changed or warns of, in the run's own events
             run.apply(ev.status(note))
-        if resume_run_id is not None:
-            try:
-                # check_resumable (just now, under the start lock) found any earlier continuation void.
-                void = (self.store.get_run(resume_run_id) or {}).get("resumed_by_run_id")
-                self.store.mark_resumed(resume_run_id, run_id, replacing=void)
-            except AlreadyResumed as exc:
-                run.finish(failure=str(exc))
-                raise NotResumable(resume_run_id, f"it was already resumed as run {exc.by_run_id}") from None
-            except Exception as exc:
-                run.finish(failure=f"could not record that it resumes run {resume_run_id}: {exc}")
-                raise PersistError(f"the resume could not be recorded ({exc}); nothing was started") from exc
+        if queued_id is None and plan.resume_run_id is not None:
+            self._record_resume(plan.resume_run_id, run_id, on_failure=lambda why: run.finish(failure=why))
         try:
             run.spawn()
         except Exception as exc:
@@ -186,6 +303,18 @@ class Orchestrator:
             return run_id
         run.start_pump()
         return run_id
+
+    def _record_resume(self, resume_run_id: int, run_id: int, on_failure: Callable[[str], Any]) -> None:
+        try:
+            # check_resumable (just now, under the start lock) found any earlier continuation void.
+            void = (self.store.get_run(resume_run_id) or {}).get("resumed_by_run_id")
+            self.store.mark_resumed(resume_run_id, run_id, replacing=void)
+        except AlreadyResumed as exc:
+            on_failure(str(exc))
+            raise NotResumable(resume_run_id, f"it was already resumed as run {exc.by_run_id}") from None
+        except Exception as exc:
+            on_failure(f"could not record that it resumes run {resume_run_id}: {exc}")
+            raise PersistError(f"the resume could not be recorded ({exc}); nothing was started") from exc
 
     def _call_before_spawn(self) -> None:
         if self._before_spawn is None:
@@ -198,7 +327,7 @@ class Orchestrator:
 
     def _create_row(self, cfg: RunConfig, public: dict[str, Any], resumed_from: int | None,
                     start_request_id: str | None, claim: ownership.RunClaim,
-                    owned_by: str | None = None) -> tuple[int, str | None]:
+                    owned_by: str | None, devices: list[str]) -> tuple[int, str | None]:
         """The run's row, and its modality when already known: a resumed run trains on what
         its parent trained on, and says so before its worker does."""
         owner = {"lock": claim.owner_lock, "pid": claim.pid, "started_at": claim.started_at}
@@ -206,7 +335,8 @@ class Orchestrator:
             modality = (self.store.get_run(resumed_from) or {}).get("modality") if resumed_from is not None else None
             run_id = self.store.create_run(public, cfg.model_name, cfg.dataset_label, cfg.display_name, resumed_from,
                                            start_request_id=start_request_id, owner=owner, modality=modality,
-                                           owned_by=owned_by)
+                                           owned_by=owned_by, device_request=device_request(cfg), devices=devices,
+                                           claimed_by=self.instance_id)
         except DuplicateStartRequest:
             raise
         except InvalidValue as exc:
@@ -230,15 +360,128 @@ class Orchestrator:
         stored = {**row["config"], "resume_from": None, "output_dir": row["output_dir"]}
         return self.start(resume_config(stored, secrets, os.environ), resume_run_id=run_id, owned_by=owned_by)
 
+    # --- the queue ----------------------------------------------------------------------
+    def _schedule_loop(self) -> None:
+        while not self._closed:
+            try:
+                self.start_queued()
+            except StoreError as exc:
+                if "closed" in str(exc):
+                    return  # the store went away with its owner
+                log.warning("the queue could not be read: %s", exc)
+            except Exception:
+                log.exception("starting queued runs failed; trying again shortly")
+            self._wake.wait(POLL_S)
+            self._wake.clear()
+
+    def start_queued(self) -> list[int]:
+        """Start queued runs, in queue order, while their devices are free; returns their ids."""
+        started: list[int] = []
+        with self._start_lock:
+            rows = self.store.queued_runs() if not self._closed else []
+            for row in rows:
+                plan = self._plan_for(row)
+                if plan is None:
+                    continue  # it could not be rebuilt and was ended with the reason
+                if place(plan.cfg, hardware.list_gpus(), self._busy()) is None:
+                    break  # strict order: the runs behind it wait too
+                with self._lock:
+                    self._spawning = True
+                try:
+                    run_id = self._launch(plan, may_wait=True, queued_id=row["id"])
+                except Exception as exc:  # a check that depends on the moment (free memory) refused it
+                    self._fail_queued(row["id"], str(exc))
+                    continue
+                finally:
+                    with self._lock:
+                        self._spawning = False
+                if run_id is None and self.store.get_run(row["id"]) and self.store.get_run(row["id"])["status"] == "queued":
+                    break  # a device is held by another process on this home: wait
+                if run_id is not None:
+                    started.append(run_id)
+        return started
+
+    def _plan_for(self, row: dict[str, Any]) -> PlannedStart | None:
+        """The start a queued row stands for: the one queued here (with its secrets), or
+        one rebuilt from the stored config with secrets from the environment."""
+        with self._lock:
+            plan = self._waiting.get(row["id"])
+        if plan is not None:
+            return plan
+        config = row["config"]
+        try:
+            cfg = resume_config({**config, "resume_from": None}, None, os.environ)
+        except ConfigError as exc:
+            self._fail_queued(row["id"], "it waited in the queue across a server restart, and tunelab never stores "
+                                         f"secrets: {exc.errors[0].message}; start it again")
+            return None
+        except Exception as exc:
+            self._fail_queued(row["id"], f"its stored settings no longer make a valid run: {exc}")
+            return None
+        resume_from = config.get("resume_from")
+        return PlannedStart(cfg, Path(row["output_dir"] or config["output_dir"]), Path(resume_from) if resume_from else None,
+                            row.get("resumed_from_run_id"), None, row.get("start_request_id"), row.get("owner"))
+
+    def _fail_queued(self, run_id: int, reason: str) -> None:
+        """End a queued run that cannot start, as an error saying why (nothing was spawned)."""
+        log.warning("run %s: cannot start from the queue: %s", run_id, reason)
+        with self._lock:
+            self._waiting.pop(run_id, None)
+        if self.store.claim_queued(run_id, self.instance_id, []):
+            self.store.finalize_run(run_id, status="error", error_message=reason, resume_blocked=True)
+            self._notify({**ev.make(ev.ERROR), "run_id": run_id, "final": True, "status": "error",
+                          "status_message": reason, "error": reason, "resume_blocked": True, "output_dir": None,
+                          "final_step": None, "final_loss": None, "total_steps": None})
+
+    def _run_ended(self, run_id: int) -> None:
+        """A run was finalized and let go of its devices: the next queued run may start."""
+        with self._lock:
+            finished = [i for i, r in self._runs.items() if r.finalized and i != self._latest]
+            for old in finished[:-KEEP_FINISHED] if len(finished) > KEEP_FINISHED else []:
+                del self._runs[old]
+        self._wake.set()
+
+    def cancel_queued(self, run_id: int) -> bool:
+        """Withdraw a queued run (status `cancelled`, nothing spawned); False when it is not queued."""
+        if not self.store.cancel_queued(run_id):
+            return False
+        with self._lock:
+            self._waiting.pop(run_id, None)
+        log.info("run %s: cancelled while queued", run_id)
+        self._notify({**ev.make(ev.COMPLETE), "run_id": run_id, "final": True, "status": "cancelled",
+                      "status_message": "cancelled while queued", "error": None, "resume_blocked": True,
+                      "output_dir": None, "final_step": None, "final_loss": None, "total_steps": None})
+        self._wake.set()
+        return True
+
     # --- stopping -----------------------------------------------------------------------
     def stop(self, save: bool, expected_run_id: int | None = None) -> None:
-        """Stop and save (`save=True`) or cancel the active run."""
+        """Stop and save (`save=True`) or cancel the most recent run (a queued one is cancelled)."""
         with self._start_lock:  # a start in progress finishes spawning first
-            run = self._run
-        if run is None or run.finalized:
+            latest = self._latest
+        run = self._runs.get(latest) if latest is not None else None
+        queued = latest is not None and run is None and self.queue_position(latest) is not None
+        if latest is None or (run is None and not queued) or (run is not None and run.finalized):
             raise NoActiveRun("no run is active")
-        if expected_run_id is not None and expected_run_id != run.run_id:
-            raise RunMismatch(expected_run_id, run.run_id)
+        if expected_run_id is not None and expected_run_id != latest:
+            raise RunMismatch(expected_run_id, latest)
+        self.stop_run(latest, save)
+
+    def stop_run(self, run_id: int, save: bool) -> str:
+        """Stop and save, or cancel, run `run_id`; a queued run is cancelled either way.
+        Returns what happened: "stopping" or "cancelled"."""
+        with self._start_lock:  # a start in progress finishes spawning first
+            run = self._runs.get(run_id)
+        if run is None:
+            if self.cancel_queued(run_id):
+                return "cancelled"
+            row = self.store.get_run(run_id)
+            if row is None:
+                raise RunNotFound(run_id)
+            where = " by another server" if row["status"] == "running" else ""
+            raise NoActiveRun(f"run {run_id} is {row['status']}{where}; only an active or queued run here can be stopped")
+        if run.finalized:
+            raise NoActiveRun(f"run {run_id} has already ended")
         if not save:
             try:
                 with_retries(lambda: self.store.mark_cancel_requested(run.run_id), "recording the cancel",
@@ -246,29 +489,40 @@ class Orchestrator:
             except Exception as exc:
                 raise PersistError(f"the cancel could not be recorded ({exc}); the run was not signalled, try again") from exc
         run.request_stop(save)
+        return "stopping"
 
     def reset(self) -> None:
         """Forget a finished run so the state reads idle again."""
         with self._start_lock:
-            self._refuse_if_busy()
+            latest = self._latest
+            run = self._runs.get(latest) if latest is not None else None
+            if run is not None:
+                if not run.finalized or run.worker_alive():
+                    raise RunActive(f"run {run.run_id} is active; stop it or wait for it to finish")
+                pump = run.pump_thread()
+                if pump is not None and pump.is_alive():
+                    raise RunActive(f"run {run.run_id} is still finishing; try again in a moment")
+            elif latest is not None and self.queue_position(latest) is not None:
+                raise RunActive(f"run {latest} is queued; cancel it or wait for it to run")
             with self._lock:
-                self._run = None
+                self._latest = None
 
     def stop_for_shutdown(self, grace_s: float) -> int | None:
-        """What SIGTERM means: start no new run, and have the active run stop at its next
+        """What SIGTERM means: start no new run, and have every active run stop at its next
         step boundary and save, finalized within `grace_s` (else it is ended and recorded
-        `error`, resumable from its last valid checkpoint). Returns at once, with the id
-        of the run that is stopping (None when none was active); `wait_idle` waits."""
+        `error`, resumable from its last valid checkpoint). Queued runs stay queued for the
+        next server life. Returns at once, with the id of the most recent run that is
+        stopping (None when none was active); `wait_idle` waits for all of them."""
         with self._start_lock:  # a start in progress finishes spawning first
             with self._lock:
                 self._closed = True
-                run = self._run
+                runs = [r for r in self._runs.values() if not r.finalized]
+        self._wake.set()
         if self._warm is not None:
             self._warm.close()  # no next run to warm up for; its memory is better spent on the save
-        if run is None or run.finalized:
-            return None
-        run.stop_for_shutdown(grace_s)
-        return run.run_id
+        for run in runs:
+            run.stop_for_shutdown(grace_s)
+        return max((r.run_id for r in runs), default=None)
 
     @property
     def closed(self) -> bool:
@@ -276,22 +530,24 @@ class Orchestrator:
         return self._closed
 
     def shutdown(self) -> None:
-        """End an active worker (recorded as an error, resumable from its checkpoint)."""
+        """End every active worker (recorded as an error, resumable from its checkpoint)."""
         with self._lock:
             self._closed = True
-            run = self._run
+            runs = list(self._runs.values())
+        self._wake.set()
         atexit.unregister(self._atexit)
         if self._warm is not None:
             self._warm.close()
-        if run is not None and not run.finalized:
-            run.force_end("shutdown", failure="tunelab shut down during training")
+        for run in runs:
+            if not run.finalized:
+                run.force_end("shutdown", failure="tunelab shut down during training")
         self.wait_idle(10)
 
     # --- reading ------------------------------------------------------------------------
     def is_training_active(self) -> bool:
         with self._lock:
-            run, spawning = self._run, self._spawning
-        return spawning or (run is not None and (not run.finalized or run.worker_alive()))
+            spawning = self._spawning
+        return spawning or bool(self._live_runs())
 
     def prewarm_status(self) -> dict[str, Any]:
         """{"enabled", "pid", "ready"}: the worker waiting for the next run, if any."""
@@ -299,32 +555,63 @@ class Orchestrator:
             return {"enabled": False, "pid": None, "ready": False}
         return {"enabled": True, **self._warm.status()}
 
+    def active_run_ids(self) -> list[int]:
+        """The runs this server trains now, oldest first."""
+        return sorted(r.run_id for r in self._live_runs())
+
     def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            run = self._run
-        if run is None:
+        """The most recent run's state (idle when there is none)."""
+        latest = self._latest
+        if latest is None:
             data = {**ProgressState().as_dict(), "run_id": None, "started_at": None, "model_name": None,
                     "dataset_name": None, "display_name": None, "final_loss": None, "worker_pid": None,
                     "world_size": None}
         else:
-            run.ensure_pump()
-            data = run.snapshot()
+            data = self.run_snapshot(latest)
         data["is_training_running"] = self.is_training_active()
         return data
 
+    def run_snapshot(self, run_id: int) -> dict[str, Any]:
+        """One run's state: live when it trains (or trained) here, else from its row;
+        RunNotFound when there is no such run."""
+        run = self._runs.get(run_id)
+        if run is None:
+            row = self.store.get_run(run_id)
+            if row is None:
+                raise RunNotFound(run_id)
+            data = queued_snapshot(row, self.queue_position(run_id) if row["status"] == "queued" else None)
+            data["histories"] = ProgressState().histories()
+        else:
+            run.ensure_pump()
+            data = {**run.snapshot(), "devices": list(run.devices), "queue_position": None}
+        data["is_training_running"] = run is not None and (not run.finalized or run.worker_alive())
+        return data
+
     def metrics(self) -> dict[str, Any]:
-        run = self._run
+        return self.run_metrics(self._latest) if self._latest is not None else ProgressState().histories()
+
+    def run_metrics(self, run_id: int) -> dict[str, Any]:
+        run = self._runs.get(run_id)
         if run is None:
             return ProgressState().histories()
         with run.lock:
             return run.state.histories()
 
     def progress_since(self, step: int) -> list[dict[str, Any]]:
-        run = self._run
+        return self.run_progress_since(self._latest, step) if self._latest is not None else []
+
+    def run_progress_since(self, run_id: int, step: int) -> list[dict[str, Any]]:
+        run = self._runs.get(run_id)
         return run.progress_after(step) if run is not None else []
 
+    def view(self, run_id: int) -> "RunView":
+        """The reading methods of one run, shaped like the orchestrator's own (for a
+        progress stream that follows that run)."""
+        self.run_snapshot(run_id)  # RunNotFound now rather than inside a stream
+        return RunView(self, run_id)
+
     def plot_png(self, theme: str = "light") -> bytes:
-        run = self._run
+        run = self._runs.get(self._latest) if self._latest is not None else None
         snap = self.snapshot()
         secrets = run.cfg.secret_values() if run is not None else []
         history = snap["histories"]
@@ -332,21 +619,31 @@ class Orchestrator:
                              eval_steps=history["eval_steps"], eval_losses=history["eval_loss"])
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Wait until the current run is finalized and its pump has finished."""
-        run = self._run
-        if run is None:
-            return True
-        if not run.finalizer.done.wait(timeout):
+        """Wait until every run here is finalized and its pump has finished."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            runs = list(self._runs.values())
+        return all([self._wait_run(run, deadline) for run in runs])
+
+    def wait_run(self, run_id: int, timeout: float | None = None) -> bool:
+        run = self._runs.get(run_id)
+        return run is None or self._wait_run(run, None if timeout is None else time.monotonic() + timeout)
+
+    @staticmethod
+    def _wait_run(run: ActiveRun, deadline: float | None) -> bool:
+        left = lambda: None if deadline is None else max(0.0, deadline - time.monotonic())  # noqa: E731
+        if not run.finalizer.done.wait(left()):
             return False
         pump = run.pump_thread()
         if pump is not None and pump is not threading.current_thread():
-            pump.join(timeout)
+            pump.join(left())
             return not pump.is_alive()
         return True
 
     # --- subscribers --------------------------------------------------------------------
     def subscribe(self, callback: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
-        """Call `callback(event)` for each event (from the pump thread; it must not block)."""
+        """Call `callback(event)` for each event of every run (each carries its `run_id`;
+        from the pump thread; it must not block)."""
         with self._lock:
             self._subscribers.append(callback)
 
@@ -365,6 +662,24 @@ class Orchestrator:
                 callback(dict(event))
             except Exception:
                 log.exception("an event subscriber failed; it stays subscribed")
+
+
+class RunView:
+    """One run seen through the orchestrator's reading interface (snapshot, progress_since,
+    subscribe), so a progress stream can follow a run that is not the most recent."""
+
+    def __init__(self, orchestrator: Orchestrator, run_id: int):
+        self._orchestrator = orchestrator
+        self.run_id = run_id
+
+    def snapshot(self) -> dict[str, Any]:
+        return self._orchestrator.run_snapshot(self.run_id)
+
+    def progress_since(self, step: int) -> list[dict[str, Any]]:
+        return self._orchestrator.run_progress_since(self.run_id, step)
+
+    def subscribe(self, callback: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+        return self._orchestrator.subscribe(callback)
 
 
 def _shutdown_at_exit(ref: "weakref.ref[Orchestrator]") -> Callable[[], None]:

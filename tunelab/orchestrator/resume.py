@@ -103,7 +103,9 @@ def _continuation_counts(store: Store, successor_id: int, resumed_at: int | None
     successor = store.get_run(successor_id)
     if successor is None or successor.get("cancel_requested"):
         return False  # deleted, or cancelled: it kept nothing
-    if successor["status"] in ("running", "completed"):
+    if successor["status"] in ("queued", "running", "completed"):
         return True
+    if successor["status"] == "cancelled":
+        return False  # withdrawn from the queue before it trained
     newest = latest_valid_checkpoint(successor.get("output_dir"))
     return newest is not None and (resumed_at is None or validate_checkpoint(newest).step > resumed_at)

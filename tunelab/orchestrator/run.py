@@ -49,7 +49,8 @@ class ActiveRun:
     def __init__(self, *, run_id: int, cfg: RunConfig, payload: dict[str, Any], env: dict[str, str],
                  target: str, mp_context: BaseContext, store: Store, output_dir: Path,
                  notify: Callable[[dict[str, Any]], None], warm: WarmWorkers | None = None,
-                 claim: RunClaim | None = None, modality: str | None = None):
+                 claim: RunClaim | None = None, modality: str | None = None,
+                 on_end: Callable[[int], None] | None = None):
         self.run_id = run_id
         self.cfg = cfg
         self.started_at = time.time()
@@ -61,6 +62,8 @@ class ActiveRun:
         self._notify = notify
         self._warm = warm
         self._claim = claim  # owner and device locks, held until the run is finalized
+        self.devices = list(claim.devices) if claim is not None else []
+        self._on_end = on_end  # told once the run is finalized and its devices are free
         self._secrets = cfg.secret_values()
         self.lock = threading.RLock()
         self.state = ProgressState()
@@ -287,6 +290,8 @@ class ActiveRun:
             self._warm.refill()  # now that this run no longer needs the cores
         if did_it and final_event:
             self._notify(final_event)
+        if did_it and self._on_end is not None:
+            self._on_end(self.run_id)
         return did_it
 
     def _write_outcome(self) -> dict[str, Any]:

@@ -34,7 +34,7 @@ RETRY_MS = 2000
 QUEUE_LIMIT = 4096
 # A send blocked this long means the client stopped reading; close its stream.
 SEND_TIMEOUT_S = 30.0
-FINAL_PHASES = frozenset({"completed", "stopped", "error"})
+FINAL_PHASES = frozenset({"completed", "stopped", "error", "cancelled"})  # cancelled: withdrawn while queued
 FORWARDED_TYPES = frozenset({"progress", "status", "stall", "complete", "error"})
 
 

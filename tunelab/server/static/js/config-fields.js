@@ -144,6 +144,7 @@ export const ADVANCED_FIELDS = [
   f("nodes.node_rank", "Node rank", "int", 0, { section: "Scale out", help: "0: this machine is the head that records the run." }),
   f("nodes.join_timeout_s", "Join timeout (s)", "float", 300, { section: "Scale out" }),
   f("ray_address", "Ray cluster", "text", "", { section: "Scale out", placeholder: "auto or host:6379", help: "Place the run's workers on a Ray cluster (the server must allow it)." }),
+  f("queue", "Wait in the queue", "bool", true, { section: "Hardware and output", help: "When the devices this run needs are busy, wait in the server's queue and start when they are free; off: refuse the start instead." }),
   f("memory_fit", "Memory check", "select", "refuse", { section: "Hardware and output", options: ["refuse", "auto", "off"], help: "Before a start: refuse a run whose memory estimate exceeds the GPU's free memory, or auto: checkpointing on and a smaller micro-batch with more accumulation until it fits." }),
   f("output_dir", "Output folder", "text", "", { section: "Hardware and output", help: "Empty = a new folder under the outputs root." }),
   f("allow_output_outside_root", "Allow output outside the root", "bool", false, { section: "Hardware and output" }),
