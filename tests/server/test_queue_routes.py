@@ -6,15 +6,15 @@ Callers: the home's token (admin), the members alice and bob, and a viewer."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import httpx
 import pytest
+from typer.testing import CliRunner
 
 from fake_gpu import one_gpu_env
 from test_roles import add_keys
+from tunelab.cli import app
+
+runner = CliRunner()
 
 
 @pytest.fixture
@@ -85,17 +85,17 @@ def test_a_queued_run_is_cancelled_by_its_owner_and_the_cli_speaks_to_the_server
     carol = start(as_["alice"], demo_run(display_name="alice cancels"))["job_id"]
     assert carol in queued_ids(as_["viewer"])
 
-    env = {**os.environ, "TUNELAB_HOME": str(server.home), "TUNELAB_TOKEN": secrets["bob"], "COLUMNS": "160"}
-    cli = [sys.executable, "-m", "tunelab.cli", "queue"]
-    listed = subprocess.run(cli + ["list"], env=env, capture_output=True, text=True, timeout=60)
-    assert listed.returncode == 0 and "alice cancels" in listed.stdout, listed.stderr
-    refused = subprocess.run(cli + ["cancel", str(carol)], env=env, capture_output=True, text=True, timeout=60)
-    assert refused.returncode == 1 and "belongs to the key 'alice'" in refused.stderr
+    # `tunelab queue` finds the server through the home's server.json and sends the caller's key.
+    as_bob = {"TUNELAB_HOME": str(server.home), "TUNELAB_TOKEN": secrets["bob"], "COLUMNS": "160"}
+    listed = runner.invoke(app, ["queue", "list"], env=as_bob)
+    assert listed.exit_code == 0 and "alice cancels" in listed.output, listed.output
+    refused = runner.invoke(app, ["queue", "cancel", str(carol)], env=as_bob)
+    assert refused.exit_code == 1 and "belongs to the key 'alice'" in refused.output
     assert carol in queued_ids(as_["viewer"])
 
-    cancelled = subprocess.run(cli + ["cancel", str(carol)], env={**env, "TUNELAB_TOKEN": secrets["alice"]},
-                               capture_output=True, text=True, timeout=60)
-    assert cancelled.returncode == 0, cancelled.stderr
+    cancelled = runner.invoke(app, ["queue", "cancel", str(carol)], env={**as_bob, "TUNELAB_TOKEN": secrets["alice"]})
+    assert cancelled.exit_code == 0, cancelled.output
+    assert "the server at http://127.0.0.1" in cancelled.output
     assert carol not in queued_ids(as_["viewer"])
     assert as_["viewer"].get(f"/api/runs/{carol}").json()["status"] == "cancelled"
     again = as_["alice"].post(f"/api/runs/{carol}/queue", json={"priority": 1})
