@@ -23,6 +23,7 @@ import re
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 from urllib.parse import unquote, urlsplit
 
 # POSIX limits on Linux and macOS file systems; pathconf gives the real ones where it can.
@@ -225,22 +226,24 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.")[:60] or "run"
 
 
-def new_output_dir(label: str) -> Path:
-    """A fresh, unique run folder under the outputs root."""
+def new_output_dir(label: str, taken: Callable[[Path], bool] | None = None) -> Path:
+    """A fresh, unique run folder under the outputs root: not on disk, and not `taken`
+    (another run's folder that its worker has not made yet: runs start in the same second)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = outputs_root() / f"{stamp}-{slug(label)}"
     candidate, n = base, 1
-    while candidate.exists():
+    while candidate.exists() or (taken is not None and taken(candidate)):
         n += 1
         candidate = Path(f"{base}-{n}")
     return candidate
 
 
-def resolve_output_dir(value: str | None, label: str, allow_outside: bool) -> Path:
+def resolve_output_dir(value: str | None, label: str, allow_outside: bool,
+                       taken: Callable[[Path], bool] | None = None) -> Path:
     """Where a run writes: the given folder (inside the outputs root unless the caller
-    allowed otherwise) or a new folder under the root."""
+    allowed otherwise) or a new folder under the root (see new_output_dir)."""
     if not value:
-        return new_output_dir(label)
+        return new_output_dir(label, taken)
     return resolve_write_dir(value, "output_dir", allow_outside)
 
 

@@ -260,3 +260,12 @@ def waits_for_file(config, events, stops) -> None:
     events.put(_progress(2, 2))
     events.put(ev.complete(config["output_dir"], "done"))
     _flush_and_exit(events)
+
+
+def notes_its_devices(config, events, stops) -> None:
+    """The well-behaved trainer, after writing the CUDA_VISIBLE_DEVICES it was given to
+    `devices.txt` in its output folder (what the scheduler really assigned it)."""
+    output_dir = Path(config["output_dir"])
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "devices.txt").write_text(os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+    trainer(config, events, stops)

@@ -41,11 +41,13 @@ def iter_sse(response: httpx.Response) -> Iterator[Sse]:
 
 
 def stream_until_end(client: httpx.Client, headers: dict[str, str] | None = None,
-                     until_step: int | None = None, params: dict[str, Any] | None = None) -> list[Sse]:
-    """Read the progress stream until its `complete`/`error` event (or, with `until_step`,
-    until a progress event at or past that step, then disconnect)."""
+                     until_step: int | None = None, params: dict[str, Any] | None = None,
+                     path: str = "/api/train/progress") -> list[Sse]:
+    """Read the progress stream (the most recent run's, or `path`) until its
+    `complete`/`error` event (or, with `until_step`, until a progress event at or past
+    that step, then disconnect)."""
     seen: list[Sse] = []
-    with client.stream("GET", "/api/train/progress", headers=headers or {}, params=params or {}) as response:
+    with client.stream("GET", path, headers=headers or {}, params=params or {}) as response:
         assert response.status_code == 200, response.read()
         for event in iter_sse(response):
             seen.append(event)

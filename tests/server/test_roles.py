@@ -37,6 +37,9 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("DELETE", "/api/runs/{run_id}"): (409, 409, 409, 403, 403, 401),
     ("POST", "/api/runs/{run_id}/resume"): (409, 409, 409, 403, 403, 401),
     ("POST", "/api/runs/{run_id}/export"): (409, 409, 409, 403, 403, 401),
+    ("GET", "/api/runs/{run_id}/status"): (200, 200, 200, 200, 200, 401),
+    ("GET", "/api/runs/{run_id}/progress"): (200, 200, 200, 200, 200, 401),
+    ("POST", "/api/runs/{run_id}/stop"): (409, 409, 409, 403, 403, 401),  # running, but not on this server
     ("GET", "/api/queue"): (200, 200, 200, 200, 200, 401),
     ("POST", "/api/runs/{run_id}/queue"): (409, 409, 409, 403, 403, 401),
     ("GET", "/api/runs/{run_id}/chat"): (409, 409, 409, 409, 409, 401),
@@ -60,6 +63,7 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
 }
 # Bodies that pass the role rule and then fail (or succeed) harmlessly.
 BODIES = {("PATCH", "/api/runs/{run_id}"): {"display_name": "renamed"}, ("POST", "/api/train/stop"): {"save": False},
+          ("POST", "/api/runs/{run_id}/stop"): {"save": False},
           ("POST", "/api/runs/{run_id}/export"): {"format": "adapter"},
           ("POST", "/api/runs/{run_id}/queue"): {"priority": 1}}
 
@@ -77,7 +81,7 @@ def add_keys(home) -> dict[str, str]:
 
 def request(client: httpx.Client, method: str, path: str, run_id: int) -> httpx.Response:
     url = path.replace(RUN, str(run_id)).replace("{name}", "step-1.wav")
-    if path == "/api/train/progress":  # a stream that never ends: its status is enough
+    if path.endswith("/progress"):  # a stream that never ends: its status is enough
         with client.stream(method, url) as response:
             return response
     return client.request(method, url, json=BODIES.get((method, path), {}))

@@ -121,7 +121,8 @@ class Orchestrator:
             if self._target == DEFAULT_WORKER:  # a substituted worker (tests' fakes) reads no files
                 check_before_start(cfg)
             label = cfg.display_name or Path(cfg.model_name).name or cfg.model_name
-            output_dir = paths.resolve_output_dir(cfg.output_dir, label, cfg.allow_output_outside_root)
+            output_dir = paths.resolve_output_dir(cfg.output_dir, label, cfg.allow_output_outside_root,
+                                                  taken=lambda folder: bool(self.store.runs_sharing_output_dir(folder)))
             resume_from, resumed_from = resolve_resume_from(self.store, cfg.resume_from, resume_run_id)
             if cfg.output_dir:
                 self._refuse_foreign_folder(output_dir, resumed_from)

@@ -50,6 +50,9 @@ RULES: dict[tuple[str, str], str] = {
     ("DELETE", "/api/runs/{run_id}"): OWN_RUN,
     ("POST", "/api/runs/{run_id}/resume"): OWN_RUN,
     ("POST", "/api/runs/{run_id}/export"): OWN_RUN,
+    ("GET", "/api/runs/{run_id}/status"): READ,
+    ("GET", "/api/runs/{run_id}/progress"): READ,
+    ("POST", "/api/runs/{run_id}/stop"): OWN_RUN,  # stop, cancel, or withdraw from the queue
     ("GET", "/api/queue"): READ,
     ("POST", "/api/runs/{run_id}/queue"): OWN_RUN,  # a waiting run's place and priority
     ("GET", "/api/runs/{run_id}/chat"): READ,

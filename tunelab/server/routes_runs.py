@@ -147,4 +147,4 @@ def resume_run(request: Request, run_id: RunId, body: ResumeRequest | None = Non
         settle(state.orchestrator)
         # The continuation is the same run going on: it keeps its owner, whoever resumed it.
         new_run_id = state.orchestrator.resume(run_id, body.secrets() if body else None, owned_by=run.get("owner"))
-    return JobAnswer(job_id=new_run_id, status="running")
+    return JobAnswer.of(state.orchestrator, new_run_id)

@@ -59,10 +59,10 @@ def start(body: StartRequest, request: Request) -> JobAnswer:
         if request_id:
             existing = state.store.find_by_start_request_id(request_id)
             if existing is not None:
-                return JobAnswer(job_id=existing["id"], status=existing["status"], duplicate=True)
+                return JobAnswer.of(state.orchestrator, existing["id"], existing["status"], duplicate=True)
         settle(state.orchestrator)
         run_id = state.orchestrator.start(config, start_request_id=request_id, owned_by=caller.key_name)
-    return JobAnswer(job_id=run_id, status="running")
+    return JobAnswer.of(state.orchestrator, run_id)
 
 
 @router.post("/stop", response_model=StopAnswer, responses=error_responses(409, 422, 503))

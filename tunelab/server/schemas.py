@@ -52,8 +52,25 @@ class StartRequest(RunConfig):
 
 class JobAnswer(BaseModel):
     job_id: int = Field(description="The run id of the job.")
-    status: str = Field(description="The run's status: running, completed, stopped or error.")
+    status: str = Field(description="The run's status: queued, running, completed, stopped, error or cancelled.")
     duplicate: bool = Field(False, description="True when this start_request_id had already started the job.")
+    queued: bool = Field(False, description="True when the run waits in the queue for its devices (config queue: true).")
+    queue_position: int | None = Field(None, description="Its place in the queue (1 = next to start) while queued.")
+
+    @classmethod
+    def of(cls, orchestrator: Any, run_id: int, status: str | None = None, duplicate: bool = False) -> "JobAnswer":
+        """The answer for a run just started (or found again): running, or queued at its position."""
+        position = orchestrator.queue_position(run_id)
+        status = "queued" if position is not None else (status if status and status != "queued" else "running")
+        return cls(job_id=run_id, status=status, duplicate=duplicate, queued=position is not None,
+                   queue_position=position)
+
+
+class RunStopAnswer(BaseModel):
+    job_id: int
+    save: bool
+    outcome: str = Field(description="stopping (the worker stops at its next step) or cancelled (it was queued).")
+    phase: str
 
 
 class ResumeS3Keys(BaseModel):
