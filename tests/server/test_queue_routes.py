@@ -30,7 +30,9 @@ def lab(start_server, tmp_path, demo_run):
     busy = start(clients["token"], demo_run(max_steps=5000, display_name="busy"))
     assert busy["status"] == "running", busy
     yield server, clients, secrets, busy["job_id"]
-    clients["token"].post(f"/api/runs/{busy['job_id']}/stop", json={"save": False})
+    # Withdraw the waiting runs before the busy one frees the GPU, so none starts just to be stopped.
+    for run_id in [*queued_ids(clients["token"]), busy["job_id"]]:
+        clients["token"].post(f"/api/runs/{run_id}/stop", json={"save": False})
 
 
 def start(client: httpx.Client, body: dict) -> dict:
