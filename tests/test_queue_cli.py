@@ -78,6 +78,11 @@ def test_queue_list_shows_position_owner_priority_and_devices(home, lab):
     assert re.search(rf"3\s+{lab['local']}\s+0\s+any\s+locals", result.output)
     rows = json.loads(cli("queue", "list", "--json").output)
     assert [(r["id"], r["queue_position"]) for r in rows] == [(lab["bob"], 1), (lab["alice"], 2), (lab["local"], 3)]
+    # The shape GET /api/queue gives its queued runs, so scripts read both alike.
+    from tunelab.server.routes_queue import QueuedRun
+
+    assert set(rows[1]) == set(QueuedRun.model_fields) and rows[1]["device_request"] == {"num_gpus": 2}
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d", row_of(result.output, "alices"))  # queued at
 
 
 def test_move_and_priority_reorder_the_queue(home, lab):

@@ -34,6 +34,8 @@ EXIT_REFUSED = 1
 
 
 EXIT_BAD_INPUT = 2
+# What a queued run is shown with (as GET /api/queue answers it), besides `queued_at`.
+QUEUED_FIELDS = ("id", "display_name", "model_name", "owner", "queue_position", "queue_priority", "device_request")
 
 
 class QueueRefused(Exception):
@@ -102,7 +104,9 @@ class StoreQueue:
         self.where = f"the run database {store.path}"
 
     def queued(self) -> list[dict[str, Any]]:
-        return self.store.queued_runs()
+        # The fields GET /api/queue gives, so `--json` reads the same with or without a server.
+        return [{**{name: run.get(name) for name in QUEUED_FIELDS}, "queued_at": run["started_at"]}
+                for run in self.store.queued_runs()]
 
     def change(self, run_id: int, position: int | None = None, priority: int | None = None) -> None:
         # The store refuses a run that is not queued (RunNotQueued) and a position outside
@@ -154,7 +158,7 @@ def queue_table(rows: list[dict[str, Any]]) -> Table:
         name = r.get("display_name") or r.get("model_name") or ""
         table.add_row(*map(Text, (str(r["queue_position"]), str(r["id"]), printable(r.get("owner") or ""),
                                   str(r.get("queue_priority") or 0), device_text(r.get("device_request")),
-                                  printable(name, 40), when(r.get("started_at")))))
+                                  printable(name, 40), when(r.get("queued_at")))))
     return table
 
 

@@ -22,15 +22,21 @@ def start(server, demo_run_body, **overrides) -> dict:
     return server.json("POST", "/api/train/start", json={**demo_run_body, **overrides})
 
 
-def test_queued_runs_are_listed_moved_and_cancelled_and_the_active_one_stopped(server, open_page, demo_assets, shoot):
+def test_queued_runs_are_listed_moved_and_cancelled_and_the_active_one_stopped(server, open_page, demo_assets, shoot,
+                                                                             fill_demo_config):
     body = {"model_name": str(demo_assets.model_dir), "local_datasets": [str(demo_assets.alpaca)], "max_steps": 5000,
             "max_seq_length": 128, "batch_size": 2}
     busy = start(server, body, display_name="busy one")
     first = start(server, body, display_name="first waiting")
-    second = start(server, body, display_name="second waiting")
-    assert busy["status"] == "running" and first["status"] == second["status"] == "queued"
+    assert busy["status"] == "running" and first["status"] == "queued"
 
+    # A start from the page while the GPU is busy says where it waits.
     page = open_page()
+    fill_demo_config(page, max_steps=5000, name="second waiting")
+    page.get_by_role("button", name="Start training").click()
+    expect(page.locator("#notices")).to_contain_text("waits for its devices: position 2 in the queue")
+    waiting = server.json("GET", "/api/queue")["queued"]
+    second = {"job_id": next(q["id"] for q in waiting if q["display_name"] == "second waiting")}
     rows = page.locator("#queue-list > li")
     expect(rows).to_have_count(3)
     active = rows.nth(0)

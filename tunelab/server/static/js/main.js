@@ -110,7 +110,10 @@ function setUpStart() {
     try {
       const answer = await api.start(config, pending.id);
       pending = null;
-      notify(answer.duplicate ? `Run #${answer.job_id} was already started.` : `Started run #${answer.job_id}.`);
+      notify(answer.duplicate ? `Run #${answer.job_id} was already started.`
+        : answer.queued ? `Run #${answer.job_id} waits for its devices: position ${answer.queue_position} in the queue.`
+          : `Started run #${answer.job_id}.`);
+      queuePanel.refresh();
       await runPanel.follow(answer.job_id);
     } catch (err) {
       if (err.code !== "network") pending = null;
