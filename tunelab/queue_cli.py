@@ -93,7 +93,16 @@ class HttpQueue:
         _answer(self.client.post(f"/api/runs/{run_id}/queue", json=change))
 
     def cancel(self, run_id: int) -> None:
-        _answer(self.client.post(f"/api/runs/{run_id}/stop", json={"save": False}))
+        status = _answer(self.client.get(f"/api/runs/{run_id}"))["status"]
+        if status != "queued":
+            started = f"; it has started: stop it on the page or with POST /api/runs/{run_id}/stop" if status == "running" else ""
+            raise QueueRefused(f"run {run_id} is {status}, not queued, so there is nothing to cancel{started}")
+        # save: true withdraws a queued run all the same; should the server have started it a
+        # moment ago, the run stops and keeps a checkpoint instead of losing its folder.
+        answer = _answer(self.client.post(f"/api/runs/{run_id}/stop", json={"save": True}))
+        if answer.get("outcome") != "cancelled":
+            raise QueueRefused(f"run {run_id} started before the cancel reached it: it stops at its next step and "
+                               f"keeps a checkpoint (`tunelab resume {run_id}` continues it)")
 
 
 class StoreQueue:

@@ -83,7 +83,7 @@ def test_the_queue_shows_active_and_queued_runs_and_members_reorder_only_their_o
 
 
 def test_a_queued_run_is_cancelled_by_its_owner_and_the_cli_speaks_to_the_server(lab, demo_run):
-    server, as_, secrets, _ = lab
+    server, as_, secrets, running = lab
     carol = start(as_["alice"], demo_run(display_name="alice cancels"))["job_id"]
     assert carol in queued_ids(as_["viewer"])
 
@@ -94,6 +94,12 @@ def test_a_queued_run_is_cancelled_by_its_owner_and_the_cli_speaks_to_the_server
     refused = runner.invoke(app, ["queue", "cancel", str(carol)], env=as_bob)
     assert refused.exit_code == 1 and "belongs to the key 'alice'" in refused.output
     assert carol in queued_ids(as_["viewer"])
+
+    # A cancel names a queued run: one that trains is refused and left training.
+    as_admin = {**as_bob, "TUNELAB_TOKEN": secrets["admin"]}
+    training = runner.invoke(app, ["queue", "cancel", str(running)], env=as_admin)
+    assert training.exit_code == 1 and "it has started" in training.output
+    assert as_["viewer"].get(f"/api/runs/{running}").json()["status"] == "running"
 
     cancelled = runner.invoke(app, ["queue", "cancel", str(carol)], env={**as_bob, "TUNELAB_TOKEN": secrets["alice"]})
     assert cancelled.exit_code == 0, cancelled.output

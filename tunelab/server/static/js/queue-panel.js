@@ -4,8 +4,8 @@
  * and the devices it asked for, with Move up / Move down, a priority to set, and Cancel).
  *
  * The list is GET /api/queue, polled while the page is visible; changes go through
- * POST /api/runs/{id}/queue (place, priority) and POST /api/runs/{id}/stop (stop with a
- * checkpoint; for a queued run, cancel). The server decides who may change what (a member
+ * POST /api/runs/{id}/queue (place, priority) and POST /api/runs/{id}/stop with save: true
+ * (stop with a checkpoint; a queued run is withdrawn). The server decides who may change what (a member
  * only its own runs) and says why when it refuses; the refusal is shown as a notice.
  */
 
@@ -144,19 +144,24 @@ export class QueuePanel {
       }
       this.#act(() => queueApi.change(run.id, { priority: value }), `${name} now has priority ${value}.`);
     });
+    // save: true withdraws a queued run all the same; should it have started since this list
+    // was drawn, it stops with a checkpoint instead of losing its folder.
     const cancel = button("Cancel", "quiet danger-text", `Cancel ${name}`, () => this.#act(
-      () => queueApi.stop(run.id, false), `Cancelled ${name}; it will not start.`));
+      () => queueApi.stop(run.id, true), (answer) => (answer.outcome === "cancelled"
+        ? `Cancelled ${name}; it will not start.`
+        : `${name} had started: it stops at its next step and keeps a checkpoint.`)));
     actions.append(up, down, priority, setPriority, cancel);
     item.append(el("span", "queue-mark", `#${run.queue_position}`), title, badge, facts, el("span"), actions);
     return item;
   }
 
+  /** Run `call`; then notify `done` (a text, or a function of the answer giving one). */
   async #act(call, done) {
     if (this.busy) return;
     this.busy = true;
     try {
-      await call();
-      notify(done);
+      const answer = await call();
+      notify(typeof done === "function" ? done(answer) : done);
     } catch (err) {
       if (err.status !== 401) notify(err.message, "error");
     } finally {
