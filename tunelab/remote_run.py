@@ -4,11 +4,12 @@ A served lab keeps a worker warm (first step in about half a second instead of s
 and owns the device, so when `<home>/server.json` names a live server that answers
 `/api/health`, the CLI submits the run over the REST API and follows it in the
 terminal: the same progress bar (`ProgressView`), the same Ctrl-C handling as a local
-run (first: POST /api/train/stop {save: true}; second: {save: false}), and the same
+run (first: POST /api/runs/{id}/stop {save: true}; second: {save: false}), and the same
 exit codes (0 completed, 130 stopped, 1 error, 2 bad input). The run is the server's:
 it appears on the page and in the history like any other.
 
-Following uses the progress stream; a dropped connection is resumed with
+Following uses the run's own progress stream (a run queued on a busy server waits in
+it, and runs started after it do not get in the way); a dropped connection is resumed with
 `Last-Event-ID`, and a server that dies mid-run is reported as such (exit 1).
 Only httpx and rich are imported here: the CLI stays quick to start.
 """
@@ -180,7 +181,9 @@ class RemoteRun:
 
     # --- stopping (called by the Ctrl-C / signal handler) ---------------------------------
     def stop(self, save: bool, expected_run_id: int | None = None) -> None:
-        response = self.client.post("/api/train/stop", json={"save": save, "expected_job_id": expected_run_id})
+        # The run's own route: on a server training several runs, /api/train/stop means the newest.
+        response = (self.client.post(f"/api/runs/{expected_run_id}/stop", json={"save": save}) if expected_run_id
+                    else self.client.post("/api/train/stop", json={"save": save}))
         if response.status_code != 200:
             raise RuntimeError(_message(response))
 
@@ -237,7 +240,8 @@ class RemoteRun:
         unreachable_since: float | None = None
         while not done.is_set():
             try:
-                with self._stream_client.stream("GET", "/api/train/progress", headers={"Last-Event-ID": last_id}) as response:
+                with self._stream_client.stream("GET", f"/api/runs/{run_id}/progress",
+                                                headers={"Last-Event-ID": last_id}) as response:
                     if response.status_code != 200:
                         raise RuntimeError(f"the progress stream answered HTTP {response.status_code}")
                     unreachable_since = None
@@ -272,7 +276,7 @@ class RemoteRun:
             if response.status_code != 200:
                 return None
             run = response.json()
-            if run.get("status") != "running" or time.monotonic() > deadline:
+            if run.get("status") not in ("queued", "running") or time.monotonic() > deadline:
                 return run
             time.sleep(0.2)
 

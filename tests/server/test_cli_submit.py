@@ -189,8 +189,9 @@ class CuttingProxy:
 
     def _requests(self, client: socket.socket, upstream: socket.socket) -> None:
         first = client.recv(65536)
-        cut = first.startswith(b"GET /api/train/progress") and not self.progress_requests
-        if first.startswith(b"GET /api/train/progress"):
+        stream = re.match(rb"GET /api/runs/\d+/progress", first) is not None  # the CLI follows its run's own stream
+        cut = stream and not self.progress_requests
+        if stream:
             self.progress_requests.append(first.decode("latin-1"))
         threading.Thread(target=self._responses, args=(upstream, client, cut), daemon=True).start()
         data = first

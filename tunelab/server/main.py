@@ -145,11 +145,12 @@ class GracefulServer(uvicorn.Server):
     def _cancel(self, name: str) -> None:
         from tunelab.orchestrator import OrchestratorError
 
-        log.warning("%s again: cancelling the active run; nothing more is saved", name)
-        try:
-            self._orchestrator.stop(save=False)
-        except OrchestratorError as exc:
-            log.warning("cancel not sent: %s", exc)
+        log.warning("%s again: cancelling the active runs; nothing more is saved", name)
+        for run_id in self._orchestrator.active_run_ids():
+            try:
+                self._orchestrator.stop_run(run_id, save=False)
+            except OrchestratorError as exc:
+                log.warning("cancel of run %s not sent: %s", run_id, exc)
 
 
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str = "info",
