@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
 import typer
-from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -25,29 +23,16 @@ from tunelab.layout import recorded_world_size, strategy_for
 from tunelab.node_flags import node_flags
 from tunelab.foreground import EXIT_BAD_CONFIG, EXIT_ERROR, print_outcome, watch_run
 from tunelab.keys_cli import keys_app
+from tunelab.queue_cli import queue_app
 from tunelab.paths import PathNotAllowed
+from tunelab.runs_view import sparkline, when as _when
 from tunelab.text import printable
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="tunelab: a local fine-tuning lab for LLMs.")
 app.add_typer(keys_app, name="keys")
+app.add_typer(queue_app, name="queue")
 console = Console()
 err_console = Console(stderr=True)
-
-SPARK_BARS = "▁▂▃▄▅▆▇█"
-
-
-def sparkline(values: list[float]) -> str:
-    values = [v for v in values or [] if v is not None]
-    if not values:
-        return ""
-    low, high = min(values), max(values)
-    span = (high - low) or 1.0
-    return "".join(SPARK_BARS[min(7, int((v - low) / span * 7.999))] for v in values)
-
-
-def _when(timestamp: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp)) if timestamp else ""
-
 
 def _fail(code: int, message: str) -> typer.Exit:
     err_console.print(f"[red]error:[/] {escape(printable(message))}")
@@ -182,46 +167,16 @@ def runs(
     limit: int = typer.Option(50, min=1, max=10_000),
     offset: int = typer.Option(0, min=0),
 ) -> None:
-    """List recorded runs, newest first."""
+    """List recorded runs: queued ones first (with their queue position and priority), then
+    the rest, newest first; each with its owner (the API key that started it)."""
+    from tunelab.runs_view import listed_runs, runs_table
     from tunelab.store import Store
 
-    rows = Store().list_runs(limit=limit, offset=offset)
+    rows = listed_runs(Store(), limit=limit, offset=offset)
     if as_json:
         print(json.dumps(rows, indent=1, default=str))
         return
-    console.print(_runs_table(rows, wide))
-
-
-def _runs_table(rows: list[dict], wide: bool) -> Table:
-    """The narrow table fits the terminal (80 columns is enough): every cell but the
-    name is kept whole and the name gives way with '…'. `--wide` adds model, dataset
-    and the sparkline and lets long cells wrap."""
-    headers = ["id", "status", "modality", *(["name", "model", "dataset"] if wide else ["name"]), "steps",
-               "final loss", *(["loss"] if wide else []), "started"]
-    table_rows = []
-    for r in rows:
-        loss = f"{r['final_loss']:.4f}" if r.get("final_loss") is not None else ""
-        steps = f"{r.get('final_step') or 0}/{r.get('total_steps') or '?'}"
-        if wide:
-            names = [r.get("display_name") or "", r["model_name"], r.get("dataset_name") or ""]
-            middle = [*names, steps, loss, sparkline(r.get("loss_sparkline"))]
-        else:
-            middle = [r.get("display_name") or Path(r["model_name"]).name or r["model_name"], steps, loss]
-        table_rows.append([str(r["id"]), r["status"], r.get("modality") or "", *map(printable, middle),
-                           _when(r.get("started_at"))])
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
-    for i, header in enumerate(headers):
-        if wide or header != "name":
-            table.add_column(header, no_wrap=not wide or header in ("steps", "final loss", "started"),
-                             justify="right" if header in ("id", "steps", "final loss") else "left", overflow="fold")
-            continue
-        # Rich would shrink every column alike; give the name only what the others leave.
-        others = sum(max([len(h)] + [len(row[j]) for row in table_rows]) for j, h in enumerate(headers) if j != i)
-        room = console.width - others - 2 * (len(headers) - 1)  # collapsed padding: two spaces between columns
-        table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=max(8, room))
-    for row in table_rows:
-        table.add_row(*map(Text, row))
-    return table
+    console.print(runs_table(rows, wide, console.width))
 
 
 @app.command()
@@ -344,7 +299,7 @@ def speak(
     if not out.parent.is_dir():
         raise _fail(EXIT_BAD_CONFIG, f"--out: the folder {out.parent} does not exist; create it or write elsewhere")
     try:
-        with Store(paths.db_path()) as store, console.status(f"speaking with run {run}…"):
+        with Store() as store, console.status(f"speaking with run {run}…"):
             wav = speak_run(store, run, options)
     except InferenceError as exc:
         option = "TEXT" if exc.field == "text" else f"--{exc.field}"

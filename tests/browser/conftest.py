@@ -60,13 +60,19 @@ class LiveServer:
 
 
 @pytest.fixture
-def server(home: Path, demo_assets, tmp_path: Path) -> Iterator[LiveServer]:
+def server_env() -> dict[str, str]:
+    """More environment for the server; a test module overrides this fixture to set some."""
+    return {}
+
+
+@pytest.fixture
+def server(home: Path, demo_assets, tmp_path: Path, server_env: dict[str, str]) -> Iterator[LiveServer]:
     """A real server process with its own home; stopped (and its worker with it) afterwards."""
     token = secrets.token_urlsafe(24)
     # No prewarmed worker (TUNELAB_PREWARM=0): its torch import, seconds of CPU per test,
     # would be thrown away by every page test that never trains.
     env = {**os.environ, "TUNELAB_HOME": str(home), "TUNELAB_TOKEN": token,
-           "TUNELAB_DATA_ROOTS": str(demo_assets.root), "TUNELAB_PREWARM": "0"}
+           "TUNELAB_DATA_ROOTS": str(demo_assets.root), "TUNELAB_PREWARM": "0", **server_env}
     log = open(tmp_path / "server.log", "w")
     command = [sys.executable, "-m", "tunelab.server", "--port", "0", "--log-level", "warning"]
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=log, text=True)

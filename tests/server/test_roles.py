@@ -40,6 +40,8 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("GET", "/api/runs/{run_id}/status"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/runs/{run_id}/progress"): (200, 200, 200, 200, 200, 401),
     ("POST", "/api/runs/{run_id}/stop"): (409, 409, 409, 403, 403, 401),  # running, but not on this server
+    ("GET", "/api/queue"): (200, 200, 200, 200, 200, 401),
+    ("POST", "/api/runs/{run_id}/queue"): (409, 409, 409, 403, 403, 401),
     ("GET", "/api/runs/{run_id}/chat"): (409, 409, 409, 409, 409, 401),
     ("POST", "/api/runs/{run_id}/eval"): (409, 409, 409, 409, 403, 401),
     ("GET", "/api/runs/{run_id}/evals"): (200, 200, 200, 200, 200, 401),
@@ -63,7 +65,8 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
 # Bodies that pass the role rule and then fail (or succeed) harmlessly.
 BODIES = {("PATCH", "/api/runs/{run_id}"): {"display_name": "renamed"}, ("POST", "/api/train/stop"): {"save": False},
           ("POST", "/api/runs/{run_id}/stop"): {"save": False},
-          ("POST", "/api/runs/{run_id}/export"): {"format": "adapter"}, ("POST", "/api/runs/{run_id}/speak"): {"text": "hello"}}
+          ("POST", "/api/runs/{run_id}/export"): {"format": "adapter"}, ("POST", "/api/runs/{run_id}/speak"): {"text": "hello"},
+          ("POST", "/api/runs/{run_id}/queue"): {"priority": 1}}
 
 
 def add_keys(home) -> dict[str, str]:

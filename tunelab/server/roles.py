@@ -53,6 +53,8 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/api/runs/{run_id}/status"): READ,
     ("GET", "/api/runs/{run_id}/progress"): READ,
     ("POST", "/api/runs/{run_id}/stop"): OWN_RUN,  # stop, cancel, or withdraw from the queue
+    ("GET", "/api/queue"): READ,
+    ("POST", "/api/runs/{run_id}/queue"): OWN_RUN,  # a waiting run's place and priority
     ("GET", "/api/runs/{run_id}/chat"): READ,
     ("POST", "/api/runs/{run_id}/eval"): USE,  # loads a model, as chat does; adds results, changes nothing of the run
     ("GET", "/api/runs/{run_id}/evals"): READ,
@@ -140,7 +142,7 @@ def enforce(request: Request) -> None:
     if owner != caller.key_name:
         whose = f"the key {owner!r}" if owner else "the server's own token (owner 'local')"
         _refuse(request, "not_owner", f"run {run_id} belongs to {whose}; the member key {caller.shown!r} may "
-                                      "stop, rename, delete, resume or export only its own runs: ask its owner or an admin")
+                                      "stop, rename, delete, resume, export or reorder only its own runs: ask its owner or an admin")
 
 
 def _role_message(caller: Caller, rule: str | None) -> str:

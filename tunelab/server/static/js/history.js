@@ -134,6 +134,8 @@ export class HistoryPanel {
     fact("Final loss", fmtNumber(run.final_loss));
     // Null until the run's worker has prepared its data; rows older than modalities read "text".
     fact("Modality", run.modality || "–");
+    // The API key that started the run; none for the server's own token and the CLI.
+    fact("Owner", run.owner || "–");
 
     const spark = el("div", "run-spark");
     spark.append(sparkline(run.loss_sparkline, { label: `${name} loss` }));

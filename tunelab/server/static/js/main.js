@@ -15,6 +15,7 @@ import { setUpMemoryEstimate } from "./memory-estimate.js";
 import { loadModelPicker } from "./model-picker.js";
 import { notify } from "./notice.js";
 import { PlaygroundPanel } from "./playground.js";
+import { QueuePanel } from "./queue-panel.js";
 import { RunPanel } from "./run-panel.js";
 import { setUpTheme } from "./theme.js";
 
@@ -34,7 +35,8 @@ const history = new HistoryPanel({
   onExport: (run) => exportDialog.open(run),
 });
 // A run that ends may be one to continue from: the Model list is refreshed with the history.
-const runPanel = new RunPanel({ onRunChanged: () => { history.refresh(); loadModelPicker(); } });
+const runPanel = new RunPanel({ onRunChanged: () => { history.refresh(); queuePanel.refresh(); loadModelPicker(); } });
+const queuePanel = new QueuePanel({ onChanged: () => history.refresh() });
 
 setUpDatasetCheck(configForm);
 setUpMemoryEstimate(configForm);
@@ -108,7 +110,10 @@ function setUpStart() {
     try {
       const answer = await api.start(config, pending.id);
       pending = null;
-      notify(answer.duplicate ? `Run #${answer.job_id} was already started.` : `Started run #${answer.job_id}.`);
+      notify(answer.duplicate ? `Run #${answer.job_id} was already started.`
+        : answer.queued ? `Run #${answer.job_id} waits for its devices: position ${answer.queue_position} in the queue.`
+          : `Started run #${answer.job_id}.`);
+      queuePanel.refresh();
       await runPanel.follow(answer.job_id);
     } catch (err) {
       if (err.code !== "network") pending = null;
@@ -146,6 +151,7 @@ function setUpToken() {
 
 function load() {
   runPanel.start();
+  queuePanel.start();
   history.refresh();
   loadModelPicker();
 }
