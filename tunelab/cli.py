@@ -17,7 +17,6 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from tunelab import paths
 from tunelab.config import ConfigError, RunConfig, load_config_file
 from tunelab.layout import recorded_world_size, strategy_for
 from tunelab.node_flags import node_flags
