@@ -1,7 +1,7 @@
 """The run queue in the store (migration 7) on SQLite and PostgreSQL: the migration keeps
 old runs, their metrics, evaluations and ids (on SQLite a table rebuild); queued runs come
 back in priority and position order; a claim is atomic between two connections; cancel,
-move and priority change only queued runs; devices_in_use sees only running runs."""
+move and priority change only queued runs; devices_in_use sees only running runs, and with a\nhost only that machine's, as close_orphans closes only that machine's runs."""
 
 from __future__ import annotations
 
@@ -127,6 +127,20 @@ def test_devices_in_use_are_those_of_running_runs(store: Store) -> None:
     assert store.devices_in_use() == {"gpu-0", "gpu-1", "cpu"}
     store.finalize_run(first, status="completed")
     assert store.devices_in_use() == {"cpu"}
+
+
+def test_machines_sharing_one_database_see_and_close_only_their_own_runs(store: Store) -> None:
+    # Two machines' servers (claimed_by "host:pid:random") and a `tunelab train` (no claimant).
+    here = store.create_run(CONFIG, "m", "d", devices=["gpu-0"], claimed_by="box-a:11:aa")
+    there = store.create_run(CONFIG, "m", "d", devices=["gpu-0", "gpu-1"], claimed_by="box-b:22:bb")
+    prefix = store.create_run(CONFIG, "m", "d", devices=["gpu-3"], claimed_by="box-a2:33:cc")  # not box-a's
+    local = store.create_run(CONFIG, "m", "d", devices=["gpu-2"])
+    assert store.devices_in_use(host="box-a") == {"gpu-0", "gpu-2"}
+    assert store.devices_in_use(host="box-b") == {"gpu-0", "gpu-1", "gpu-2"}
+    assert store.devices_in_use() == {"gpu-0", "gpu-1", "gpu-2", "gpu-3"}
+    closed = store.close_orphans(lambda _folder: None, host="box-a")
+    assert sorted(closed) == sorted([here, local])
+    assert store.get_run(there)["status"] == store.get_run(prefix)["status"] == "running"
 
 
 def test_two_servers_racing_for_each_queued_run_claim_it_exactly_once(store_url: str) -> None:

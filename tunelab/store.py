@@ -220,6 +220,15 @@ UPSERT_EXTRA = (
 )
 
 
+# A run on one machine: claimed by one of its servers (claimed_by = "host:pid:random", see
+# Orchestrator.instance_id) or by none (a `tunelab train` or a row from before the queue).
+ON_HOST = "(claimed_by IS NULL OR substr(claimed_by, 1, ?) = ?)"
+
+
+def _host_params(host: str) -> tuple[int, str]:
+    return len(host) + 1, f"{host}:"
+
+
 class StoreError(Exception):
     """Base class for everything the store refuses or cannot do."""
 
@@ -654,19 +663,21 @@ class Store:
         return sorted(shared)
 
     def close_orphans(self, checkpoint_finder: Callable[[str], Any],
-                      owner_is_alive: Callable[[str | None], bool] = lambda _lock: False) -> list[int]:
+                      owner_is_alive: Callable[[str | None], bool] = lambda _lock: False,
+                      host: str | None = None) -> list[int]:
         """Close rows left `running` by a process that is gone (a previous server life, a
         killed `tunelab train`): `owner_is_alive(owner_lock)` says whether a row's owner
         still holds its lock, and such rows are left to their owner. A cancelled run ends
         `stopped` and is not resumable; any other ends `error`, resumable only when
         `checkpoint_finder(output_dir)` finds a valid checkpoint. Returns the closed ids.
+        With `host` (servers of several machines sharing one database), only that machine's
+        rows are looked at: owner locks are files on the machine that trains, so another
+        machine's runs are its own server's to close.
         Call once at start-up, before this server starts a run of its own."""
-        rows = self._retry(
-            lambda c: c.execute(
-                "SELECT id, output_dir, cancel_requested, owner_lock FROM runs WHERE status = 'running'"
-            ).fetchall(),
-            write=False,
-        )
+        sql = "SELECT id, output_dir, cancel_requested, owner_lock FROM runs WHERE status = 'running'"
+        params = _host_params(host) if host is not None else ()
+        rows = self._retry(lambda c: c.execute(sql + (f" AND {ON_HOST}" if params else ""), params).fetchall(),
+                           write=False)
         closed = []
         for run_id, output_dir, cancelled, owner_lock in rows:
             if owner_is_alive(owner_lock):
@@ -762,10 +773,17 @@ class Store:
 
         self._retry(work, write=True)
 
-    def devices_in_use(self) -> set[Any]:
-        """The devices of every running run, as claimed in the database (by any server)."""
-        rows = self._retry(lambda c: c.execute(
-            "SELECT devices FROM runs WHERE status = 'running' AND devices IS NOT NULL").fetchall(), write=False)
+    def devices_in_use(self, host: str | None = None) -> set[Any]:
+        """The devices of every running run, as claimed in the database. With `host`, only
+        those of runs on that machine (claimed by one of its servers, or with no claimant: a
+        `tunelab train` there): "gpu-0" on one machine is not "gpu-0" on another that shares
+        this database."""
+        sql = "SELECT devices FROM runs WHERE status = 'running' AND devices IS NOT NULL"
+        params: tuple[Any, ...] = ()
+        if host is not None:
+            sql += f" AND {ON_HOST}"
+            params = _host_params(host)
+        rows = self._retry(lambda c: c.execute(sql, params).fetchall(), write=False)
         return {device for (devices,) in rows for device in json.loads(devices)}
 
     def _update_queued(self, run_id: int, update: Callable[[sqlite3.Connection], sqlite3.Cursor]) -> None:

@@ -224,7 +224,8 @@ def reports_error(config, events, stops) -> None:
 
 def reports_environment(config, events, stops) -> None:
     """Sends the environment variables the orchestrator controls, then completes."""
-    seen = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "HF_HUB_DISABLE_XET", "SCRIPTED_MARKER")}
+    seen = {k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "HF_HUB_DISABLE_XET", "SCRIPTED_MARKER",
+                                           "TUNELAB_DATABASE_URL", "TUNELAB_TOKEN")}
     events.put(ev.make(ev.STATUS, message="env " + json.dumps(seen), stage="loading_model"))
     events.put(_progress(1, 1))
     events.put(ev.complete(config["output_dir"], "done"))

@@ -1,5 +1,6 @@
 """What a worker's environment holds: the chosen GPU (from a stand-in `nvidia-smi` on the
-PATH, a real program the orchestrator runs), and HF_HUB_DISABLE_XET after a stall."""
+PATH, a real program the orchestrator runs), and HF_HUB_DISABLE_XET after a stall; never
+the server's own credentials."""
 
 from __future__ import annotations
 
@@ -120,3 +121,16 @@ def test_a_second_stall_is_an_error_about_the_network(orchestrator_for, store, m
     assert row["status"] == "error"
     assert row["error_message"] == "model download stalled twice; check the network"
     assert store.count_runs() == 1
+
+
+def test_the_worker_never_sees_the_servers_database_url_or_token(orchestrator_for, monkeypatch):
+    # User code runs in the worker (reward functions, remote-code models): the password in
+    # the database URL and the API token must not be there to read.
+    monkeypatch.setenv("TUNELAB_DATABASE_URL", "postgresql://tunelab:s3cret@db.example/tunelab")
+    monkeypatch.setenv("TUNELAB_TOKEN", "the-api-token")
+    orch, recorder = orchestrator_for(sw.reports_environment)
+    run_id = orch.start(scripted_config())
+    seen = _child_env(recorder)
+    assert seen["TUNELAB_DATABASE_URL"] is None and seen["TUNELAB_TOKEN"] is None
+    assert finished(orch, run_id)["status"] == "completed"
+    assert os.environ["TUNELAB_TOKEN"] == "the-api-token"  # the parent keeps its own

@@ -49,8 +49,20 @@ def _resolve(target: str) -> Callable[..., Any]:
     return obj
 
 
+# The server's own credentials: the worker never needs them (it reports through its queues,
+# never to the database or the API), and user code it runs (reward functions, remote-code
+# models) must not be able to read them.
+SERVER_SECRETS_ENV = ("TUNELAB_DATABASE_URL", "TUNELAB_TOKEN")
+
+
+def hide_server_secrets() -> None:
+    for name in SERVER_SECRETS_ENV:
+        os.environ.pop(name, None)
+
+
 def child_main(target: str, env: dict[str, str], payload: dict[str, Any], events: Any, stops: Any) -> None:
     """Runs first in the child: set the environment, then import and call the worker."""
+    hide_server_secrets()
     os.environ.update(env)
     try:
         worker = _resolve(target)

@@ -170,8 +170,8 @@ class Orchestrator(QueueRunner):
         return {d for run in self._live_runs() for d in run.devices}
 
     def _busy(self) -> set[Any]:
-        """Devices held by this server's live runs and by every running run in the database."""
-        return self._own_devices() | self.store.devices_in_use()
+        """Devices held by this server's live runs and by every running run on this machine in the database."""
+        return self._own_devices() | self.store.devices_in_use(host=socket.gethostname())
 
     def _refuse_if_busy(self, cfg: RunConfig) -> None:
         """A start that may not wait: refused while its devices are busy here."""

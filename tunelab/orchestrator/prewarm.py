@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from typing import Any, Callable, Sequence
 
-from tunelab.orchestrator.child import TERMINATE_WAIT_S, WorkerHandle, child_main
+from tunelab.orchestrator.child import TERMINATE_WAIT_S, WorkerHandle, child_main, hide_server_secrets
 
 log = logging.getLogger("tunelab.orchestrator")
 
@@ -109,6 +109,7 @@ def _exit_with_parent() -> None:
 def warm_child_main(env: dict[str, str], modules: Sequence[str], conn: Any, events: Any, stops: Any) -> None:
     """The warm child: environment, imports, then one job (or none) and the worker."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    hide_server_secrets()
     os.environ.update(env)
     from tunelab.worker.entry import QUIET_ENVIRONMENT  # torch-free; the libraries read these at import
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import sys
 import threading
 from contextlib import asynccontextmanager
@@ -118,7 +119,8 @@ def create_app(
         # Rows left `running` by a process that is gone (a previous server life, a killed
         # `tunelab train`) are ours to close, before any new run; a live owner keeps its run.
         locks = paths.locks_dir(store.path)
-        store.close_orphans(latest_valid_checkpoint, lambda lock: owner_is_alive(locks, lock))
+        store.close_orphans(latest_valid_checkpoint, lambda lock: owner_is_alive(locks, lock),
+                            host=socket.gethostname())
         orchestrator = Orchestrator(store, prewarm=prewarm_wanted(prewarm), before_spawn=inference.unload_gpu,
                                     **_worker_target_override())
 
