@@ -32,7 +32,11 @@ def sparkline(values: list[float] | None) -> str:
 
 
 def when(timestamp: float | None) -> str:
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp)) if timestamp else ""
+    """Like `ls -l`: the year only when it is not this year's (five columns kept for the name)."""
+    if not timestamp:
+        return ""
+    moment = time.localtime(timestamp)
+    return time.strftime("%m-%d %H:%M" if moment.tm_year == time.localtime().tm_year else "%Y-%m-%d %H:%M", moment)
 
 
 def listed_runs(store: Any, limit: int, offset: int) -> list[dict[str, Any]]:
