@@ -5,7 +5,8 @@ text column, `speech_formats`), with an optional `speaker` column of integer ids
 speakers; none: speaker 0). Every clip is checked before any is encoded, decoded to the codec's rate and encoded
 by the model's own Mimi once, the frames kept in the run's codec cache — as for Orpheus
 (`tts_encode`): a bad clip is an error naming its row and path before any clip is encoded,
-or with `skip_bad_audio` a skipped row counted in a note, also when a resumed run reads the cache. A row is what CSM's processor makes of one spoken turn
+or with `skip_bad_audio` a skipped row counted in a note, also when a resumed run reads the cache.
+A row is what CSM's processor makes of one spoken turn
 (`processor(text, audio, output_labels=True)`):
   input_ids  <bos> [speaker]text <eos> <|AUDIO|> x frames <|audio_eos|>
   codes      the frames' codes at the <|AUDIO|> places, the end-of-audio frame (every
