@@ -278,7 +278,7 @@ def speak(
     text: str = typer.Argument(..., help="The words to speak."),
     out: Path = typer.Option(Path("speech.wav"), "-o", "--out", help="The wav file to write."),
     checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Speak with checkpoint-N of the run instead of its final weights."),
-    max_new_tokens: int = typer.Option(1200, "--max-new-tokens", help="Longest speech, in audio tokens (7 a codec frame; at most 4096)."),
+    max_new_tokens: int = typer.Option(1200, "--max-new-tokens", help="Longest speech, in audio tokens (Orpheus: 7 a codec frame; Sesame CSM: its frames; at most 4096)."),
     temperature: float = typer.Option(0.0, "--temperature", help="0 (greedy) to 2."),
 ) -> None:
     """Speak TEXT with a finished or stopped text-to-speech run into a wav file (the TTS

@@ -132,6 +132,44 @@ def test_gguf_of_an_architecture_llama_cpp_lacks_is_refused(home, demo_assets):
     assert sorted(p.name for p in folder.iterdir() if "export" in p.name) == []
 
 
+def test_gguf_of_a_csm_speech_to_text_or_audio_chat_model_is_refused_when_planned(home):
+    """Refused by plan_export (what the CLI and the server call) before any child runs, from
+    the model's config.json: the run's own (a full run) or its base model's (a LoRA run)."""
+    import json
+
+    from tunelab.export.plan import ExportInputError, plan_export
+
+    whisper = {"model_type": "whisper", "is_encoder_decoder": True}
+    audio_chat = {"model_type": "qwen2_audio", "audio_config": {"model_type": "qwen2_audio_encoder"}, "text_config": {"model_type": "qwen2"}}
+
+    def run_of(name: str, model_config: dict, weights: str) -> dict:
+        folder = home / "outputs" / name
+        folder.mkdir(parents=True)
+        (folder / weights).write_bytes(b"")
+        model = folder if weights == "model.safetensors" else home / "models" / name
+        model.mkdir(parents=True, exist_ok=True)
+        (model / "config.json").write_text(json.dumps(model_config))
+        config = {**CONFIG, "model_name": str(model), "training_type": "full" if weights == "model.safetensors" else "lora"}
+        return {"id": 7, "status": "completed", "output_dir": str(folder), "config": config, "model_name": str(model)}
+
+    cases = [("csm", {"model_type": "csm"}, "model.safetensors", "a Sesame CSM text-to-speech model"),
+             ("whisper", whisper, "adapter_model.safetensors", "a speech-to-text model (whisper)"),
+             ("qwen2-audio", audio_chat, "model.safetensors", "an audio chat model (qwen2_audio)")]
+    for name, model_config, weights, what in cases:
+        run = run_of(name, model_config, weights)
+        for fmt in ("gguf", "gguf-adapter") if weights != "model.safetensors" else ("gguf",):
+            with pytest.raises(ExportInputError) as caught:
+                plan_export(run, 7, fmt, None, None)
+            message = str(caught.value)
+            assert caught.value.field == "format" and f"run 7 trained {what}" in message and f"format {fmt} does not apply" in message
+            assert "export format merged (the full model as safetensors)" in message
+            assert ("or adapter (the LoRA adapter as safetensors)" in message) == (weights != "model.safetensors")
+        assert plan_export(run, 7, "merged", None, None).format == "merged"  # what the refusal offers plans
+    # An Orpheus-style text-to-speech model is a Llama: its GGUF export plans.
+    orpheus = run_of("orpheus", {"model_type": "llama", "tunelab_tts": {"codebook_size": 4096}}, "model.safetensors")
+    assert plan_export(orpheus, 7, "gguf", None, None).format == "gguf"
+
+
 @pytest.mark.slow
 def test_a_failing_export_process_exits_1_with_its_reason(home, lora_run):
     """The adapter is intact but the base model it needs has gone: the merge fails."""

@@ -122,6 +122,51 @@ def test_cached_codes_give_the_loss_transformers_csm_computes_and_the_codec_neve
     assert all(p.grad is None for p in full.codec_model.parameters())
 
 
+def test_a_bad_csm_clip_is_refused_before_any_is_encoded_or_skipped_and_counted_also_from_the_cache(csm_assets, speech_assets,
+                                                                                                    tmp_path):
+    from transformers import AutoProcessor, CsmForConditionalGeneration
+
+    from tunelab.worker import csm_data
+    from tunelab.worker.csm_model import codec_of
+    from tunelab.worker.sources import load_raw
+
+    first = json.loads(speech_assets.transcripts.read_text().splitlines()[0])
+    clip = str(speech_assets.data_dir / first["audio"])
+    garbage = tmp_path / "garbage.wav"
+    garbage.write_bytes(b"not audio at all")
+    rows = [{"audio": clip, "text": first["text"]}] * 2 + [{"audio": str(tmp_path / "missing.wav"), "text": "a"},
+                                                             {"audio": str(garbage), "text": "b"}]
+    data = _rows_file(tmp_path, rows)
+    processor = AutoProcessor.from_pretrained(csm_assets.model_dir)
+    model = CsmForConditionalGeneration.from_pretrained(csm_assets.model_dir).eval()
+    codec, encoded = codec_of(model), []
+    real_encode = codec.encode
+    codec.encode = lambda samples: encoded.append(1) or real_encode(samples)  # counts the clips the codec encodes
+
+    def prepare(**settings):
+        config = {"model_name": str(csm_assets.model_dir), "local_datasets": [str(data)], "batch_size": 2, "max_seq_length": 512,
+                  **settings}
+        return csm_data.prepare(config, processor, model.config, codec, load_raw(config, tmp_path / "cache"), tmp_path / "out")
+
+    with pytest.raises(DataFormatError) as caught:
+        prepare()
+    assert caught.value.field == "local_datasets" and not encoded
+    assert caught.value.message.startswith(f"row 2 of the training data: audio {tmp_path / 'missing.wav'} (column 'audio') ")
+    assert caught.value.message.endswith("or set skip_bad_audio=true to skip such rows")
+    skipped = prepare(skip_bad_audio=True)
+    note = (f"Skipped 2 of 4 training rows whose audio is missing, unreadable, empty or too long (skip_bad_audio): "
+            f"row 2 ({tmp_path / 'missing.wav'}: missing), row 3 ({garbage}: unreadable)")
+    assert len(skipped.train) == 2 and len(encoded) == 2 and skipped.notes[0].startswith("Encoded 2 training clips")
+    assert skipped.notes[1].startswith(note)
+    # A resumed run (same folder) reads the skipped rows from the cache and says so again; without the setting it refuses.
+    again = prepare(skip_bad_audio=True)
+    assert len(encoded) == 2 and again.notes[0].startswith("Reused the codec tokens of 2 training clips")
+    assert again.notes[1] == skipped.notes[1] and again.train["input_ids"] == skipped.train["input_ids"]
+    with pytest.raises(DataFormatError):
+        prepare()
+    assert len(encoded) == 2
+
+
 def test_the_demo_refuses_an_unknown_tts_family_naming_the_option(home):
     from typer.testing import CliRunner
 

@@ -2,10 +2,14 @@
 `CsmForConditionalGeneration` (its random Mimi codec inside), trained whole: CSM's own loss falls,
 each eval speaks a sample wav, a stop-and-save then resume reads the Mimi codes back from
 the run's codec cache (no clip is encoded again), and the merged export reloads with
-AutoProcessor and speaks."""
+AutoProcessor and speaks; `tunelab speak` speaks with the run (its speak child tells CSM from
+its config)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,6 +54,7 @@ def test_csm_learns_speaks_samples_resumes_from_the_codec_cache_and_exports(spee
             _export_reloads_and_speaks(store, second, tmp_path)
         finally:
             orchestrator.shutdown()
+    _speaks_from_the_cli(home, second)
 
     said = {run: [e["message"] for e in recorder.of_type("status") if e.get("run_id") == run] for run in (first, second)}
     encoded = [m for m in said[first] if m.startswith("Encoded ") and " training clips to codec tokens" in m]
@@ -83,3 +88,13 @@ def _export_reloads_and_speaks(store: Store, run_id: int, tmp_path: Path) -> Non
     processor.save_audio(audio, str(tmp_path / "exported.wav"))
     samples, rate = soundfile.read(tmp_path / "exported.wav")
     assert rate == RATE and len(samples) > 0
+
+
+def _speaks_from_the_cli(home: Path, run_id: int) -> None:
+    out = home / "spoken.wav"
+    spoken = subprocess.run([sys.executable, "-m", "tunelab.cli", "speak", str(run_id), "one two three", "-o", str(out),
+                             "--max-new-tokens", "8"], env={**os.environ, "TUNELAB_HOME": str(home)}, capture_output=True, text=True,
+                            timeout=240)
+    assert spoken.returncode == 0, spoken.stdout + spoken.stderr
+    audio, rate = soundfile.read(out)
+    assert rate == RATE and len(audio) > 0

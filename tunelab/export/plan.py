@@ -18,6 +18,7 @@ from typing import Any, Callable
 from tunelab import paths
 from tunelab.checkpoints import WEIGHT_FILES, InvalidCheckpoint, validate_checkpoint
 from tunelab.config import RunConfig
+from tunelab.export.gguf_fit import gguf_refusal
 from tunelab.run_facts import LOFTQ_BASE, read_run_facts
 
 FORMATS = ("adapter", "merged", "gguf", "gguf-adapter")
@@ -86,13 +87,16 @@ def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | N
     if fmt == "gguf-adapter" and dtype is not None:
         raise ExportInputError("dtype", "an adapter GGUF is written in float32 (adapters are small); leave dtype out")
     quant = _check_quant(fmt, quant)
-    _check_gguf_tools(fmt, quant)
     if run is None:
         raise ExportRefused(f"there is no run {run_id}; list runs with `tunelab runs`", not_found=True)
     source, step = _source_of(run)
     config = run.get("config") or {}
     kind = _kind_of(source, _backend_of(config))
     _check_format_fits(run_id, fmt, kind, source, config)
+    refusal = gguf_refusal(run_id, fmt, kind, source, config)
+    if refusal:  # before the tools check: installing them would not help
+        raise ExportInputError("format", refusal)
+    _check_gguf_tools(fmt, quant)
     base_weights = _loftq_base(run, kind)
     if fmt == "gguf-adapter" and base_weights is not None:
         raise ExportInputError("format", f"run {run_id} is a LoftQ run: its adapter belongs to the base weights as LoftQ changed "

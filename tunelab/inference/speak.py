@@ -7,7 +7,8 @@ why), and the child that loads them (`inference.speak_child`) runs on the device
 inference rules choose (`devices.choose_device`: never a GPU a training run holds), with
 the eval child's process handling (`evaluate.runner.ChildProcess`). Should a training run
 claim the child's GPU meanwhile, the child is ended and the request refused, leaving the
-GPU to the run. The child writes the wav into a temporary folder; its bytes come back.
+GPU to the run. An Orpheus-style run needs the SNAC `codec/` beside its weights (found
+before a model loads); a Sesame CSM run (its config's model_type) has its codec inside. The child writes the wav into a temporary folder; its bytes come back.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from tunelab import paths
 from tunelab.export.codec import codec_beside
 from tunelab.inference.devices import choose_device, training_on
 from tunelab.inference.settings import MAX_NEW_TOKENS_LIMIT, load_timeout_s, max_time_s
+from tunelab.inference.speak_csm import is_csm_target
 from tunelab.inference.target import InferenceError, TargetInputError, TargetRefused, resolve_target
 
 MAX_TEXT_CHARS = 2000
@@ -42,7 +44,8 @@ class SpeakOptions(BaseModel):
     text: str = Field(..., min_length=1, max_length=MAX_TEXT_CHARS, description="The words to speak.")
     checkpoint: int | None = Field(None, ge=0, le=2**62, description="Speak with checkpoint-N of the run instead of its final weights.")
     max_new_tokens: int = Field(DEFAULT_AUDIO_TOKENS, ge=7, le=MAX_NEW_TOKENS_LIMIT,
-                                description="Longest speech, in audio tokens (7 a codec frame); generation also ends at the model's end of speech.")
+                                description="Longest speech, in audio tokens (Orpheus: 7 a codec frame; Sesame CSM: one per frame); "
+                                            "generation also ends at the model's end of speech.")
     temperature: float = Field(0.0, ge=0, le=2, description="0 (greedy: the same text says the same) to 2.")
 
 
@@ -51,8 +54,9 @@ def speak_run(store: Any, run_id: int, options: SpeakOptions, progress: Callable
     if not options.text.strip():
         raise TargetInputError("text", "the text is only blanks; give the words to speak")
     target = resolve_target(store.get_run(run_id), run_id, options.checkpoint, speech=True)
-    codec = codec_beside(target.weights)
-    if codec is None:  # found before a model loads
+    csm = is_csm_target(target.child_request())  # its Mimi codec is inside its weights
+    codec = None if csm else codec_beside(target.weights)
+    if codec is None and not csm:  # found before a model loads
         raise TargetRefused(f"{target.weights} and its run folder hold no codec/ folder (the SNAC codec a TTS run saves "
                             "beside its weights), so its audio tokens cannot become sound")
     locks = paths.locks_dir(store.path)
@@ -62,7 +66,7 @@ def speak_run(store: Any, run_id: int, options: SpeakOptions, progress: Callable
 
     with tempfile.TemporaryDirectory(prefix="tunelab-speak-") as folder:
         dest = Path(folder) / "speech.wav"
-        request = {"target": target.child_request(), "codec": str(codec), "text": options.text, "max_new_tokens": options.max_new_tokens,
+        request = {"target": target.child_request(), "codec": str(codec) if codec else None, "text": options.text, "max_new_tokens": options.max_new_tokens,
                    "temperature": options.temperature, "dest": str(dest)}
         child = ChildProcess(request, env, module="tunelab.inference.speak_child")
         try:

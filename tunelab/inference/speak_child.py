@@ -2,12 +2,13 @@
 
 Protocol (the parent side is `speak.speak_run`; the eval child's shape): the parent writes
 one JSON line
-  {"target": ModelTarget.child_request(), "codec": folder, "text", "max_new_tokens", "temperature", "dest"}
+  {"target": ModelTarget.child_request(), "codec": folder or null, "text", "max_new_tokens", "temperature", "dest"}
 and the child answers with JSON lines on its real stdout:
   {"type": "progress", "message"}
   {"type": "error", "message", "refused"?}   then it exits (2: refused, 1: failed)
   {"type": "done", "seconds", "rate"}        the wav is at `dest`
-The weights load as chat loads them (`generate.load_model`: the adapter on its base, or the
+A Sesame CSM model (its config's model_type, as the worker tells it) speaks through its own
+generation and the Mimi codec inside it (`speak_csm`); any other is Orpheus-style: the weights load as chat loads them (`generate.load_model`: the adapter on its base, or the
 full model); the layout comes from the model's config and tokenizer (`tts_model`), the
 codec from the `codec/` the parent found beside the weights (a checkpoint's in its run
 folder, as export finds it), and the speech is synthesised as the run's eval samples are (`tts_sample`).
@@ -40,6 +41,15 @@ def _codec(request: dict[str, Any]) -> Any:
 def speak(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
     import soundfile
 
+    from tunelab.inference.speak_csm import is_csm_target, speak_csm
+
+    # The family is told from the model's config, as the worker tells it: CSM speaks its own way.
+    dest = speak_csm(request, send) if is_csm_target(request["target"]) else _speak_orpheus(request, send)
+    info = soundfile.info(str(dest))
+    send({"type": "done", "seconds": info.frames / info.samplerate, "rate": info.samplerate})
+
+
+def _speak_orpheus(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> Path:
     from tunelab.inference.generate import load_model
     from tunelab.worker.context import RunSettingError
     from tunelab.worker.tts_model import check_codec_matches, layout_of, model_config_dict
@@ -62,10 +72,8 @@ def speak(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> No
     if room:  # the prompt and the speech together stay within the model's positions
         tokens = min(tokens, int(room) - len(loaded.tokenizer(request["text"]).input_ids) - 4)
     send({"type": "progress", "message": f"speaking on {loaded.device}"})
-    dest = write_sample(loaded.model, loaded.tokenizer, layout, codec, request["text"], tokens, Path(request["dest"]),
+    return write_sample(loaded.model, loaded.tokenizer, layout, codec, request["text"], tokens, Path(request["dest"]),
                         float(request.get("temperature") or 0.0))
-    info = soundfile.info(str(dest))
-    send({"type": "done", "seconds": info.frames / info.samplerate, "rate": info.samplerate})
 
 
 def main() -> int:

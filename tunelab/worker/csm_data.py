@@ -2,10 +2,11 @@
 
 The data is the `transcription` shape the other audio families read (an audio column and a
 text column, `speech_formats`), with an optional `speaker` column of integer ids (CSM's
-speakers; none: speaker 0). Each clip is checked, decoded to the codec's rate and encoded
-by the model's own Mimi once, the frames kept in the run's codec cache (`tts_cache`), so a
-resumed run encodes nothing (`skip_bad_audio` is Orpheus's only so far: a bad clip is an
-error naming its row and path, before any clip is encoded). A row is what CSM's processor makes of one spoken turn
+speakers; none: speaker 0). Every clip is checked before any is encoded, decoded to the codec's rate and encoded
+by the model's own Mimi once, the frames kept in the run's codec cache — as for Orpheus
+(`tts_encode`): a bad clip is an error naming its row and path before any clip is encoded,
+or with `skip_bad_audio` a skipped row counted in a note, also when a resumed run reads the cache.
+A row is what CSM's processor makes of one spoken turn
 (`processor(text, audio, output_labels=True)`):
   input_ids  <bos> [speaker]text <eos> <|AUDIO|> x frames <|audio_eos|>
   codes      the frames' codes at the <|AUDIO|> places, the end-of-audio frame (every
@@ -49,48 +50,34 @@ def _speaker(row: dict[str, Any], index: int, what: str) -> int | None:
                                           "integer ids (0, 1, ...); give each voice a number, or leave the column out for speaker 0")
 
 
-def _frames(rows: Any, config: dict[str, Any], codec: Any, what: str, output_dir: Path) -> tuple[list[Any], int, str]:
-    """Every row's frames: from the run's codec cache (`tts_cache`, keyed as for Orpheus by
-    the codec, the data and the split's clips), else every clip checked first — a bad one
-    is an error naming its row, path and field before any is encoded — then encoded and cached."""
-    from tunelab.worker import tts_cache
-    from tunelab.worker.speech_collator import decode_clip
-    from tunelab.worker.speech_data import checked_clip, clip_place
-    from tunelab.worker.speech_formats import audio_column
-    from tunelab.worker.vision_data import image_reference
+def _checked(rows: Any, config: dict[str, Any], codec: Any, what: str, output_dir: Path) -> Any:
+    """The split's cached frames, or every clip checked (`tts_encode`) before any is encoded.
+    A clip's length is checked once encoded (`_rows`): Mimi's frames per second set it."""
+    from tunelab.worker.tts_encode import check_split
 
-    place = clip_place(config, what, audio_column(rows.column_names))
-    raw_refs = rows[audio_column(rows.column_names)]
-    try:
-        refs = [image_reference(ref, place.folders) for ref in raw_refs]
-    except Exception:  # a reference of the wrong shape: checked_clip names its row below
-        refs = None
-    key = tts_cache.cache_key(codec.fingerprint, codec.rate, tts_cache.dataset_fingerprint(config, rows), refs) if refs else None
-    path = tts_cache.cache_file(output_dir, what, key) if key else None
-    cached = tts_cache.load(path, len(rows)) if path else None
-    if cached is not None and not any(isinstance(entry, str) for entry in cached):
-        return cached, 0, f"Reused the codec tokens of {len(rows)} {what} clips cached in {path}"
-    checked = [checked_clip(raw_ref, index, place, None) for index, raw_ref in enumerate(raw_refs)]
-    frames = [codec.encode(decode_clip(ref, codec.rate)) for ref in checked]
-    if path:
-        tts_cache.save(path, frames)
-    return frames, len(rows), f"Encoded {len(rows)} {what} clips to codec tokens (cached in {path})"
+    return check_split(rows, config, codec, what, output_dir, [None] * len(rows), "")
 
 
-def _rows(rows: Any, config: dict[str, Any], tokenizer: Any, codec: Any, audio_ids: tuple[int, int], what: str,
-          output_dir: Path) -> tuple[Any, list[str], int, int, str]:
+def _rows(rows: Any, clips: Any, config: dict[str, Any], tokenizer: Any, codec: Any, audio_ids: tuple[int, int],
+          notes: list[str]) -> tuple[Any, list[str], int, int]:
     import datasets
 
     from tunelab.worker.csm_model import prompt_ids, speaker_prompt
-    from tunelab.worker.vision_data import _source_field
+    from tunelab.worker.tts_encode import encode_split
+    from tunelab.worker.vision_data import _source_field, drop_bad_rows
 
+    what = clips.what
     text_name = transcript_column(rows.column_names)
     field_name = _source_field(config, what)
-    frames, encoded, note = _frames(rows, config, codec, what, output_dir)
+    frames, encoded, note = encode_split(clips, codec, codec.encode)
+    notes.append(note)
     limit = int(config.get("max_seq_length") or 2048)
     audio, audio_eos = audio_ids
-    ids, codes, prompts = [], [], []
+    ids, codes, prompts, bad = [], [], [], []
     for index, (row, clip) in enumerate(zip(rows, frames)):
+        if isinstance(clip, str):  # skipped (skip_bad_audio): its reason
+            ids.append([]), codes.append([]), prompts.append(""), bad.append(clip)
+            continue
         text = row.get(text_name)
         if not isinstance(text, str) or not text.strip():
             raise DataFormatError(field_name, f"row {index} of the {what} data: the text (column '{text_name}') is {text!r}; "
@@ -104,8 +91,12 @@ def _rows(rows: Any, config: dict[str, Any], tokenizer: Any, codec: Any, audio_i
         ids.append(head + [audio] * len(clip) + [audio_eos])
         codes.append(clip)
         prompts.append(prompt)
-    longest = max((len(clip) for clip in frames), default=0)
-    return datasets.Dataset.from_dict({"input_ids": ids, "codes": codes}), prompts, longest, encoded, note
+        bad.append(None)
+    converted = datasets.Dataset.from_dict({"input_ids": ids, "codes": codes, "bad_audio": bad})
+    table = drop_bad_rows(converted, "bad_audio", field_name, what, notes, has="audio that cannot train",
+                          whose="audio is missing, unreadable, empty or too long", setting="skip_bad_audio", kind="audio")
+    good = [i for i, reason in enumerate(bad) if reason is None]
+    return table, [prompts[i] for i in good], max((len(frames[i]) for i in good), default=0), encoded
 
 
 def prepare(config: dict[str, Any], processor: Any, model_config: Any, codec: Any, raw: Any, output_dir: Path) -> CsmRows:
@@ -113,14 +104,16 @@ def prepare(config: dict[str, Any], processor: Any, model_config: Any, codec: An
                     "a text column and optionally a speaker column (integer ids)", "the audio frames only")
     tokenizer = processor.tokenizer
     audio_ids = (int(model_config.audio_token_id), int(model_config.audio_eos_token_id))
-    train, prompts, longest, encoded, note = _rows(raw.train, config, tokenizer, codec, audio_ids, "training", output_dir)
+    # Both splits are checked before either is encoded: a bad eval clip costs no training clip's encoding.
+    train_clips = _checked(raw.train, config, codec, "training", output_dir)
+    eval_clips = _checked(raw.eval, config, codec, "eval", output_dir) if raw.eval is not None else None
+    notes: list[str] = []
+    train, prompts, longest, encoded = _rows(raw.train, train_clips, config, tokenizer, codec, audio_ids, notes)
     _check_batch_fits(len(train), config)
-    notes = [note]
     eval_set, eval_prompts = None, []
-    if raw.eval is not None:
-        eval_set, eval_prompts, eval_longest, eval_encoded, eval_note = _rows(raw.eval, config, tokenizer, codec, audio_ids, "eval", output_dir)
+    if eval_clips is not None:
+        eval_set, eval_prompts, eval_longest, eval_encoded = _rows(raw.eval, eval_clips, config, tokenizer, codec, audio_ids, notes)
         longest, encoded = max(longest, eval_longest), encoded + eval_encoded
-        notes.append(eval_note)
     sample_text = config.get("tts_sample_text")
     sample = speaker_prompt(sample_text) if sample_text else (eval_prompts or prompts)[0]
     collator = CsmCollator(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, audio_ids,

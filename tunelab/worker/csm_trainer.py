@@ -52,7 +52,8 @@ class NotEndFirst(LogitsProcessor):
         return scores
 
 
-def write_sample(model: Any, processor: Any, prompt: str, max_frames: int, dest: Path) -> Path:
+def write_sample(model: Any, processor: Any, prompt: str, max_frames: int, dest: Path, temperature: float = 0.0) -> Path:
+    """`prompt` spoken into the wav `dest`: greedy (the same prompt says the same), or sampled at `temperature`."""
     import soundfile
     import torch
     from transformers import LogitsProcessorList
@@ -61,8 +62,9 @@ def write_sample(model: Any, processor: Any, prompt: str, max_frames: int, dest:
     device = next(base.parameters()).device
     inputs = processor(prompt, add_special_tokens=True).to(device)
     with torch.no_grad():
-        audio = base.generate(**inputs, output_audio=True, do_sample=False, max_new_tokens=max(1, max_frames),
-                              logits_processor=LogitsProcessorList([NotEndFirst(int(base.config.codebook_eos_token_id))]))
+        audio = base.generate(**inputs, output_audio=True, max_new_tokens=max(1, max_frames),
+                              logits_processor=LogitsProcessorList([NotEndFirst(int(base.config.codebook_eos_token_id))]),
+                              **({"do_sample": True, "temperature": temperature} if temperature > 0 else {"do_sample": False}))
     dest.parent.mkdir(parents=True, exist_ok=True)
     draft = dest.with_name(f".{dest.name}")
     soundfile.write(draft, audio[0].reshape(-1).float().cpu().numpy(), int(base.codec_model.config.sampling_rate), format="WAV")

@@ -3,7 +3,7 @@
 The data is the `transcription` shape speech-to-text reads (an audio column and a text
 column, `speech_formats`), with an optional `speaker` column: a speaker's rows are
 prompted `"<speaker>: <text>"`, as Orpheus's multi-speaker models are. Every clip is
-checked as for speech-to-text before any is encoded, in both splits (`tts_clips`: a bad clip is an error
+checked as for speech-to-text before any is encoded, in both splits (`tts_encode`, with `tts_clips`' length limit: a bad clip is an error
 naming its row, path and field, or with `skip_bad_audio` a skipped row counted in a note;
 too long means more audio than `max_seq_length` leaves room for), decoded and resampled
 to the codec's rate (`speech_collator.decode_clip`) and encoded by SNAC once; the codes are kept in the
@@ -22,10 +22,9 @@ from typing import Any
 
 from tunelab.worker.data import PreparedData, _check_batch_fits
 from tunelab.worker.formats import DataFormatError
-from tunelab.worker.speech_formats import WORKING_EXAMPLE, audio_column, transcript_column
-from tunelab.worker.speech_data import check_audio_run, clip_place
+from tunelab.worker.speech_formats import WORKING_EXAMPLE, transcript_column
+from tunelab.worker.speech_data import check_audio_run
 from tunelab.worker.tts_layout import FRAME, frames_to_offsets
-from tunelab.worker.vision_data import image_reference
 
 IGNORE_INDEX = -100
 SPEAKER_COLUMN = "speaker"
@@ -52,20 +51,17 @@ def prompt_ids(tokenizer: Any, layout: Any, prompt: str) -> list[int]:
 @dataclass
 class _Split:
     """One split, checked and ready to encode: what `_checked` found before any clip is encoded."""
-    what: str
     field: str
     heads: list[list[int]]  # each row's prompt ids
     prompts: list[str]
-    cache: Path | None  # where its codes are (or go)
-    codes: list[Any] | None  # from the cache, else None
-    checked: list[Any]  # each row's checked clip reference, or (skipped) its reason
+    clips: Any  # tts_encode.CheckedSplit
 
 
 def _checked(rows: Any, config: dict[str, Any], tokenizer: Any, layout: Any, codec: Any, what: str, output_dir: Path) -> _Split:
-    """Every row's text, then its cached codes or every clip checked (`tts_clips`): all the
+    """Every row's text, then its cached codes or every clip checked (`tts_encode`): all the
     refusals a split can meet, before the codec encodes anything."""
-    from tunelab.worker import tts_cache
-    from tunelab.worker.tts_clips import check_clips
+    from tunelab.worker.tts_clips import longest_clips
+    from tunelab.worker.tts_encode import check_split
     from tunelab.worker.vision_data import _source_field
 
     text_name = transcript_column(rows.column_names)
@@ -83,51 +79,22 @@ def _checked(rows: Any, config: dict[str, Any], tokenizer: Any, layout: Any, cod
                                                     f"is {limit}, which leaves no room for its audio; raise max_seq_length, or shorten the text")
         heads.append(head)
         prompts.append(prompt)
-    skip_bad = bool(config.get("skip_bad_audio"))
-    audio_name = audio_column(rows.column_names)
-    place = clip_place(config, what, audio_name)
-    raw_refs = rows[audio_name]
-    try:
-        refs = [image_reference(ref, place.folders) for ref in raw_refs]
-    except Exception:  # a reference of the wrong shape: checked_clip names its row below
-        refs = None
-    key = tts_cache.cache_key(codec.fingerprint, codec.rate, tts_cache.dataset_fingerprint(config, rows), refs) if refs else None
-    path = tts_cache.cache_file(output_dir, what, key) if key else None
-    cached = tts_cache.load(path, len(rows)) if path else None
-    # A cache that skipped rows serves only a run that skips them; otherwise they are checked (and refused) again.
-    if cached is not None and (skip_bad or not any(isinstance(entry, str) for entry in cached)):
-        return _Split(what, field_name, heads, prompts, path, cached, [])
-    checked = check_clips(raw_refs, place, [limit - len(head) - 2 for head in heads], codec, skip_bad, limit)
-    return _Split(what, field_name, heads, prompts, path, None, checked)
-
-
-def _codes(split: _Split, codec: Any) -> tuple[list[Any], int, str]:
-    """Every row's audio offsets (or, skipped, its reason): from the cache, else the checked clips encoded (and cached)."""
-    from tunelab.worker import tts_cache
-    from tunelab.worker.speech_collator import decode_clip
-
-    if split.codes is not None:
-        reused = sum(1 for entry in split.codes if not isinstance(entry, str))
-        return split.codes, 0, f"Reused the codec tokens of {reused} {split.what} clips cached in {split.cache}"
-    codes: list[Any] = []
-    for ref in split.checked:
-        if isinstance(ref, str):
-            codes.append(ref)
-            continue
-        coarse, mid, fine = codec.encode(decode_clip(ref, codec.rate))
-        codes.append(frames_to_offsets(coarse, mid, fine, codec.codebook_size))
-    if split.cache:
-        tts_cache.save(split.cache, codes)
-    encoded = sum(1 for entry in codes if not isinstance(entry, str))
-    return codes, encoded, f"Encoded {encoded} {split.what} clips to codec tokens (cached in {split.cache})"
+    limit_text = f"max_seq_length {limit} (raise it for longer clips) leaves this row's audio"
+    longest = longest_clips(codec, [limit - len(head) - 2 for head in heads])
+    clips = check_split(rows, config, codec, what, output_dir, longest, limit_text)
+    return _Split(field_name, heads, prompts, clips)
 
 
 def _rows(split: _Split, config: dict[str, Any], layout: Any, codec: Any, notes: list[str]) -> tuple[Any, list[str], int, int]:
     import datasets
 
+    from tunelab.worker.tts_encode import encode_split
     from tunelab.worker.vision_data import drop_bad_rows
 
-    codes, encoded, note = _codes(split, codec)
+    def encode(clip: Any) -> list[int]:
+        return frames_to_offsets(*codec.encode(clip), codec.codebook_size)
+
+    codes, encoded, note = encode_split(split.clips, codec, encode)
     notes.append(note)
     limit = int(config.get("max_seq_length") or 2048)
     c = layout.control
@@ -138,13 +105,13 @@ def _rows(split: _Split, config: dict[str, Any], layout: Any, codec: Any, notes:
             continue
         tail = layout.audio_ids(offsets) + [c["end_of_speech"], c["end_of_ai"]]
         if len(head) + len(tail) > limit:  # codes cached under a larger max_seq_length
-            raise DataFormatError("max_seq_length", f"row {index} of the {split.what} data is {len(head) + len(tail)} tokens ({len(tail) - 2} "
+            raise DataFormatError("max_seq_length", f"row {index} of the {split.clips.what} data is {len(head) + len(tail)} tokens ({len(tail) - 2} "
                                                     f"of them audio) and max_seq_length is {limit}; raise max_seq_length, or cut the clip shorter")
         ids.append(head + tail)
         labels.append([IGNORE_INDEX] * len(head) + tail)
         bad.append(None)
     converted = datasets.Dataset.from_dict({"input_ids": ids, "labels": labels, "bad_audio": bad})
-    table = drop_bad_rows(converted, "bad_audio", split.field, split.what, notes, has="audio that cannot train",
+    table = drop_bad_rows(converted, "bad_audio", split.field, split.clips.what, notes, has="audio that cannot train",
                           whose="audio is missing, unreadable, empty or too long", setting="skip_bad_audio", kind="audio")
     good = [i for i, reason in enumerate(bad) if reason is None]
     return table, [split.prompts[i] for i in good], max((len(codes[i]) for i in good), default=0), encoded
