@@ -7,7 +7,11 @@ with the precision settings in force ({"event": "args", ...}) and {"event": "don
 
 `trl_defaults: true` leaves precision and gradient checkpointing at TRL's defaults
 (bf16 + checkpointing); otherwise it trains in fp32 without checkpointing, like
-tunelab's CPU defaults. `cuda: true` trains on the first GPU (with `dtype` for the
+tunelab's CPU defaults (`bf16: true`: bf16 autocast without checkpointing, tunelab's choice
+for wider models on a CPU with native bf16). `sampling` sets the Trainer's
+`train_sampling_strategy` (e.g. "group_by_length": batches of similar lengths);
+`padding_free: true` flattens each batch without padding (no packing: rows stay whole,
+so `max_length` is left unset and the data must already fit). `cuda: true` trains on the first GPU (with `dtype` for the
 frozen base weights, e.g. "bfloat16"); otherwise it runs on the CPU.
 """
 
@@ -45,7 +49,12 @@ def main(settings: dict) -> None:
     model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=settings.get("lora_r", 16),
                                              lora_alpha=settings.get("lora_alpha", 16), lora_dropout=0.0,
                                              target_modules=TARGETS, bias="none"))
-    precision = {} if settings.get("trl_defaults") else {"bf16": False, "activation_checkpointing": False}
+    precision = {} if settings.get("trl_defaults") else {"bf16": bool(settings.get("bf16")),
+                                                         "activation_checkpointing": False}
+    # The baselines a user would try before packing: length-grouped batches, padding-free batches.
+    layout = {"train_sampling_strategy": settings["sampling"]} if "sampling" in settings else {}
+    if settings.get("padding_free"):
+        layout["padding_free"] = True  # TRL refuses a max_length it cannot enforce without packing
     optimizer = {"optim": settings["optim"]} if "optim" in settings else {}  # else TRL's default
     args = SFTConfig(
         output_dir=settings["output_dir"],
@@ -55,7 +64,7 @@ def main(settings: dict) -> None:
         learning_rate=settings.get("learning_rate", 2e-4),
         weight_decay=settings.get("weight_decay", 0.001),
         warmup_steps=settings.get("warmup_steps", 0),
-        max_length=settings.get("max_length", 1024),
+        max_length=None if settings.get("padding_free") else settings.get("max_length", 1024),
         packing=settings.get("packing", False),
         seed=seed,
         logging_steps=1,
@@ -68,11 +77,17 @@ def main(settings: dict) -> None:
         use_cpu=not settings.get("cuda"),
         **precision,
         **optimizer,
+        **layout,
     )
-    print("BENCH " + json.dumps({"event": "args", "bf16": args.bf16, "gradient_checkpointing": args.activation_checkpointing}),
+    print("BENCH " + json.dumps({"event": "args", "bf16": args.bf16, "gradient_checkpointing": args.activation_checkpointing,
+                                 "device": str(args.device), "padding_free": args.padding_free,
+                                 "sampling": args.train_sampling_strategy}),
           flush=True)
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                          callbacks=[PrintSteps()])
+    # Where the weights ended up: the yardstick must run on the device it is compared on.
+    print("BENCH " + json.dumps({"event": "placed", "device": str(next(trainer.model.parameters()).device)}),
+          flush=True)
     trainer.train()
     print("BENCH " + json.dumps({"event": "done"}), flush=True)
 

@@ -64,6 +64,31 @@ class StepLog:
         return self.ts[0] - self.launched
 
 
+def setup_of(log: StepLog) -> tuple[str, str]:
+    """(device, precision) a tunelab run reported in its setup message, e.g. ("CPU", "bf16")."""
+    import re
+
+    for message in log.facts.get("statuses", []):
+        found = re.search(r"\bon (CPU|CUDA) in (\w+)", message)
+        if message.startswith("Setting up") and found:
+            return found.group(1), found.group(2)
+    return "?", "?"
+
+
+def tunelab_precision(settings: dict[str, Any]) -> str:
+    """The precision tunelab's worker picks for these RunConfig settings on this machine
+    ("fp32", "bf16", ...): its device rule, then its CPU rule for the model's width."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig
+
+    from tunelab.worker.model_setup import device_settings, settle_cpu_precision
+
+    config = parse_config(settings).worker_payload()
+    model = SimpleNamespace(config=AutoConfig.from_pretrained(settings["model_name"]))
+    return settle_cpu_precision(config, device_settings(config), model).precision
+
+
 def scratch_dir(prefix: str) -> str:
     (BENCH / "out" / "runs").mkdir(parents=True, exist_ok=True)
     return tempfile.mkdtemp(prefix=prefix, dir=BENCH / "out" / "runs")
@@ -126,6 +151,8 @@ def plain_run(settings: dict[str, Any], stop_after_first_step: bool = False) -> 
                     break
             elif record["event"] == "args":
                 log.facts.update(record)
+            elif record["event"] == "placed":
+                log.facts["model_device"] = record["device"]
         else:
             if process.wait(RUN_TIMEOUT_S) != 0:
                 raise RuntimeError(f"plain TRL run failed: {stderr_path.read_text()[-2000:]}")
