@@ -3,7 +3,9 @@
 It is the yardstick for tunelab's worker: same model, data and settings, nothing of
 tunelab imported. Run as `python bench/plain_trl.py '<json settings>'`; it prints one
 `BENCH {json}` line per logged step ({"event": "step", "step", "ts", "loss", "num_tokens"}), one
-with the precision settings in force ({"event": "args", ...}) and {"event": "done"}.
+when its imports are done ({"event": "imported", "ts"}), one with the precision settings in
+force ({"event": "args", ...}), one with the model's device ({"event": "placed"}) and
+{"event": "done"}.
 
 `trl_defaults: true` leaves precision and gradient checkpointing at TRL's defaults
 (bf16 + checkpointing); otherwise it trains in fp32 without checkpointing, like
@@ -35,6 +37,9 @@ class PrintSteps(TrainerCallback):
 
 
 def main(settings: dict) -> None:
+    # Everything above (torch, transformers, peft, trl, datasets) is imported: from here on
+    # is what a notebook whose imports already ran would still pay.
+    print("BENCH " + json.dumps({"event": "imported", "ts": time.time()}), flush=True)
     tokenizer = AutoTokenizer.from_pretrained(settings["model"])
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -63,6 +63,11 @@ class StepLog:
     def first_step_after_launch(self) -> float:
         return self.ts[0] - self.launched
 
+    @property
+    def first_step_after_imports(self) -> float:
+        """From the script's imports done (a notebook whose import cell already ran) to its first step."""
+        return self.ts[0] - self.facts["imported_ts"]
+
 
 def setup_of(log: StepLog) -> tuple[str, str]:
     """(device, precision) a tunelab run reported in its setup message, e.g. ("CPU", "bf16")."""
@@ -151,6 +156,8 @@ def plain_run(settings: dict[str, Any], stop_after_first_step: bool = False) -> 
                     break
             elif record["event"] == "args":
                 log.facts.update(record)
+            elif record["event"] == "imported":
+                log.facts["imported_ts"] = record["ts"]
             elif record["event"] == "placed":
                 log.facts["model_device"] = record["device"]
         else:
