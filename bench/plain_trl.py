@@ -21,6 +21,7 @@ import json
 import sys
 import time
 
+import torch
 from datasets import load_dataset
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
@@ -30,10 +31,15 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 
 
 class PrintSteps(TrainerCallback):
+    def on_train_begin(self, args, state, control, **kwargs):
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()  # the peak of training, as tunelab's worker reports it
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
+            peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
             print("BENCH " + json.dumps({"event": "step", "step": state.global_step, "ts": time.time(), "loss": logs["loss"],
-                              "num_tokens": state.num_input_tokens_seen}), flush=True)
+                              "num_tokens": state.num_input_tokens_seen, "peak_memory_gb": peak}), flush=True)
 
 
 def main(settings: dict) -> None:
