@@ -61,6 +61,7 @@ def server_first_step(server: Server, body: dict, used_warm: list[bool], settle:
         raise RuntimeError("the run ended without a progress event")
     return first
 
+
 def cold_first_step(demo, body: dict, cold_parts: list[tuple[float, float]]) -> float:
     """Seconds from launching `tunelab serve` (fresh, nothing prewarmed yet) to the first
     progress event of a run started as soon as the server answers."""
