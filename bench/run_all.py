@@ -1,6 +1,7 @@
 """Run every benchmark, print each ratio against its target, and write the results.
 
-    python bench/run_all.py            # all targets (under 20 minutes on 2 CPU cores)
+    python bench/run_all.py            # all targets (about 30 minutes on 2 idle CPU cores, estimated: the
+                                       #  packing baselines, cold first step and whole logging runs added ~10)
     python bench/run_all.py --quick    # fewer steps and repetitions (under 5 minutes)
     python bench/run_all.py --json results.json --only overhead,packing
 
