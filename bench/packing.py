@@ -104,6 +104,10 @@ def measure(quick: bool) -> list[Result]:
                 f"every arm measured {intervals} intervals after the same {WARMUP_STEPS} warm-up steps":
                     all(n == intervals for counts in measured.values() for n in counts),
                 "the plain TRL arms ran at tunelab's precision": plain_precisions == {precision},
+                # Same sampler and seed, so the same rows: equal only if no row was longer than max_length
+                # (the padding-free arm cannot truncate), i.e. both arms trained the same tokens.
+                "plain TRL padding-free trained the same tokens as plain TRL padded": all(
+                    a.tokens == b.tokens for a, b in zip(runs["plain TRL padding-free"], runs["plain TRL padded"])),
                 "the tunelab arms ran at that precision": all(setup_of(r)[1] == precision for name in ("packed", "padded")
                                                              for r in runs[name])},
     )]
