@@ -3,11 +3,17 @@
 It is the yardstick for tunelab's worker: same model, data and settings, nothing of
 tunelab imported. Run as `python bench/plain_trl.py '<json settings>'`; it prints one
 `BENCH {json}` line per logged step ({"event": "step", "step", "ts", "loss", "num_tokens"}), one
-with the precision settings in force ({"event": "args", ...}) and {"event": "done"}.
+when its imports are done ({"event": "imported", "ts"}), one with the precision settings in
+force ({"event": "args", ...}), one with the model's device ({"event": "placed"}) and
+{"event": "done"}.
 
 `trl_defaults: true` leaves precision and gradient checkpointing at TRL's defaults
 (bf16 + checkpointing); otherwise it trains in fp32 without checkpointing, like
-tunelab's CPU defaults. `cuda: true` trains on the first GPU (with `dtype` for the
+tunelab's CPU defaults (`bf16: true`: bf16 autocast without checkpointing, tunelab's choice
+for wider models on a CPU with native bf16). `sampling` sets the Trainer's
+`train_sampling_strategy` (e.g. "group_by_length": batches of similar lengths);
+`padding_free: true` flattens each batch without padding (no packing: rows stay whole,
+so `max_length` is left unset and the data must already fit). `cuda: true` trains on the first GPU (with `dtype` for the
 frozen base weights, e.g. "bfloat16"); otherwise it runs on the CPU.
 """
 
@@ -15,6 +21,7 @@ import json
 import sys
 import time
 
+import torch
 from datasets import load_dataset
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
@@ -24,13 +31,21 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 
 
 class PrintSteps(TrainerCallback):
+    def on_train_begin(self, args, state, control, **kwargs):
+        if torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()  # the peak of training, as tunelab's worker reports it
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
+            peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
             print("BENCH " + json.dumps({"event": "step", "step": state.global_step, "ts": time.time(), "loss": logs["loss"],
-                              "num_tokens": state.num_input_tokens_seen}), flush=True)
+                              "num_tokens": state.num_input_tokens_seen, "peak_memory_gb": peak}), flush=True)
 
 
 def main(settings: dict) -> None:
+    # Everything above (torch, transformers, peft, trl, datasets) is imported: from here on
+    # is what a notebook whose imports already ran would still pay.
+    print("BENCH " + json.dumps({"event": "imported", "ts": time.time()}), flush=True)
     tokenizer = AutoTokenizer.from_pretrained(settings["model"])
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -45,7 +60,12 @@ def main(settings: dict) -> None:
     model = get_peft_model(model, LoraConfig(task_type="CAUSAL_LM", r=settings.get("lora_r", 16),
                                              lora_alpha=settings.get("lora_alpha", 16), lora_dropout=0.0,
                                              target_modules=TARGETS, bias="none"))
-    precision = {} if settings.get("trl_defaults") else {"bf16": False, "activation_checkpointing": False}
+    precision = {} if settings.get("trl_defaults") else {"bf16": bool(settings.get("bf16")),
+                                                         "activation_checkpointing": False}
+    # The baselines a user would try before packing: length-grouped batches, padding-free batches.
+    layout = {"train_sampling_strategy": settings["sampling"]} if "sampling" in settings else {}
+    if settings.get("padding_free"):
+        layout["padding_free"] = True  # TRL refuses a max_length it cannot enforce without packing
     optimizer = {"optim": settings["optim"]} if "optim" in settings else {}  # else TRL's default
     args = SFTConfig(
         output_dir=settings["output_dir"],
@@ -55,7 +75,7 @@ def main(settings: dict) -> None:
         learning_rate=settings.get("learning_rate", 2e-4),
         weight_decay=settings.get("weight_decay", 0.001),
         warmup_steps=settings.get("warmup_steps", 0),
-        max_length=settings.get("max_length", 1024),
+        max_length=None if settings.get("padding_free") else settings.get("max_length", 1024),
         packing=settings.get("packing", False),
         seed=seed,
         logging_steps=1,
@@ -68,11 +88,17 @@ def main(settings: dict) -> None:
         use_cpu=not settings.get("cuda"),
         **precision,
         **optimizer,
+        **layout,
     )
-    print("BENCH " + json.dumps({"event": "args", "bf16": args.bf16, "gradient_checkpointing": args.activation_checkpointing}),
+    print("BENCH " + json.dumps({"event": "args", "bf16": args.bf16, "gradient_checkpointing": args.activation_checkpointing,
+                                 "device": str(args.device), "padding_free": args.padding_free,
+                                 "sampling": args.train_sampling_strategy}),
           flush=True)
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                          callbacks=[PrintSteps()])
+    # Where the weights ended up: the yardstick must run on the device it is compared on.
+    print("BENCH " + json.dumps({"event": "placed", "device": str(next(trainer.model.parameters()).device)}),
+          flush=True)
     trainer.train()
     print("BENCH " + json.dumps({"event": "done"}), flush=True)
 

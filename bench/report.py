@@ -1,7 +1,14 @@
-"""docs/PERFORMANCE.md, written from the results of one `bench/run_all.py` run."""
+"""docs/PERFORMANCE.md, written from the results of one `bench/run_all.py` run.
+
+Everything it says about the machine is read when it runs (CPU, its bf16 support, RAM,
+GPUs, package versions), and the GPU section reports what `bench/gpu.py` measured in the
+same run, or says that it did not run and why; nothing about a machine is written in
+by hand.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import time
@@ -30,8 +37,31 @@ def machine() -> str:
             versions.append(f"{name} {metadata.version(name)}")
         except metadata.PackageNotFoundError:
             pass
-    return (f"{os.cpu_count()} CPU cores ({cpu}), {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, no GPU, "
-            f"Python {platform.python_version()}; {', '.join(versions)}")
+    return (f"{os.cpu_count()} CPU cores ({cpu}; {cpu_bf16()}), {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
+            f"{gpus()}, Python {platform.python_version()}; {', '.join(versions)}")
+
+
+def cpu_bf16() -> str:
+    try:
+        from tunelab.worker.model_setup import native_cpu_bf16
+    except ImportError:
+        return "bf16 support unknown"
+    return "native bf16 matmul" if native_cpu_bf16() else "no native bf16 matmul"
+
+
+def gpus() -> str:
+    """The GPUs torch sees right now, by name and memory; "no GPU" where it sees none."""
+    try:
+        import torch
+    except ImportError:
+        return "GPUs unknown (torch missing)"
+    if not torch.cuda.is_available():
+        return "no GPU visible to torch"
+    names = []
+    for index in range(torch.cuda.device_count()):
+        props = torch.cuda.get_device_properties(index)
+        names.append(f"{props.name} ({props.total_memory / 2**30:.0f} GiB)")
+    return f"{len(names)} GPU(s): {', '.join(names)}"
 
 
 def _cell(text: str) -> str:
@@ -39,7 +69,8 @@ def _cell(text: str) -> str:
 
 
 def write(path: Path, results: list[Result], *, command: str, seconds: float, load_before: tuple[float, ...],
-          load_after: tuple[float, ...]) -> None:
+          load_after: tuple[float, ...], gpu: dict | None = None, gpu_note: str = "") -> None:
+    """`gpu`: what `bench/gpu.py --json` wrote in this run (None when it did not run, `gpu_note` says why)."""
     met = sum(r.met for r in results)
     lines = [
         "# Performance",
@@ -71,22 +102,34 @@ def write(path: Path, results: list[Result], *, command: str, seconds: float, lo
         lines += ["", f"Reproduce: `{r.command}`"]
         if not r.met:
             lines += ["", f"*What stands in the way:* {r.obstacle or 'see the details above.'}"]
-    lines += ["", "## GPU", "",
-              "`python bench/gpu.py` measures tokens/s and MFU of LoRA on a random-init ~1B Llama, tunelab's "
-              "worker against plain TRL, with and without packing (MFU counts 4·N FLOPs per token for LoRA, "
-              "6·N for full fine-tuning), and the memory estimate of the packed LoRA run (tunelab.memory_plan, "
-              "without the CUDA context) against its torch.cuda.max_memory_allocated. It needs a CUDA GPU and none "
-              "was available where this file was written, so it has no figures here yet; without CUDA it stops "
-              "with a message saying so.", ""]
+    lines += gpu_section(gpu, gpu_note)
     lines += GPU_CHECK_SECTION
     path.write_text("\n".join(lines))
 
 
-# Written by hand until bench/gpu_check.py has run on a GPU; kept when this file is regenerated.
+def gpu_section(gpu: dict | None, note: str) -> list[str]:
+    lines = ["", "## GPU", "",
+             "`python bench/gpu.py` measures tokens/s and MFU of LoRA on a random-init ~1B Llama, tunelab's worker "
+             "against plain TRL (each arm pinned to one GPU), padded and packed, with the same steps, tokens and "
+             "losses checked between the arms, peak torch.cuda.max_memory_allocated per arm, and the memory "
+             "estimate of the packed run against its measured peak.", ""]
+    if gpu is None:
+        return lines + [f"Not measured in this run: {note or 'bench/gpu.py did not run'}.", ""]
+    lines += [f"Measured on {gpu.get('device', '?')}; peak FLOP/s: {gpu.get('peak', '?')}; "
+              f"N = {gpu.get('n_params', 0) / 1e9:.3f}B matmul weights.", "",
+              "| figure | value |", "| --- | --- |"]
+    for name, row in gpu.get("figures", {}).items():
+        lines.append(f"| {_cell(name)} | {_cell(json.dumps(row, ensure_ascii=False))} |")
+    for name, ok in gpu.get("checks", {}).items():
+        lines.append(f"- check: {name} — {'yes' if ok else '**no**'}")
+    return lines + [""]
+
+
+# How to run bench/gpu_check.py (it is not part of run_all.py; its figures are in the JSON it writes).
 GPU_CHECK_SECTION = [
     '## GPU check',
     '',
-    '`python bench/gpu_check.py` proves the CUDA path in one command on one GPU, offline, in under 8 minutes: LoRA, QLoRA (4-bit), DoRA and packed runs of a locally built random-init ~0.5B Llama through the real orchestrator and worker, a stop-and-save followed by a resume, and a merged export; per item it prints pass/fail, tokens/s, MFU and peak CUDA memory (allocated / reserved), and `--json FILE` keeps them. **It has not run on a GPU yet**, so there are no figures here. `python bench/gpu_check.py --dry-run` runs a reduced plan on the CPU with the demo model (QLoRA: "skipped: needs CUDA"; DoRA and packed are left to the LoRA item\'s code and tests/worker) and is part of `make test` (tests/test_gpu_check.py).',
+    '`python bench/gpu_check.py` proves the CUDA path in one command on one GPU, offline, in under 8 minutes: LoRA, QLoRA (4-bit), DoRA and packed runs of a locally built random-init ~0.5B Llama through the real orchestrator and worker, a stop-and-save followed by a resume, and a merged export; per item it prints pass/fail, tokens/s, MFU and peak CUDA memory (allocated / reserved), and `--json FILE` keeps them; `run_all.py` does not run it, so its figures are not in this file. `python bench/gpu_check.py --dry-run` runs a reduced plan on the CPU with the demo model (QLoRA: "skipped: needs CUDA"; DoRA and packed are left to the LoRA item\'s code and tests/worker) and is part of `make test` (tests/test_gpu_check.py).',
     '',
     'To install on a GPU machine that reaches no package index, carry wheels from one that does (same Python 3.11 and CPU architecture; on another platform add `--platform manylinux_2_28_x86_64 --python-version 3.11 --only-binary=:all:` to `pip download`):',
     '',

@@ -1,12 +1,15 @@
 """Run every benchmark, print each ratio against its target, and write the results.
 
-    python bench/run_all.py            # all targets (under 20 minutes on 2 CPU cores)
+    python bench/run_all.py            # all targets (about 30 minutes on 2 idle CPU cores, estimated: the
+                                       #  packing baselines, cold first step and whole logging runs added ~10)
     python bench/run_all.py --quick    # fewer steps and repetitions (under 5 minutes)
     python bench/run_all.py --json results.json --only overhead,packing
 
 Each benchmark runs in a fresh interpreter (`python bench/<name>.py --json ...`), so one
 cannot disturb the next; a benchmark that crashes is reported as not met, with its error.
-A full run writes docs/PERFORMANCE.md (a quick one only with --doc).
+A full run writes docs/PERFORMANCE.md (a quick one only with --doc). Where torch sees a
+CUDA GPU it also runs `bench/gpu.py` (`--only gpu` for that alone) and the report
+carries its figures; elsewhere the report says that no GPU was measured, and why.
 """
 
 from __future__ import annotations
@@ -32,6 +35,31 @@ DOC = BENCH.parent / "docs" / "PERFORMANCE.md"
 BENCHMARKS = ("overhead", "defaults", "packing", "first_step", "event_path", "logging_cost", "stop_latency",
               "footprint", "distributed", "vision_memory", "speech_memory", "memory_estimate", "generation")
 BENCHMARK_TIMEOUT_S = 900
+GPU = "gpu"  # bench/gpu.py: run where CUDA is present, reported in its own section
+
+
+def cuda_present() -> bool:
+    """Asked in a child, so this process never holds a CUDA context the benchmarks would share."""
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True)
+    return probe.stdout.strip() == "True"
+
+
+def run_gpu(quick: bool) -> tuple[dict | None, str]:
+    """bench/gpu.py's figures (its --json), or None and the reason there are none."""
+    if not cuda_present():
+        return None, "torch sees no CUDA GPU on the machine this run used"
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "gpu.json"
+        argv = [sys.executable, str(BENCH / "gpu.py"), "--json", str(out)] + (["--reps", "1", "--steps", "12"] if quick else [])
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=BENCHMARK_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            return None, f"bench/gpu.py did not finish within {BENCHMARK_TIMEOUT_S} s"
+        print(done.stdout[-3000:])
+        if done.returncode != 0 or not out.exists():
+            return None, f"bench/gpu.py failed (exit code {done.returncode}): {done.stderr[-600:]}"
+        return json.loads(out.read_text()), ""
 
 
 def run_one(name: str, quick: bool) -> list[Result]:
@@ -61,22 +89,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Run tunelab's benchmarks.")
     parser.add_argument("--quick", action="store_true", help="a shorter version (under 5 minutes)")
     parser.add_argument("--json", help="write [{name, ratio, target, met, ...}] to this file")
-    parser.add_argument("--only", help=f"comma-separated subset of {','.join(BENCHMARKS)}")
+    parser.add_argument("--only", help=f"comma-separated subset of {','.join(BENCHMARKS + (GPU,))}")
     parser.add_argument("--doc", help=f"write the report here (default for a full run: {DOC})")
     args = parser.parse_args()
     chosen = args.only.split(",") if args.only else list(BENCHMARKS)
-    unknown = sorted(set(chosen) - set(BENCHMARKS))
+    unknown = sorted(set(chosen) - set(BENCHMARKS) - {GPU})
     if unknown:
-        parser.error(f"unknown benchmark(s) {unknown}; choose from {', '.join(BENCHMARKS)}")
+        parser.error(f"unknown benchmark(s) {unknown}; choose from {', '.join(BENCHMARKS + (GPU,))}")
 
     started, load_before = time.monotonic(), os.getloadavg()
     results: list[Result] = []
-    for name in chosen:
+    for name in (n for n in chosen if n != GPU):
         print(f"== {name}", flush=True)
         batch = run_one(name, args.quick)
         for result in batch:
             print(result.line(), flush=True)
         results.extend(batch)
+    if args.only and GPU not in chosen:
+        gpu, gpu_note = None, "left out of this run by --only"
+    else:
+        print(f"== {GPU}", flush=True)
+        gpu, gpu_note = run_gpu(args.quick)
+        print(gpu_note or "bench/gpu.py: done", flush=True)
     seconds = time.monotonic() - started
     shutil.rmtree(BENCH / "out" / "runs", ignore_errors=True)  # the runs' checkpoints
 
@@ -88,7 +122,8 @@ def main() -> None:
     doc = Path(args.doc) if args.doc else (DOC if not args.quick and not args.only else None)
     if doc is not None:
         command = "python bench/run_all.py" + (" --quick" if args.quick else "")
-        write(doc, results, command=command, seconds=seconds, load_before=load_before, load_after=os.getloadavg())
+        write(doc, results, command=command, seconds=seconds, load_before=load_before, load_after=os.getloadavg(),
+              gpu=gpu, gpu_note=gpu_note)
         print(f"wrote {doc}")
 
 

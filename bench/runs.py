@@ -63,20 +63,51 @@ class StepLog:
     def first_step_after_launch(self) -> float:
         return self.ts[0] - self.launched
 
+    @property
+    def first_step_after_imports(self) -> float:
+        """From the script's imports done (a notebook whose import cell already ran) to its first step."""
+        return self.ts[0] - self.facts["imported_ts"]
+
+
+def setup_of(log: StepLog) -> tuple[str, str]:
+    """(device, precision) a tunelab run reported in its setup message, e.g. ("CPU", "bf16")."""
+    import re
+
+    for message in log.facts.get("statuses", []):
+        found = re.search(r"\bon (CPU|CUDA) in (\w+)", message)
+        if message.startswith("Setting up") and found:
+            return found.group(1), found.group(2)
+    return "?", "?"
+
+
+def tunelab_precision(settings: dict[str, Any]) -> str:
+    """The precision tunelab's worker picks for these RunConfig settings on this machine
+    ("fp32", "bf16", ...): its device rule, then its CPU rule for the model's width."""
+    from types import SimpleNamespace
+
+    from transformers import AutoConfig
+
+    from tunelab.worker.model_setup import device_settings, settle_cpu_precision
+
+    config = parse_config(settings).worker_payload()
+    model = SimpleNamespace(config=AutoConfig.from_pretrained(settings["model_name"]))
+    return settle_cpu_precision(config, device_settings(config), model).precision
+
 
 def scratch_dir(prefix: str) -> str:
     (BENCH / "out" / "runs").mkdir(parents=True, exist_ok=True)
     return tempfile.mkdtemp(prefix=prefix, dir=BENCH / "out" / "runs")
 
 
-def tunelab_run(settings: dict[str, Any], env: dict[str, str] | None = None) -> StepLog:
+def tunelab_run(settings: dict[str, Any], env: dict[str, str] | None = None, timeout_s: float = RUN_TIMEOUT_S) -> StepLog:
     """One run of the real worker in a spawn child; `settings` are RunConfig fields, `env`
-    the child's extra environment (e.g. CUDA_VISIBLE_DEVICES for a multi-GPU run)."""
+    the child's extra environment (e.g. CUDA_VISIBLE_DEVICES to pin it to one GPU); a run
+    not done within `timeout_s` is ended and raises."""
     cfg = parse_config(settings)
     payload = {**cfg.worker_payload(), "output_dir": scratch_dir("tunelab-"), "resume_from": None}
     log = StepLog(launched=time.time())
     worker = spawn_worker(multiprocessing.get_context("spawn"), DEFAULT_WORKER, payload, env or {}, name="bench-worker")
-    deadline = time.monotonic() + RUN_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline:
             try:
@@ -99,22 +130,28 @@ def tunelab_run(settings: dict[str, Any], env: dict[str, str] | None = None) -> 
             elif event["type"] == "complete":
                 log.facts["output_dir"] = event["output_dir"]
                 return log
-        raise RuntimeError("the tunelab run did not finish in time")
+        raise RuntimeError(f"the tunelab run did not finish within {timeout_s:.0f} s")
     finally:
         worker.process.join(10)
         end_process(worker.process)
         worker.release()
 
 
-def plain_run(settings: dict[str, Any], stop_after_first_step: bool = False) -> StepLog:
-    """One run of plain_trl.py in a fresh interpreter."""
+def plain_run(settings: dict[str, Any], stop_after_first_step: bool = False, env: dict[str, str] | None = None,
+              timeout_s: float = RUN_TIMEOUT_S) -> StepLog:
+    """One run of plain_trl.py in a fresh interpreter (`env`: extra environment, e.g.
+    CUDA_VISIBLE_DEVICES); a run not done within `timeout_s` is killed and raises."""
+    import threading
+
     settings = {"output_dir": scratch_dir("plain-"), **settings}
-    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "TRANSFORMERS_VERBOSITY": "error", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
     stderr_path = Path(settings["output_dir"]) / "stderr.txt"
     log = StepLog(launched=time.time())
     with open(stderr_path, "w") as stderr:
         process = subprocess.Popen([sys.executable, str(BENCH / "plain_trl.py"), json.dumps(settings)],
                                    stdout=subprocess.PIPE, stderr=stderr, text=True, env=env)
+    timer = threading.Timer(timeout_s, process.kill)  # the read below blocks: the limit must act from outside
+    timer.start()
     try:
         for line in process.stdout:
             if not line.startswith(LINE_PREFIX):
@@ -122,15 +159,24 @@ def plain_run(settings: dict[str, Any], stop_after_first_step: bool = False) -> 
             record = json.loads(line[len(LINE_PREFIX):])
             if record["event"] == "step":
                 log.add(record["step"], record["ts"], record["loss"], record["num_tokens"])
+                if record.get("peak_memory_gb") is not None:
+                    log.facts["peak_memory_gb"] = max(log.facts.get("peak_memory_gb", 0.0), record["peak_memory_gb"])
                 if stop_after_first_step:
                     break
             elif record["event"] == "args":
                 log.facts.update(record)
+            elif record["event"] == "imported":
+                log.facts["imported_ts"] = record["ts"]
+            elif record["event"] == "placed":
+                log.facts["model_device"] = record["device"]
         else:
-            if process.wait(RUN_TIMEOUT_S) != 0:
+            if process.wait(timeout_s) != 0:
+                if not timer.is_alive():
+                    raise RuntimeError(f"the plain TRL run did not finish within {timeout_s:.0f} s")
                 raise RuntimeError(f"plain TRL run failed: {stderr_path.read_text()[-2000:]}")
         return log
     finally:
+        timer.cancel()
         if process.poll() is None:
             process.kill()
         process.wait()

@@ -50,7 +50,7 @@ class Server:
                 self.process.wait()
         shutil.rmtree(self.home, ignore_errors=True)
 
-    def wait_until_warm(self, timeout: float = 120) -> None:
+    def wait_until_warm(self, timeout: float = 300) -> None:
         """Until the server's children (the prewarmed worker) have gone idle: their
         imports are done. Waiting keeps that work out of whatever is measured next."""
         deadline = time.monotonic() + timeout
