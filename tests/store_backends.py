@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tunelab import store_dialect
+from tunelab.store import dialect as store_dialect
 from tunelab.store import MIGRATIONS
 
 SUPERUSER = "postgres"

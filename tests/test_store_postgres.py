@@ -13,10 +13,10 @@ import pytest
 from typer.testing import CliRunner
 
 from store_backends import PgCluster, database_at_version, raw_connection
-from tunelab import store_dialect
+from tunelab.store import dialect as store_dialect
 from tunelab.cli import app
 from tunelab.store import MIGRATIONS, InvalidValue, Store, StoreBusy, StoreError
-from tunelab.store_translate import UntranslatableStatement, to_postgres
+from tunelab.store.translate import UntranslatableStatement, to_postgres
 
 SECRET = "pw-s3cr3t-never-shown"
 

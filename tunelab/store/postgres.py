@@ -3,7 +3,7 @@
 The store's methods call `conn.execute(sql, params)`, `executemany`, `rowcount`,
 `lastrowid`, `in_transaction` and read rows by position or column name (`dict(row)`), as
 sqlite3 gives them. `PgConnection` gives the same over one psycopg connection, rewriting
-each SQLite-written statement (tunelab.store_translate) and returning the same Python types
+each SQLite-written statement (tunelab.store.translate) and returning the same Python types
 (ids and counts as int, REAL columns as float; a NUMERIC result, e.g. SUM of integers, as
 int or float, never Decimal).
 
@@ -31,8 +31,8 @@ from typing import Any, Iterable, Sequence
 from urllib.parse import unquote
 
 from tunelab import paths
-from tunelab.store_dialect import BUSY_TIMEOUT_MS, BadLocation, DriverMissing
-from tunelab.store_translate import to_postgres
+from tunelab.store.dialect import BUSY_TIMEOUT_MS, BadLocation, DriverMissing
+from tunelab.store.translate import to_postgres
 
 INSTALL_HINT = "install it with: pip install 'tunelab[postgres]' (psycopg 3 with its binary wheel)"
 VERSION_TABLE = "tunelab_schema_version"

@@ -2,13 +2,13 @@
 
 `open_location` reads the store's location: a file path or `sqlite:///` URL is SQLite
 (the embedded default: `<home>/tunelab.db`), a `postgresql://` URL is a shared server
-database (tunelab.store_postgres). With no location, `TUNELAB_DATABASE_URL` decides, else
+database (tunelab.store.postgres). With no location, `TUNELAB_DATABASE_URL` decides, else
 the home's file. A dialect gives the store what it cannot say in shared SQL: how to
 connect, how a write transaction begins, which errors mean "busy, try again", where the
 schema version lives and how a message names the database without its password.
 
 Migrations (`store.MIGRATIONS`) are applied here. A step is either a tuple of statements
-written for SQLite (translated for PostgreSQL by tunelab.store_translate), or a mapping
+written for SQLite (translated for PostgreSQL by tunelab.store.translate), or a mapping
 {"sqlite": (...), "postgresql": (...)} for a step whose dialects differ; the PostgreSQL
 side of such a mapping runs as written (use BIGINT, DOUBLE PRECISION and TEXT COLLATE "C"
 there, as the translated steps do).
@@ -72,7 +72,7 @@ def _dialect_for(text: str, field: str):
             raise BadLocation(field, "a sqlite URL needs an absolute path: sqlite:////absolute/path.db")
         return SQLiteDialect(Path(rest[1:]) if rest.startswith("//") else Path(rest))
     if scheme.lower() in POSTGRES_SCHEMES:
-        from tunelab.store_postgres import PostgresDialect
+        from tunelab.store.postgres import PostgresDialect
 
         return PostgresDialect(text, field)
     raise BadLocation(field, f"{scheme}:// databases are not supported; use a file path, sqlite:////absolute/path.db "

@@ -4,8 +4,8 @@ This is the only module that speaks SQL. Every statement lives here and the sche
 through the ordered `MIGRATIONS` (applied at open, tracked in the database's schema version).
 `Store` takes a file path, a `sqlite:///` URL or a `postgresql://` URL (with none,
 TUNELAB_DATABASE_URL, else the home's SQLite file). Statements are written for SQLite;
-tunelab.store_dialect holds what differs (connecting, BEGIN, busy errors, the version) and
-on PostgreSQL `conn` is tunelab.store_postgres's adapter, with sqlite3's interface, that
+tunelab.store.dialect holds what differs (connecting, BEGIN, busy errors, the version) and
+on PostgreSQL `conn` is tunelab.store.postgres's adapter, with sqlite3's interface, that
 rewrites each statement. The store is shared by the orchestrator's pump and watchdog threads and the
 server's request threads, so one connection is guarded by a lock, and every call is
 retried while another process holds the database ("database is locked"/"busy").
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from tunelab import store_dialect
+from tunelab.store import dialect as store_dialect
 from tunelab.events import DEFAULT_MODALITY, MODALITIES, clean_extra, finite_or_none
 from tunelab.text import char_name, first_unsafe_char
 
@@ -134,7 +134,7 @@ QUEUE_MIGRATION: dict[str, tuple[str, ...]] = {
 }
 
 # A step: statements written for SQLite (translated for PostgreSQL), or a mapping
-# {"sqlite": (...), "postgresql": (...)} where the dialects differ (see tunelab.store_dialect).
+# {"sqlite": (...), "postgresql": (...)} where the dialects differ (see tunelab.store.dialect).
 MIGRATIONS: tuple[tuple[str, ...] | Mapping[str, tuple[str, ...]], ...] = (
     (  # 1: runs and metrics
         """CREATE TABLE runs (
