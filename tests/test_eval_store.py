@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tunelab.eval_store import add_eval, list_evals
+from tunelab.store.evals import add_eval, list_evals
 from tunelab.store import RunNotFound, Store
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from inference_helpers import run_cli, start_server
-from tunelab.eval_store import list_evals
+from tunelab.store.evals import list_evals
 from tunelab.evaluate.runner import EvalInputError, EvalOptions, build_request, lm_eval_installed
 from tunelab.store import Store
 

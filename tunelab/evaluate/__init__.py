@@ -3,6 +3,6 @@ the base and the fine-tune, and lm-evaluation-harness tasks where `lm-eval` is i
 
 `runner.run_eval` (torch-free, used by `tunelab eval` and `POST /api/runs/{id}/eval`)
 checks the request, starts `python -m tunelab.evaluate.child` on a device the inference
-rules allow, and stores each result with the run (`tunelab.eval_store`). The child
+rules allow, and stores each result with the run (`tunelab.store.evals`). The child
 (`child`, `measure`, `harness`) is the only part that imports torch.
 """

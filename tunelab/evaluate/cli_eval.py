@@ -31,7 +31,7 @@ def _option(field: str) -> str:
 
 def eval_command(run_id: int, options: dict[str, Any], show: bool, as_json: bool, console: Console,
                  fail: Callable[[int, str], Exception]) -> int:
-    from tunelab.eval_store import list_evals
+    from tunelab.store.evals import list_evals
     from tunelab.evaluate.report import render
     from tunelab.evaluate.runner import EvalError, EvalInputError, EvalOptions, run_eval
     from tunelab.store import RunNotFound, Store

@@ -4,7 +4,7 @@ Torch-free; `tunelab eval` and `POST /api/runs/{id}/eval` call it. It checks the
 here, with messages naming the field (no such run, no weights, no eval split, a prompts
 file outside the data roots, lm-eval not installed), then starts the eval child on the
 device the inference rules choose (`inference.devices.choose_device`: never a GPU a
-training run holds) and stores each result as it arrives (`eval_store`). Should a
+training run holds) and stores each result as it arrives (`tunelab.store.evals`). Should a
 training run claim the child's GPU meanwhile, the child is ended and the evaluation
 refused, leaving the GPU to the run; what was stored by then stays.
 
@@ -27,7 +27,7 @@ import time
 from typing import Any, Callable
 
 from tunelab import paths
-from tunelab.eval_store import add_eval
+from tunelab.store.evals import add_eval
 from tunelab.evaluate.options import (
     LM_EVAL_INSTALL,
     EvalError,

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, Field
 
-from tunelab.eval_store import list_evals
+from tunelab.store.evals import list_evals
 from tunelab.evaluate.runner import EvalFailed, EvalInputError, EvalNotFound, EvalOptions, EvalRefused, run_eval
 from tunelab.server.roles import caller_of
 from tunelab.server.errors import ApiError

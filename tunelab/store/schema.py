@@ -146,7 +146,7 @@ MIGRATIONS: tuple[tuple[str, ...] | Mapping[str, tuple[str, ...]], ...] = (
             PRIMARY KEY (run_id, name, step)
         ) WITHOUT ROWID""",
     ),
-    (  # 5: evaluations of a finished run (tunelab/eval_store.py): perplexity, generations, lm_eval
+    (  # 5: evaluations of a finished run (tunelab/store/evals.py): perplexity, generations, lm_eval
         """CREATE TABLE run_evals (
             id INTEGER PRIMARY KEY AUTOINCREMENT,
             run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,

@@ -1,6 +1,6 @@
 """SQLite-written statements rewritten for PostgreSQL (the store's only dialect gap).
 
-The store's statements (tunelab/store/, tunelab/eval_store.py) and its migrations are
+The store's statements (tunelab/store/, its evals.py included) and its migrations are
 written once, for SQLite. PostgreSQL needs a few textual changes, made here and nowhere
 else:
 
