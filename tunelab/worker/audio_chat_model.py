@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunelab.worker.context import RunSettingError
+from tunelab.worker.hub_config import load_auto_processor, model_config_or_none
 
 # The mlx backend's answer for such a model: no maintained MLX package trains one here.
 MLX_REFUSAL = ("is an audio chat model (an audio encoder in front of a language model), and the mlx backend trains "
@@ -34,31 +35,16 @@ def is_audio_chat_config(model_config: Any) -> bool:
             and getattr(model_config, "vision_config", None) is None and not getattr(model_config, "is_encoder_decoder", False))
 
 
-def _hub_kwargs(config: dict[str, Any]) -> dict[str, Any]:
-    return {"token": config.get("hf_token") or None, "trust_remote_code": bool(config.get("trust_remote_code"))}
-
-
 def is_audio_chat_model(config: dict[str, Any]) -> bool:
     """Whether the run's `model_name` is an audio chat model (reads only its config)."""
-    from transformers import AutoConfig
-
-    try:
-        model_config = AutoConfig.from_pretrained(config["model_name"], **_hub_kwargs(config))
-    except (OSError, ValueError, KeyError):
-        return False  # the model load reports the real problem, in its own words
-    return is_audio_chat_config(model_config)
+    model_config = model_config_or_none(config)
+    return model_config is not None and is_audio_chat_config(model_config)
 
 
 def load_processor(config: dict[str, Any]) -> Any:
-    from transformers import AutoProcessor
-
     name = config["model_name"]
-    try:
-        processor = AutoProcessor.from_pretrained(name, **_hub_kwargs(config))
-    except (OSError, ValueError) as exc:
-        raise RunSettingError("model_name", f"{name} is an audio chat model but its processor does not load ({exc}); the model "
-                                            "folder needs its processor files (processor_config.json or preprocessor_config.json, "
-                                            "and the tokenizer)") from exc
+    processor = load_auto_processor(config, "an audio chat model",
+                                    "processor_config.json or preprocessor_config.json, and the tokenizer")
     missing = [what for what, ok in (("a feature extractor", getattr(processor, "feature_extractor", None) is not None),
                                      ("a tokenizer", getattr(processor, "tokenizer", None) is not None),
                                      ("an audio token", isinstance(getattr(processor, "audio_token", None), str)))
