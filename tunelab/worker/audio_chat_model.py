@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunelab.worker.context import RunSettingError
-from tunelab.worker.hub_config import load_auto_processor, model_config_or_none
+from tunelab.worker.hub_config import load_auto_processor, model_config_or_none, set_up_chat_tokenizer
 
 # The mlx backend's answer for such a model: no maintained MLX package trains one here.
 MLX_REFUSAL = ("is an audio chat model (an audio encoder in front of a language model), and the mlx backend trains "
@@ -52,12 +52,7 @@ def load_processor(config: dict[str, Any]) -> Any:
     if missing:
         raise RunSettingError("model_name", f"{name} is an audio chat model but its processor ({type(processor).__name__}) has no "
                                             f"{' and no '.join(missing)}; save the model together with its AutoProcessor")
-    tokenizer = processor.tokenizer
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
-    tokenizer.padding_side = "right"  # the collator's label alignment reads each row from its start
-    if not getattr(processor, "chat_template", None) and getattr(tokenizer, "chat_template", None):
-        processor.chat_template = tokenizer.chat_template
+    tokenizer = set_up_chat_tokenizer(processor)
     if not getattr(processor, "chat_template", None):
         raise RunSettingError("model_name", f"{name}'s processor has no chat template, and audio chat rows are rendered with "
                                             "it; save the model with one (chat_template.jinja)")

@@ -2,8 +2,8 @@
 
 The vision, speech and audio chat families each tell their models apart by the model's
 own config and load an `AutoProcessor` for it; the hub arguments (token, remote code), the
-config read that leaves errors to the model load, and the processor load that names the
-missing files live here once.
+config read that leaves errors to the model load, the processor load that names the
+missing files, and the tokenizer set-up the media chat collators rely on live here once.
 """
 
 from __future__ import annotations
@@ -40,3 +40,16 @@ def load_auto_processor(config: dict[str, Any], kind: str, files: str) -> Any:
     except (OSError, ValueError) as exc:
         raise RunSettingError("model_name", f"{name} is {kind} but its processor does not load ({exc}); "
                                             f"the model folder needs its processor files ({files})") from exc
+
+
+def set_up_chat_tokenizer(processor: Any) -> Any:
+    """A media chat processor's tokenizer made ready for the collators (vision, audio chat):
+    a pad token, right padding, and the tokenizer's chat template on the processor where it
+    has none. Returns the tokenizer."""
+    tokenizer = processor.tokenizer
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
+    tokenizer.padding_side = "right"  # the collator's label alignment reads each row from its start
+    if not getattr(processor, "chat_template", None) and getattr(tokenizer, "chat_template", None):
+        processor.chat_template = tokenizer.chat_template
+    return tokenizer

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunelab.worker.context import RunSettingError
-from tunelab.worker.hub_config import hub_kwargs, model_config_or_none
+from tunelab.worker.hub_config import hub_kwargs, model_config_or_none, set_up_chat_tokenizer
 
 # The mlx backend's answer for such a model: no maintained MLX package trains one here.
 MLX_REFUSAL = ("is a vision-language model, and the mlx backend trains text models only (no maintained MLX "
@@ -122,12 +122,7 @@ def load_processor(config: dict[str, Any]) -> Any:
     if not isinstance(processor, ProcessorMixin) or getattr(processor, "tokenizer", None) is None:
         raise RunSettingError("model_name", f"{config['model_name']} is a vision-language model but ships no processor with a tokenizer; "
                                        "save the model together with its AutoProcessor")
-    tokenizer = processor.tokenizer
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
-    tokenizer.padding_side = "right"  # the collator's label alignment reads each row from its start
-    if not getattr(processor, "chat_template", None) and getattr(tokenizer, "chat_template", None):
-        processor.chat_template = tokenizer.chat_template
+    set_up_chat_tokenizer(processor)
     return processor
 
 
