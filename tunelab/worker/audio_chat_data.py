@@ -24,12 +24,12 @@ from __future__ import annotations
 from typing import Any
 
 from tunelab.worker.audio_chat_formats import WORKING_EXAMPLE, audio_list_column, audio_messages, has_audio
-from tunelab.worker.data import PreparedData, _check_batch_fits
+from tunelab.worker.data import PreparedData
 from tunelab.worker.formats import DataFormatError, conversation_column, image_column
 from tunelab.worker.sources import DETECTION_SAMPLE_ROWS, RawData
 from tunelab.worker.speech_data import SKIP_HINT, BadAudioRow, checked_clip, clip_place, longest_seconds
 from tunelab.worker.speech_formats import TRANSCRIPTION, audio_column
-from tunelab.worker.vision_data import (_source_field, check_media_settings, drop_bad_rows, labelled_rows, marker_token_ids,
+from tunelab.worker.vision_data import (_source_field, drop_bad_rows, labelled_rows, marker_token_ids, prepare_media_rows,
                                         tokens_and_loss_mask)
 
 AUDIO_CHAT_COLUMNS = ("text", "audios", "text_ids", "loss_mask")
@@ -113,11 +113,7 @@ def prepare(config: dict[str, Any], processor: Any, raw: RawData) -> PreparedDat
     """Audio chat rows checked and tokenized, with the collator that decodes their clips."""
     from tunelab.worker.audio_chat_collator import AudioChatCollator
 
-    check_media_settings(config, raw, "audio chat", "audio")
-    notes: list[str] = []
-    train = _rows(raw.train, raw.format, processor, config, "training", notes)
-    _check_batch_fits(len(train), config)
-    eval_set = _rows(raw.eval, raw.format, processor, config, "eval", notes) if raw.eval is not None else None
-    collator = AudioChatCollator(processor, int(config.get("max_seq_length") or 2048))
-    collator.check_first(train)
-    return PreparedData(train=train, eval=eval_set, format=raw.format, collator=collator, notes=notes)
+    return prepare_media_rows(
+        config, raw, "audio chat", "audio",
+        lambda rows, what, notes: _rows(rows, raw.format, processor, config, what, notes),
+        lambda: AudioChatCollator(processor, int(config.get("max_seq_length") or 2048)))

@@ -21,7 +21,7 @@ outside the data roots is refused like a data file there would be. Torch-free ap
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tunelab import paths
 from tunelab.worker.data import MAX_UNLABELLED_SHARE, PreparedData, _check_batch_fits, _check_masking_applies
@@ -220,14 +220,24 @@ def labelled_rows(converted: Any, what: str, completions: bool) -> Any:
     return converted
 
 
-def check_media_settings(config: dict[str, Any], raw: RawData, rows_named: str, media: str) -> None:
-    """The settings media chat rows cannot train with, refused with the fix
+def prepare_media_rows(config: dict[str, Any], raw: RawData, rows_named: str, media: str,
+                       rows: Callable[[Any, str, list[str]], Any], make_collator: Callable[[], Any]) -> PreparedData:
+    """Media chat rows (image-text, audio chat) checked and tokenized by `rows(rows, what,
+    notes)`, with the collator `make_collator` builds, checked on the first training rows.
+    The settings such rows cannot train with are refused first, with the fix
     (`rows_named`: "image-text" / "audio chat"; `media`: "image" / "audio")."""
     if config.get("packing"):
         raise DataFormatError("packing", f"{rows_named} rows cannot be packed (each row's {media} tokens must stay with it); set packing=false")
     if config.get("training_type") == "continued_pretraining":
         raise DataFormatError("training_type", f"continued pretraining reads raw text; {rows_named} data trains with training_type=lora, qlora or full")
     _check_masking_applies(raw.format, config)
+    notes: list[str] = []
+    train = rows(raw.train, "training", notes)
+    _check_batch_fits(len(train), config)
+    eval_set = rows(raw.eval, "eval", notes) if raw.eval is not None else None
+    collator = make_collator()
+    collator.check_first(train)
+    return PreparedData(train=train, eval=eval_set, format=raw.format, collator=collator, notes=notes)
 
 
 def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str, notes: list[str]) -> Any:
@@ -274,11 +284,7 @@ def prepare(config: dict[str, Any], processor: Any, raw: RawData) -> PreparedDat
     """Image-text rows checked and tokenized, with the collator that decodes their images."""
     from tunelab.worker.vision_collator import VisionCollator
 
-    check_media_settings(config, raw, "image-text", "image")
-    notes: list[str] = []
-    train = _rows(raw.train, raw.format, processor, config, "training", notes)
-    _check_batch_fits(len(train), config)
-    eval_set = _rows(raw.eval, raw.format, processor, config, "eval", notes) if raw.eval is not None else None
-    collator = VisionCollator(processor, int(config.get("max_seq_length") or 2048), int(config.get("vision_image_size") or 512))
-    collator.check_first(train)
-    return PreparedData(train=train, eval=eval_set, format=raw.format, collator=collator, notes=notes)
+    return prepare_media_rows(
+        config, raw, "image-text", "image",
+        lambda rows, what, notes: _rows(rows, raw.format, processor, config, what, notes),
+        lambda: VisionCollator(processor, int(config.get("max_seq_length") or 2048), int(config.get("vision_image_size") or 512)))
