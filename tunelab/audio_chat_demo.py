@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunelab.demo_assets import DEMO_TRAINING, ensure_built
+from tunelab.demo_assets import ModelDataAssets, chat_demo_config, ensure_built
 
 AUDIO_CHAT_DEMO_VERSION = "audio-chat-demo-v1"
 AUDIO_TOKENS = ("<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>", "<|im_start|>", "<|im_end|>")
@@ -38,17 +38,7 @@ TEXT_INIT_STD = 0.1
 
 
 @dataclass(frozen=True)
-class AudioChatDemoAssets:
-    root: Path
-
-    @property
-    def model_dir(self) -> Path:
-        return self.root / "model"
-
-    @property
-    def data_dir(self) -> Path:
-        return self.root / "data"
-
+class AudioChatDemoAssets(ModelDataAssets):
     @property
     def messages(self) -> Path:
         """Chat messages with an audio part (`{type: audio, path: clips/000.wav}`) and a question."""
@@ -62,19 +52,9 @@ def chat_row(clip: str, transcript: str) -> dict:
 
 def _write_datasets(data_dir: Path) -> list[str]:
     """The clips and the messages file; returns the transcripts."""
-    from concurrent.futures import ThreadPoolExecutor
+    from tunelab.speech_demo import write_spoken_clips
 
-    from tunelab.speech_demo import SAMPLE_RATES, speak, spoken_rows, write_clip
-
-    (data_dir / "clips").mkdir(parents=True, exist_ok=True)
-    drawn = spoken_rows(N_CLIPS, seed=7)
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        spoken = list(pool.map(lambda row: speak(*row), drawn))
-    lines = []
-    for i, ((text, *_), (samples, source_rate)) in enumerate(zip(drawn, spoken)):
-        name = f"clips/{i:03d}.{'flac' if i % 4 == 3 else 'wav'}"
-        write_clip(data_dir / name, samples, source_rate, SAMPLE_RATES[i % len(SAMPLE_RATES)])
-        lines.append(json.dumps(chat_row(name, text)) + "\n")
+    lines = [json.dumps(chat_row(name, text)) + "\n" for name, text in write_spoken_clips(data_dir, N_CLIPS, seed=7)]
     (data_dir / "messages.jsonl").write_text("".join(lines))
     return [json.loads(line)["messages"][1]["content"][0]["text"] for line in lines]
 
@@ -119,15 +99,4 @@ def ensure_audio_chat_demo_assets(root: Path | None = None) -> AudioChatDemoAsse
 
 def audio_chat_demo_config(assets: AudioChatDemoAssets, *, steps: int = 60, data: Path | None = None, **overrides):
     """A LoRA run on the spoken-number chats with the loss on the replies only."""
-    from tunelab.config import parse_config
-
-    return parse_config({
-        "model_name": str(assets.model_dir),
-        "local_datasets": [str(data or assets.messages)],
-        **DEMO_TRAINING,
-        "backend": "torch",
-        "max_steps": steps,
-        "train_on_completions": True,
-        "display_name": "demo (audio chat)",
-        **overrides,
-    })
+    return chat_demo_config(assets, data or assets.messages, steps=steps, display_name="demo (audio chat)", **overrides)

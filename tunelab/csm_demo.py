@@ -18,25 +18,19 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunelab.demo_assets import ensure_built
+from tunelab.demo_assets import ModelAssets, ensure_built
+from tunelab.tts_demo import speaking_demo_config
 
 CSM_DEMO_VERSION = "csm-demo-v1"
 CODEBOOKS = 4
 CODEBOOK_SIZE = 64
 RATE = 24000
 AUDIO_TOKENS = ("<|AUDIO|>", "<|audio_eos|>")  # the tokens CsmProcessor looks for
-# A random-init CSM learns the codec's codes fastest trained whole.
-CSM_DEMO_TRAINING = {"training_type": "full", "learning_rate": 3e-3, "batch_size": 8,
-                     "gradient_accumulation_steps": 1, "warmup_steps": 5, "max_seq_length": 512}
 
 
 @dataclass(frozen=True)
-class CsmDemoAssets:
-    root: Path
-
-    @property
-    def model_dir(self) -> Path:
-        return self.root / "model"
+class CsmDemoAssets(ModelAssets):
+    """The CSM demo's built folder."""
 
 
 def _tokenizer(corpus: list[str]):
@@ -115,19 +109,5 @@ def ensure_csm_demo_assets(transcripts: Path, root: Path | None = None) -> CsmDe
 
 
 def csm_demo_config(assets: CsmDemoAssets, data: Path, *, steps: int = 60, **overrides):
-    """A run on the speech demo's clips whose loss visibly falls; a tenth of the clips is held
-    out, and every 20 steps the eval loss is measured and one sentence is spoken into
-    samples/step-N.wav (the page plays it)."""
-    from tunelab.config import parse_config
-
-    return parse_config({
-        "model_name": str(assets.model_dir),
-        "local_datasets": [str(data)],
-        **CSM_DEMO_TRAINING,
-        "backend": "torch",
-        "max_steps": steps,
-        "eval_steps": 20,
-        "eval_holdout": 0.1,
-        "display_name": "demo (text-to-speech, CSM)",
-        **overrides,
-    })
+    """CSM's run: the codec-token LM's recipe and checks (`tts_demo.speaking_demo_config`)."""
+    return speaking_demo_config(assets, data, steps=steps, display_name="demo (text-to-speech, CSM)", **overrides)

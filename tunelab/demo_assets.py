@@ -38,16 +38,26 @@ DEMO_TRAINING = {"training_type": "lora", "learning_rate": 3e-3, "lora_r": 16, "
 
 
 @dataclass(frozen=True)
-class DemoAssets:
+class ModelAssets:
+    """A demo's built folder: the model under `model/`."""
     root: Path
 
     @property
     def model_dir(self) -> Path:
         return self.root / "model"
 
+
+@dataclass(frozen=True)
+class ModelDataAssets(ModelAssets):
+    """A demo's built folder with its own data under `data/`."""
+
     @property
     def data_dir(self) -> Path:
         return self.root / "data"
+
+
+@dataclass(frozen=True)
+class DemoAssets(ModelDataAssets):
 
     @property
     def alpaca(self) -> Path:
@@ -223,6 +233,23 @@ def ensure_built(root: Path | None, version: str, build: Callable[[Path], None])
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     return build_atomically(target, version, build)
+
+
+def chat_demo_config(assets: ModelDataAssets, data: Path, *, steps: int, display_name: str, **overrides: Any) -> Any:
+    """The media chat demos' run (vision, audio chat): a LoRA run with the demo recipe and
+    the loss on the replies only, so what falls is what the model learns from the media."""
+    from tunelab.config import parse_config
+
+    return parse_config({
+        "model_name": str(assets.model_dir),
+        "local_datasets": [str(data)],
+        **DEMO_TRAINING,
+        "backend": "torch",
+        "max_steps": steps,
+        "train_on_completions": True,
+        "display_name": display_name,
+        **overrides,
+    })
 
 
 def ensure_demo_assets(root: Path | None = None) -> DemoAssets:

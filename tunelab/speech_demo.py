@@ -30,7 +30,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunelab.demo_assets import ensure_built
+from tunelab.demo_assets import ModelDataAssets, ensure_built
 
 SPEECH_DEMO_VERSION = "speech-demo-v2"
 WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -60,17 +60,7 @@ class MissingSynthesiser(RuntimeError):
 
 
 @dataclass(frozen=True)
-class SpeechDemoAssets:
-    root: Path
-
-    @property
-    def model_dir(self) -> Path:
-        return self.root / "model"
-
-    @property
-    def data_dir(self) -> Path:
-        return self.root / "data"
-
+class SpeechDemoAssets(ModelDataAssets):
     @property
     def transcripts(self) -> Path:
         """`audio` (paths relative to this file) and `text` columns."""
@@ -127,12 +117,13 @@ def spoken_rows(n: int, seed: int) -> list[tuple[str, str, int, int]]:
              rng.randint(150, 200), rng.randint(35, 65)) for _ in range(n)]
 
 
-def _write_datasets(data_dir: Path) -> list[str]:
-    """The clips and the data files; returns the transcripts."""
+def write_spoken_clips(data_dir: Path, n: int, seed: int) -> list[tuple[str, str]]:
+    """n spoken clips under `data_dir/clips` (every fourth flac, the rates taking turns);
+    returns (path relative to `data_dir`, transcript) pairs."""
     from concurrent.futures import ThreadPoolExecutor
 
     (data_dir / "clips").mkdir(parents=True, exist_ok=True)
-    drawn = spoken_rows(N_CLIPS, seed=5)
+    drawn = spoken_rows(n, seed=seed)
     # espeak-ng runs as its own process per clip: a few at once hide its start-up time.
     with ThreadPoolExecutor(max_workers=4) as pool:
         spoken = list(pool.map(lambda row: speak(*row), drawn))
@@ -141,6 +132,12 @@ def _write_datasets(data_dir: Path) -> list[str]:
         name = f"clips/{i:03d}.{'flac' if i % 4 == 3 else 'wav'}"
         write_clip(data_dir / name, samples, source_rate, SAMPLE_RATES[i % len(SAMPLE_RATES)])
         rows.append((name, text))
+    return rows
+
+
+def _write_datasets(data_dir: Path) -> list[str]:
+    """The clips and the data files; returns the transcripts."""
+    rows = write_spoken_clips(data_dir, N_CLIPS, seed=5)
     lines = [json.dumps({"audio": name, "text": text}) + "\n" for name, text in rows]
     (data_dir / "transcripts.jsonl").write_text("".join(lines))
     (data_dir / "scored.jsonl").write_text("".join(lines[:N_SCORED]))

@@ -16,22 +16,18 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunelab.demo_assets import ensure_built
+from tunelab.demo_assets import ModelAssets, ensure_built
 
 TTS_DEMO_VERSION = "tts-demo-v1"
 CODEBOOK_SIZE = 64
-# A random-init LM learns the codec's tokens fastest trained whole.
+# A random-init LM (codec-token Llama or CSM) learns the codec's tokens fastest trained whole.
 TTS_DEMO_TRAINING = {"training_type": "full", "learning_rate": 3e-3, "batch_size": 8,
                      "gradient_accumulation_steps": 1, "warmup_steps": 5, "max_seq_length": 512}
 
 
 @dataclass(frozen=True)
-class TtsDemoAssets:
-    root: Path
-
-    @property
-    def model_dir(self) -> Path:
-        return self.root / "model"
+class TtsDemoAssets(ModelAssets):
+    """The codec-token LM demo's built folder."""
 
 
 def _build(folder: Path, transcripts: Path) -> None:
@@ -64,10 +60,10 @@ def ensure_tts_demo_assets(transcripts: Path, root: Path | None = None) -> TtsDe
     return TtsDemoAssets(ensure_built(root, TTS_DEMO_VERSION, lambda folder: _build(folder, transcripts)))
 
 
-def tts_demo_config(assets: TtsDemoAssets, data: Path, *, steps: int = 60, **overrides):
-    """A run on the speech demo's clips whose loss visibly falls; a tenth of the clips is held
-    out, and every 20 steps the eval loss is measured and one sentence is spoken into
-    samples/step-N.wav (the page plays it)."""
+def speaking_demo_config(assets: ModelAssets, data: Path, *, steps: int, display_name: str, **overrides):
+    """A run on the speech demo's clips whose loss visibly falls (the text-to-speech demos:
+    codec-token LM and CSM); a tenth of the clips is held out, and every 20 steps the eval
+    loss is measured and one sentence is spoken into samples/step-N.wav (the page plays it)."""
     from tunelab.config import parse_config
 
     return parse_config({
@@ -78,6 +74,11 @@ def tts_demo_config(assets: TtsDemoAssets, data: Path, *, steps: int = 60, **ove
         "max_steps": steps,
         "eval_steps": 20,
         "eval_holdout": 0.1,
-        "display_name": "demo (text-to-speech)",
+        "display_name": display_name,
         **overrides,
     })
+
+
+def tts_demo_config(assets: TtsDemoAssets, data: Path, *, steps: int = 60, **overrides):
+    """The codec-token LM's run (`speaking_demo_config`)."""
+    return speaking_demo_config(assets, data, steps=steps, display_name="demo (text-to-speech)", **overrides)

@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from tunelab.demo_assets import DEMO_TRAINING, build_atomically, ensure_built
+from tunelab.demo_assets import ModelDataAssets, build_atomically, chat_demo_config, ensure_built
 
 VISION_DEMO_VERSION = "vision-demo-v1"
 IMAGE_TOKEN = "<image>"
@@ -40,17 +40,7 @@ N_IMAGES = 96
 
 
 @dataclass(frozen=True)
-class VisionDemoAssets:
-    root: Path
-
-    @property
-    def model_dir(self) -> Path:
-        return self.root / "model"
-
-    @property
-    def data_dir(self) -> Path:
-        return self.root / "data"
-
+class VisionDemoAssets(ModelDataAssets):
     @property
     def messages(self) -> Path:
         """Chat messages whose content is a list of image/text parts, plus an `images` column."""
@@ -171,15 +161,4 @@ def ensure_vision_demo_assets(root: Path | None = None) -> VisionDemoAssets:
 def vision_demo_config(assets: VisionDemoAssets, *, steps: int = 60, data: Path | None = None, **overrides):
     """A LoRA run on the shapes data with the loss on the captions only, so what falls is
     what the model learns from the pixels (colour and shape)."""
-    from tunelab.config import parse_config
-
-    return parse_config({
-        "model_name": str(assets.model_dir),
-        "local_datasets": [str(data or assets.messages)],
-        **DEMO_TRAINING,
-        "backend": "torch",
-        "max_steps": steps,
-        "train_on_completions": True,
-        "display_name": "demo (vision)",
-        **overrides,
-    })
+    return chat_demo_config(assets, data or assets.messages, steps=steps, display_name="demo (vision)", **overrides)

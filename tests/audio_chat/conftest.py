@@ -4,28 +4,18 @@ installs it) the tests that need them skip, saying how to install it, as the spe
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-# The end-to-end tests share the orchestrator tests' event recorder and the worker tests'
-# spawned-worker driver.
-for _folder in ("orchestrator", "worker"):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / _folder))
+from run_helpers import built_with_espeak, use_helper_folders
 
 from tunelab.audio_chat_demo import AudioChatDemoAssets, ensure_audio_chat_demo_assets
-from tunelab.speech_demo import MissingSynthesiser, espeak_binary
+
+use_helper_folders()
 
 
 @pytest.fixture(scope="session")
 def audio_chat_assets(tmp_path_factory: pytest.TempPathFactory) -> AudioChatDemoAssets:
     """The tiny random-init Qwen2-Audio + chats about clips spoken by espeak-ng (offline, seconds)."""
-    try:
-        espeak_binary()
-    except MissingSynthesiser as exc:
-        pytest.skip(str(exc))
-    return ensure_audio_chat_demo_assets(tmp_path_factory.mktemp("audio-chat") / "assets")
+    return built_with_espeak(ensure_audio_chat_demo_assets, tmp_path_factory.mktemp("audio-chat") / "assets")
 
 
 @pytest.fixture(scope="session")

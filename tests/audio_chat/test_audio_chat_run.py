@@ -7,65 +7,47 @@ model's logits."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from orch_helpers import EventRecorder
+from run_helpers import export_merged, finished, recorded_orchestrator, stopped_at_step
 
 from tunelab import paths
 from tunelab.audio_chat_demo import audio_chat_demo_config
 from tunelab.checkpoints import validate_checkpoint
-from tunelab.orchestrator import Orchestrator
 from tunelab.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 STEPS = 14
 STOP_AFTER = 4
-RUN_WAIT_S = 300  # a few seconds of training on two idle cores; a loaded test machine is far slower
-
-
-def finished(orchestrator: Orchestrator, run_id: int) -> dict:
-    assert orchestrator.wait_idle(RUN_WAIT_S), "the run did not finish"
-    return orchestrator.store.get_run(run_id)
 
 
 def test_audio_chat_lora_learns_stops_saves_resumes_and_exports(audio_chat_assets, home):
-    with Store(paths.db_path()) as store:
-        orchestrator = Orchestrator(store)
-        recorder = EventRecorder()
-        orchestrator.subscribe(recorder)
-        try:
-            first = orchestrator.start(audio_chat_demo_config(audio_chat_assets, steps=STEPS, learning_rate=1e-2))
-            recorder.wait_for(lambda e: e["type"] == "progress" and e["step"] >= STOP_AFTER, timeout=240)
-            orchestrator.stop(save=True, expected_run_id=first)
-            first_row = finished(orchestrator, first)
-            assert first_row["status"] == "stopped", first_row["error_message"]
-            stopped_at = first_row["final_step"]
-            assert STOP_AFTER <= stopped_at < STEPS
-            assert validate_checkpoint(Path(first_row["output_dir"]) / f"checkpoint-{stopped_at}").step == stopped_at
-            assert first_row["modality"] == "audio_chat"  # the worker said so once it had the audio rows
+    with Store(paths.db_path()) as store, recorded_orchestrator(store) as (orchestrator, recorder):
+        first = orchestrator.start(audio_chat_demo_config(audio_chat_assets, steps=STEPS, learning_rate=1e-2))
+        first_row = stopped_at_step(orchestrator, recorder, first, STOP_AFTER, timeout=240)
+        assert first_row["status"] == "stopped", first_row["error_message"]
+        stopped_at = first_row["final_step"]
+        assert STOP_AFTER <= stopped_at < STEPS
+        assert validate_checkpoint(Path(first_row["output_dir"]) / f"checkpoint-{stopped_at}").step == stopped_at
+        assert first_row["modality"] == "audio_chat"  # the worker said so once it had the audio rows
 
-            second = orchestrator.resume(first)
-            row = finished(orchestrator, second)
-            assert row["status"] == "completed", row["error_message"]
-            assert row["modality"] == "audio_chat"
-            resumed = store.get_metrics(second)
-            assert [m["step"] for m in resumed] == list(range(stopped_at + 1, STEPS + 1))
-            losses = [m["loss"] for m in store.get_metrics(first) + resumed]
-            assert len(losses) == STEPS
-            assert sum(losses[-5:]) / 5 < 0.75 * sum(losses[:5]) / 5  # the replies are learnt (5.6 -> 3.5 over the first and last five steps)
-            stages = [e["message"] for e in recorder.of_type("status") if e.get("run_id") == first]
-            assert any("audio chat model" in message for message in stages)
-            output = Path(row["output_dir"])
-            assert (output / "adapter_model.safetensors").is_file() and (output / "processor_config.json").is_file()
-            adapted = json.loads((output / "adapter_config.json").read_text())["target_modules"]
-            assert adapted and not [n for n in adapted if "audio_tower" in n or "projector" in n]
-        finally:
-            orchestrator.shutdown()
+        second = orchestrator.resume(first)
+        row = finished(orchestrator, second)
+        assert row["status"] == "completed", row["error_message"]
+        assert row["modality"] == "audio_chat"
+        resumed = store.get_metrics(second)
+        assert [m["step"] for m in resumed] == list(range(stopped_at + 1, STEPS + 1))
+        losses = [m["loss"] for m in store.get_metrics(first) + resumed]
+        assert len(losses) == STEPS
+        assert sum(losses[-5:]) / 5 < 0.75 * sum(losses[:5]) / 5  # the replies are learnt (5.6 -> 3.5 over the first and last five steps)
+        stages = [e["message"] for e in recorder.of_type("status") if e.get("run_id") == first]
+        assert any("audio chat model" in message for message in stages)
+        output = Path(row["output_dir"])
+        assert (output / "adapter_model.safetensors").is_file() and (output / "processor_config.json").is_file()
+        adapted = json.loads((output / "adapter_config.json").read_text())["target_modules"]
+        assert adapted and not [n for n in adapted if "audio_tower" in n or "projector" in n]
     _export_gives_the_trained_logits(audio_chat_assets, home, second, output)
 
 
@@ -75,11 +57,7 @@ def _export_gives_the_trained_logits(assets, home: Path, run_id: int, output: Pa
 
     from tunelab.worker.speech_collator import decode_clip
 
-    dest = home / "outputs" / "merged"
-    exported = subprocess.run([sys.executable, "-m", "tunelab.cli", "export", str(run_id), "--format", "merged",
-                               "--dtype", "float32", "--dest", str(dest)],
-                              env={**os.environ, "TUNELAB_HOME": str(home)}, capture_output=True, text=True, timeout=240)
-    assert exported.returncode == 0, exported.stdout + exported.stderr
+    dest = export_merged(home, run_id, "--dtype", "float32")
     processor = AutoProcessor.from_pretrained(dest)
     messages = [{"role": "user", "content": [{"type": "audio"}, {"type": "text", "text": "Which numbers are spoken?"}]}]
     rate = processor.feature_extractor.sampling_rate

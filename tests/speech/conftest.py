@@ -4,27 +4,18 @@ need the clips skip, saying how to install it, as the browser tests do without C
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from run_helpers import built_with_espeak, use_helper_folders
 
-# The end-to-end tests share the orchestrator tests' event recorder and the worker tests'
-# spawned-worker driver.
-for _folder in ("orchestrator", "worker"):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / _folder))
+from tunelab.speech_demo import SpeechDemoAssets, ensure_speech_demo_assets
 
-from tunelab.speech_demo import MissingSynthesiser, SpeechDemoAssets, espeak_binary, ensure_speech_demo_assets
+use_helper_folders()
 
 
 @pytest.fixture(scope="session")
 def speech_assets(tmp_path_factory: pytest.TempPathFactory) -> SpeechDemoAssets:
     """The tiny random-init Whisper + clips spoken by espeak-ng (offline, a few seconds)."""
-    try:
-        espeak_binary()
-    except MissingSynthesiser as exc:
-        pytest.skip(str(exc))
-    return ensure_speech_demo_assets(tmp_path_factory.mktemp("speech") / "assets")
+    return built_with_espeak(ensure_speech_demo_assets, tmp_path_factory.mktemp("speech") / "assets")
 
 
 @pytest.fixture(scope="session")

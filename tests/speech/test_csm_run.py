@@ -7,19 +7,15 @@ its config)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import soundfile
-from orch_helpers import EventRecorder
+from run_helpers import finished, recorded_orchestrator, speak_to_file, stopped_at_step
 
 from tunelab import paths
 from tunelab.csm_demo import RATE, csm_demo_config, ensure_csm_demo_assets
 from tunelab.export.run import export_run
-from tunelab.orchestrator import Orchestrator
 from tunelab.store import Store
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -27,33 +23,20 @@ STEPS = 8
 RUN_WAIT_S = 400  # well under a minute on two idle cores; a loaded test machine is far slower
 
 
-def finished(orchestrator: Orchestrator, run_id: int) -> dict:
-    assert orchestrator.wait_idle(RUN_WAIT_S), "the run did not finish"
-    return orchestrator.store.get_run(run_id)
-
-
 def test_csm_learns_speaks_samples_resumes_from_the_codec_cache_and_exports(speech_assets, home, tmp_path):
     assets = ensure_csm_demo_assets(speech_assets.transcripts, tmp_path / "csm")
-    with Store(paths.db_path()) as store:
-        orchestrator = Orchestrator(store)
-        recorder = EventRecorder()
-        orchestrator.subscribe(recorder)
-        try:
-            # 16 clips (one or two held out), evaluated and spoken every 4 steps.
-            config = csm_demo_config(assets, speech_assets.transcripts, steps=STEPS, slice_end=16, eval_steps=4, warmup_steps=1)
-            first = orchestrator.start(config)
-            recorder.wait_for(lambda e: e["type"] == "progress" and e["step"] >= 5, timeout=RUN_WAIT_S)
-            orchestrator.stop(save=True, expected_run_id=first)
-            first_row = finished(orchestrator, first)
-            assert first_row["status"] == "stopped", first_row["error_message"]
-            assert first_row["modality"] == "tts"
-            second = orchestrator.resume(first)
-            row = finished(orchestrator, second)
-            assert row["status"] == "completed", row["error_message"]
-            losses = [m["loss"] for run in (first, second) for m in store.get_metrics(run) if m["loss"] is not None]
-            _export_reloads_and_speaks(store, second, tmp_path)
-        finally:
-            orchestrator.shutdown()
+    with Store(paths.db_path()) as store, recorded_orchestrator(store) as (orchestrator, recorder):
+        # 16 clips (one or two held out), evaluated and spoken every 4 steps.
+        config = csm_demo_config(assets, speech_assets.transcripts, steps=STEPS, slice_end=16, eval_steps=4, warmup_steps=1)
+        first = orchestrator.start(config)
+        first_row = stopped_at_step(orchestrator, recorder, first, 5, timeout=RUN_WAIT_S, wait_s=RUN_WAIT_S)
+        assert first_row["status"] == "stopped", first_row["error_message"]
+        assert first_row["modality"] == "tts"
+        second = orchestrator.resume(first)
+        row = finished(orchestrator, second, RUN_WAIT_S)
+        assert row["status"] == "completed", row["error_message"]
+        losses = [m["loss"] for run in (first, second) for m in store.get_metrics(run) if m["loss"] is not None]
+        _export_reloads_and_speaks(store, second, tmp_path)
     _speaks_from_the_cli(home, second)
 
     said = {run: [e["message"] for e in recorder.of_type("status") if e.get("run_id") == run] for run in (first, second)}
@@ -91,10 +74,5 @@ def _export_reloads_and_speaks(store: Store, run_id: int, tmp_path: Path) -> Non
 
 
 def _speaks_from_the_cli(home: Path, run_id: int) -> None:
-    out = home / "spoken.wav"
-    spoken = subprocess.run([sys.executable, "-m", "tunelab.cli", "speak", str(run_id), "one two three", "-o", str(out),
-                             "--max-new-tokens", "8"], env={**os.environ, "TUNELAB_HOME": str(home)}, capture_output=True, text=True,
-                            timeout=240)
-    assert spoken.returncode == 0, spoken.stdout + spoken.stderr
-    audio, rate = soundfile.read(out)
+    audio, rate = soundfile.read(speak_to_file(home, run_id, "--max-new-tokens", "8"))
     assert rate == RATE and len(audio) > 0

@@ -5,60 +5,42 @@ pipeline) and gives the trained model's logits."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from orch_helpers import EventRecorder
+from run_helpers import export_merged, finished, recorded_orchestrator, stopped_at_step
 
 from tunelab import paths
 from tunelab.checkpoints import validate_checkpoint
-from tunelab.orchestrator import Orchestrator
 from tunelab.speech_demo import speech_demo_config
 from tunelab.store import Store
 
 pytestmark = pytest.mark.slow
 STEPS = 8
-RUN_WAIT_S = 300  # a few seconds of training on two idle cores; a loaded test machine is far slower
-
-
-def finished(orchestrator: Orchestrator, run_id: int) -> dict:
-    assert orchestrator.wait_idle(RUN_WAIT_S), "the run did not finish"
-    return orchestrator.store.get_run(run_id)
 
 
 def test_speech_lora_stops_saves_resumes_and_exports(speech_assets, home):
-    with Store(paths.db_path()) as store:
-        orchestrator = Orchestrator(store)
-        recorder = EventRecorder()
-        orchestrator.subscribe(recorder)
-        try:
-            config = speech_demo_config(speech_assets, steps=STEPS, training_type="lora", learning_rate=3e-3,
-                                        batch_size=4, eval_steps=0)
-            first = orchestrator.start(config)
-            recorder.wait_for(lambda e: e["type"] == "progress" and e["step"] >= 3, timeout=240)
-            orchestrator.stop(save=True, expected_run_id=first)
-            first_row = finished(orchestrator, first)
-            assert first_row["status"] == "stopped", first_row["error_message"]
-            assert first_row["modality"] == "speech"
-            stopped_at = first_row["final_step"]
-            assert 3 <= stopped_at < STEPS
-            assert validate_checkpoint(Path(first_row["output_dir"]) / f"checkpoint-{stopped_at}").step == stopped_at
+    with Store(paths.db_path()) as store, recorded_orchestrator(store) as (orchestrator, recorder):
+        config = speech_demo_config(speech_assets, steps=STEPS, training_type="lora", learning_rate=3e-3,
+                                    batch_size=4, eval_steps=0)
+        first = orchestrator.start(config)
+        first_row = stopped_at_step(orchestrator, recorder, first, 3, timeout=240)
+        assert first_row["status"] == "stopped", first_row["error_message"]
+        assert first_row["modality"] == "speech"
+        stopped_at = first_row["final_step"]
+        assert 3 <= stopped_at < STEPS
+        assert validate_checkpoint(Path(first_row["output_dir"]) / f"checkpoint-{stopped_at}").step == stopped_at
 
-            second = orchestrator.resume(first)
-            row = finished(orchestrator, second)
-            assert row["status"] == "completed", row["error_message"]
-            resumed = store.get_metrics(second)
-            assert [m["step"] for m in resumed] == list(range(stopped_at + 1, STEPS + 1))
-            stages = [e["message"] for e in recorder.of_type("status") if e.get("run_id") == first]
-            assert any("speech-to-text model" in message for message in stages)
-            output = Path(row["output_dir"])
-            assert (output / "adapter_model.safetensors").is_file() and (output / "processor_config.json").is_file()
-        finally:
-            orchestrator.shutdown()
+        second = orchestrator.resume(first)
+        row = finished(orchestrator, second)
+        assert row["status"] == "completed", row["error_message"]
+        resumed = store.get_metrics(second)
+        assert [m["step"] for m in resumed] == list(range(stopped_at + 1, STEPS + 1))
+        stages = [e["message"] for e in recorder.of_type("status") if e.get("run_id") == first]
+        assert any("speech-to-text model" in message for message in stages)
+        output = Path(row["output_dir"])
+        assert (output / "adapter_model.safetensors").is_file() and (output / "processor_config.json").is_file()
     _export_gives_the_trained_logits(speech_assets, home, second, output)
 
 
@@ -68,11 +50,7 @@ def _export_gives_the_trained_logits(assets, home: Path, run_id: int, output: Pa
 
     from tunelab.worker.speech_collator import decode_clip
 
-    dest = home / "outputs" / "merged"
-    exported = subprocess.run([sys.executable, "-m", "tunelab.cli", "export", str(run_id), "--format", "merged",
-                               "--dtype", "float32", "--dest", str(dest)],
-                              env={**os.environ, "TUNELAB_HOME": str(home)}, capture_output=True, text=True, timeout=240)
-    assert exported.returncode == 0, exported.stdout + exported.stderr
+    dest = export_merged(home, run_id, "--dtype", "float32")
     processor = AutoProcessor.from_pretrained(dest)
     clip = decode_clip({"path": str(assets.data_dir / "clips" / "005.wav"), "bytes": None}, 16000)
     features = processor.feature_extractor([clip], sampling_rate=16000, return_tensors="pt").input_features

@@ -8,17 +8,14 @@ carries the codec."""
 from __future__ import annotations
 
 import io
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import soundfile
-from orch_helpers import EventRecorder
+from run_helpers import export_merged, finished, recorded_orchestrator, speak_to_file, stopped_at_step
 
 from tunelab import paths
-from tunelab.orchestrator import Orchestrator
 from tunelab.store import Store
 from tunelab.tts_demo import ensure_tts_demo_assets, tts_demo_config
 
@@ -31,32 +28,19 @@ RUN_WAIT_S = 400  # under a minute on two idle cores; a loaded test machine is f
 TOKEN = "tts-test-token"
 
 
-def finished(orchestrator: Orchestrator, run_id: int) -> dict:
-    assert orchestrator.wait_idle(RUN_WAIT_S), "the run did not finish"
-    return orchestrator.store.get_run(run_id)
-
-
 def test_tts_learns_speaks_samples_resumes_from_the_codec_cache_and_exports_the_codec(speech_assets, home, tmp_path):
     assets = ensure_tts_demo_assets(speech_assets.transcripts, tmp_path / "tts")
-    with Store(paths.db_path()) as store:
-        orchestrator = Orchestrator(store)
-        recorder = EventRecorder()
-        orchestrator.subscribe(recorder)
-        try:
-            # 24 clips (22 train, 2 held out), evaluated and spoken every 4 steps.
-            config = tts_demo_config(assets, speech_assets.transcripts, steps=STEPS, slice_end=24, eval_steps=4)
-            first = orchestrator.start(config)
-            recorder.wait_for(lambda e: e["type"] == "progress" and e["step"] >= 5, timeout=RUN_WAIT_S)
-            orchestrator.stop(save=True, expected_run_id=first)
-            first_row = finished(orchestrator, first)
-            assert first_row["status"] == "stopped", first_row["error_message"]
-            assert first_row["modality"] == "tts"
-            second = orchestrator.resume(first)
-            row = finished(orchestrator, second)
-            assert row["status"] == "completed", row["error_message"]
-            losses = [m["loss"] for run in (first, second) for m in store.get_metrics(run) if m["loss"] is not None]
-        finally:
-            orchestrator.shutdown()
+    with Store(paths.db_path()) as store, recorded_orchestrator(store) as (orchestrator, recorder):
+        # 24 clips (22 train, 2 held out), evaluated and spoken every 4 steps.
+        config = tts_demo_config(assets, speech_assets.transcripts, steps=STEPS, slice_end=24, eval_steps=4)
+        first = orchestrator.start(config)
+        first_row = stopped_at_step(orchestrator, recorder, first, 5, timeout=RUN_WAIT_S, wait_s=RUN_WAIT_S)
+        assert first_row["status"] == "stopped", first_row["error_message"]
+        assert first_row["modality"] == "tts"
+        second = orchestrator.resume(first)
+        row = finished(orchestrator, second, RUN_WAIT_S)
+        assert row["status"] == "completed", row["error_message"]
+        losses = [m["loss"] for run in (first, second) for m in store.get_metrics(run) if m["loss"] is not None]
 
     said = {run: [e["message"] for e in recorder.of_type("status") if e.get("run_id") == run] for run in (first, second)}
     assert any(m.startswith("Encoded 22 training clips to codec tokens") for m in said[first])
@@ -102,20 +86,12 @@ def _speaks(home: Path, client, run_id: int) -> None:
     refused = client.post(f"/api/runs/{text_run}/speak", json={"text": "one"})
     assert refused.status_code == 409 and "not a text-to-speech one" in refused.json()["error"]["message"]
     assert "speak with it" in client.get(f"/api/runs/{run_id}/chat").json()["error"]["message"]
-    out = home / "spoken.wav"
-    spoken = subprocess.run([sys.executable, "-m", "tunelab.cli", "speak", str(run_id), "one two three", "-o", str(out),
-                             "--max-new-tokens", "35", "--temperature", "0.8"],
-                            env={**os.environ, "TUNELAB_HOME": str(home)}, capture_output=True, text=True, timeout=240)
-    assert spoken.returncode == 0, spoken.stdout + spoken.stderr
-    audio, rate = soundfile.read(out)
+    audio, rate = soundfile.read(speak_to_file(home, run_id, "--max-new-tokens", "35", "--temperature", "0.8"))
     assert rate == 16000 and 0 < len(audio) <= 5 * 2048
 
 
 def _export_carries_the_codec(home: Path, run_id: int) -> None:
-    dest = home / "outputs" / "merged"
-    exported = subprocess.run([sys.executable, "-m", "tunelab.cli", "export", str(run_id), "--format", "merged", "--dest", str(dest)],
-                              env={**os.environ, "TUNELAB_HOME": str(home)}, capture_output=True, text=True, timeout=240)
-    assert exported.returncode == 0, exported.stdout + exported.stderr
+    dest = export_merged(home, run_id)
     from snac import SNAC
 
     assert SNAC.from_pretrained(str(dest / "codec")).codebook_size == 64

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-# The end-to-end tests share the orchestrator tests' event recorder and the worker tests'
-# spawned-worker driver.
-for _folder in ("orchestrator", "worker"):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / _folder))
+from run_helpers import use_helper_folders
 
 from tunelab.vision_demo import VisionDemoAssets, ensure_vision_demo_assets
+
+use_helper_folders()
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from tunelab import paths
 from tunelab.store.evals import add_eval
@@ -148,6 +149,29 @@ class ChildProcess:
         lines = [line for line in self.stderr_tail.strip().splitlines() if line.strip()]
         return (": " + " | ".join(lines[-3:])) if lines else ""
 
+    def watched_messages(self, locks: Path, device: str, deadline: float, poll_s: float, *,
+                         preempted: Callable[[str], Exception], timed_out: Callable[[], Exception],
+                         ended: Callable[[int], Exception]) -> Iterator[dict[str, Any]]:
+        """The child's answers, one by one, while it may go on: raises `preempted(holder)`
+        once a run trains on `device` (the GPU is the run's), `timed_out()` past the
+        monotonic `deadline`, and `ended(exit code)` when the child ends before its last
+        answer (after its stderr's last lines are in `tail()`)."""
+        while True:
+            holder = training_on(locks, device)
+            if holder is not None:
+                raise preempted(holder)
+            if time.monotonic() > deadline:
+                raise timed_out()
+            try:
+                message = self.messages.get(timeout=poll_s)
+            except queue.Empty:
+                continue
+            if message is None:
+                code = self.process.wait()
+                time.sleep(0.1)  # the stderr reader's last lines
+                raise ended(code)
+            yield message
+
     def end(self) -> None:
         for stop in (self.process.terminate, self.process.kill):
             stop()
@@ -172,22 +196,15 @@ def run_eval(store: Any, run_id: int, options: EvalOptions, progress: Callable[[
     stored: list[dict[str, Any]] = []
     deadline = time.monotonic() + eval_max_time_s()
     try:
-        while True:
-            holder = training_on(paths.locks_dir(store.path), device)
-            if holder is not None:
-                raise EvalRefused(f"{holder} started training on {device}; the evaluation was ended to leave the GPU to it"
-                                  + (f" ({len(stored)} result(s) kept)" if stored else "") + ". Run it again when the run has finished")
-            if time.monotonic() > deadline:
-                raise EvalFailed(f"the evaluation took longer than {eval_max_time_s():.0f} s and was ended; "
-                                 f"raise {MAX_TIME_ENV}, or ask for fewer prompts or a task limit")
-            try:
-                message = child.messages.get(timeout=DEVICE_POLL_S)
-            except queue.Empty:
-                continue
-            if message is None:
-                code = child.process.wait()
-                time.sleep(0.1)  # the stderr reader's last lines
-                raise EvalFailed(f"the eval process ended (exit code {code}) before finishing{child.tail()}")
+        messages = child.watched_messages(
+            paths.locks_dir(store.path), device, deadline, DEVICE_POLL_S,
+            preempted=lambda holder: EvalRefused(
+                f"{holder} started training on {device}; the evaluation was ended to leave the GPU to it"
+                + (f" ({len(stored)} result(s) kept)" if stored else "") + ". Run it again when the run has finished"),
+            timed_out=lambda: EvalFailed(f"the evaluation took longer than {eval_max_time_s():.0f} s and was ended; "
+                                         f"raise {MAX_TIME_ENV}, or ask for fewer prompts or a task limit"),
+            ended=lambda code: EvalFailed(f"the eval process ended (exit code {code}) before finishing{child.tail()}"))
+        for message in messages:
             kind = message.get("type")
             if kind == "progress":
                 progress(str(message.get("message")))

@@ -13,7 +13,6 @@ before a model loads); a Sesame CSM run (its config's model_type) has its codec 
 
 from __future__ import annotations
 
-import queue
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from tunelab import paths
 from tunelab.export.codec import codec_beside
-from tunelab.inference.devices import choose_device, training_on
+from tunelab.inference.devices import choose_device
 from tunelab.inference.settings import MAX_NEW_TOKENS_LIMIT, load_timeout_s, max_time_s
 from tunelab.inference.speak_csm import is_csm_target
 from tunelab.inference.target import InferenceError, TargetInputError, TargetRefused, resolve_target
@@ -79,21 +78,13 @@ def speak_run(store: Any, run_id: int, options: SpeakOptions, progress: Callable
 def _wait_done(child: Any, locks: Path, device: str, progress: Callable[[str], None]) -> None:
     limit_s = load_timeout_s() + max_time_s()  # loading, then one generation: as chat bounds them
     deadline = time.monotonic() + limit_s
-    while True:
-        holder = training_on(locks, device)
-        if holder is not None:
-            raise TargetRefused(f"{holder} started training on {device}; speaking was ended to leave the GPU to it. "
-                                "Try again when the run has finished")
-        if time.monotonic() > deadline:
-            raise SpeakFailed(f"speaking took longer than {limit_s:.0f} s and was ended; ask for fewer max_new_tokens")
-        try:
-            message = child.messages.get(timeout=POLL_S)
-        except queue.Empty:
-            continue
-        if message is None:
-            code = child.process.wait()
-            time.sleep(0.1)  # the stderr reader's last lines
-            raise SpeakFailed(f"the speak process ended (exit code {code}) before finishing{child.tail()}")
+    messages = child.watched_messages(
+        locks, device, deadline, POLL_S,
+        preempted=lambda holder: TargetRefused(f"{holder} started training on {device}; speaking was ended to leave the GPU "
+                                               "to it. Try again when the run has finished"),
+        timed_out=lambda: SpeakFailed(f"speaking took longer than {limit_s:.0f} s and was ended; ask for fewer max_new_tokens"),
+        ended=lambda code: SpeakFailed(f"the speak process ended (exit code {code}) before finishing{child.tail()}"))
+    for message in messages:
         kind = message.get("type")
         if kind == "progress":
             progress(str(message.get("message")))

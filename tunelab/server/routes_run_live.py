@@ -13,9 +13,8 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import Response
 
-from tunelab.server.errors import ApiError
 from tunelab.server.schemas import RunStopAnswer, StopRequest, TrainStatus, error_responses
-from tunelab.server.sse import ProgressStream, parse_event_id
+from tunelab.server.sse import ProgressStream, requested_resume
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], responses=error_responses(401, 404))
 RunId = Annotated[int, Path(ge=1, le=2**62, description="The run (job) id.")]
@@ -55,15 +54,7 @@ async def run_progress(
     """Live progress of this run (Server-Sent Events, as /api/train/progress): `status`
     while it waits in the queue, `progress` per step, then `complete` or `error`."""
     del token  # checked by the token gate before routing; declared here for the docs
-    field, given = ("Last-Event-ID", last_event_id_header) if last_event_id_header is not None \
-        else ("last_event_id", last_event_id)
-    resume_from = None
-    if given is not None:
-        try:
-            resume_from = parse_event_id(given)
-        except ValueError:
-            raise ApiError(422, "invalid_input", f"{field} must be an event id `<run_id>:<step>`, e.g. "
-                           f"{run_id}:40", field=field) from None
+    resume_from = requested_resume(last_event_id_header, last_event_id, f"an event id `<run_id>:<step>`, e.g. {run_id}:40")
     state = request.app.state
     view = state.orchestrator.view(run_id)  # RunNotFound (404) before the stream starts
     return ProgressStream(view, resume_from, state.heartbeat_seconds).response()

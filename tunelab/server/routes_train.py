@@ -14,7 +14,6 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response
 
 from tunelab.config import parse_config
-from tunelab.server.errors import ApiError
 from tunelab.server.roles import CHECKED_RUN_SCOPE_KEY, caller_of
 from tunelab.server.schemas import (
     JobAnswer,
@@ -25,7 +24,7 @@ from tunelab.server.schemas import (
     TrainStatus,
     error_responses,
 )
-from tunelab.server.sse import ProgressStream, parse_event_id
+from tunelab.server.sse import ProgressStream, requested_resume
 from tunelab.server.user_paths import checked_config
 
 router = APIRouter(prefix="/api/train", tags=["training"], responses=error_responses(401))
@@ -119,16 +118,8 @@ async def progress(
     """Live progress (Server-Sent Events): `progress` (id = `<run_id>:<step>`), `status`,
     `heartbeat`, then `complete` or `error`. Reconnect with `Last-Event-ID` to get missed steps."""
     del token  # checked by the token gate before routing; declared here for the docs
-    # The header wins: it is what EventSource sends on its own reconnects.
-    field, given = ("Last-Event-ID", last_event_id_header) if last_event_id_header is not None \
-        else ("last_event_id", last_event_id)
-    resume_from = None
-    if given is not None:
-        try:
-            resume_from = parse_event_id(given)
-        except ValueError:
-            raise ApiError(422, "invalid_input", f"{field} must be an event id `<run_id>:<step>` (or a bare step "
-                           "number for the current run), e.g. 7:40", field=field) from None
+    resume_from = requested_resume(last_event_id_header, last_event_id,
+                                   "an event id `<run_id>:<step>` (or a bare step number for the current run), e.g. 7:40")
     state = request.app.state
     return ProgressStream(state.orchestrator, resume_from, state.heartbeat_seconds).response()
 

@@ -61,6 +61,22 @@ def parse_event_id(text: str) -> ResumePoint:
     return ResumePoint(int(run_part) if colon else None, int(step_part))
 
 
+def requested_resume(header: str | None, query: str | None, expected: str) -> ResumePoint | None:
+    """The resume point a progress stream's client asks for: the `Last-Event-ID` header, else
+    the `last_event_id` query; None for neither. A malformed one is a 422 naming the field it
+    came in and saying it must be `expected` (e.g. "an event id `<run_id>:<step>`, e.g. 7:40")."""
+    from tunelab.server.errors import ApiError
+
+    # The header wins: it is what EventSource sends on its own reconnects.
+    field, given = ("Last-Event-ID", header) if header is not None else ("last_event_id", query)
+    if given is None:
+        return None
+    try:
+        return parse_event_id(given)
+    except ValueError:
+        raise ApiError(422, "invalid_input", f"{field} must be {expected}", field=field) from None
+
+
 def event_id(event: dict[str, Any]) -> str:
     return f"{event['run_id']}:{event['step']}"
 

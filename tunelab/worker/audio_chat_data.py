@@ -24,13 +24,13 @@ from __future__ import annotations
 from typing import Any
 
 from tunelab.worker.audio_chat_formats import WORKING_EXAMPLE, audio_list_column, audio_messages, has_audio
-from tunelab.worker.data import MAX_UNLABELLED_SHARE, PreparedData, _check_batch_fits, _check_masking_applies
+from tunelab.worker.data import PreparedData
 from tunelab.worker.formats import DataFormatError, conversation_column, image_column
 from tunelab.worker.sources import DETECTION_SAMPLE_ROWS, RawData
 from tunelab.worker.speech_data import SKIP_HINT, BadAudioRow, checked_clip, clip_place, longest_seconds
 from tunelab.worker.speech_formats import TRANSCRIPTION, audio_column
-from tunelab.worker.tokenization import assistant_spans, render
-from tunelab.worker.vision_data import _source_field, drop_bad_rows, marker_token_ids
+from tunelab.worker.vision_data import (_source_field, drop_bad_rows, labelled_rows, marker_token_ids, prepare_media_rows,
+                                        tokens_and_loss_mask)
 
 AUDIO_CHAT_COLUMNS = ("text", "audios", "text_ids", "loss_mask")
 # Processor and tokenizer attributes naming audio placeholder and marker tokens.
@@ -81,7 +81,6 @@ def _clip_column(rows: Any, fmt: str) -> str:
 
 
 def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str, notes: list[str]) -> Any:
-    tokenizer = processor.tokenizer
     completions = bool(config.get("train_on_completions"))
     skip_bad = bool(config.get("skip_bad_audio"))
     longest = longest_seconds(processor.feature_extractor)
@@ -99,17 +98,7 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
                 if not skip_bad:
                     raise
                 return {"text": "", "audios": [], "text_ids": [], "loss_mask": [], "bad_audio": f"{exc.shown}: {exc.kind}"}
-        if completions:
-            text, spans = assistant_spans(processor, messages)
-        else:
-            text, spans = render(processor, messages), None
-        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=completions)
-        ids = list(encoded["input_ids"])
-        if spans is None:
-            mask = [1] * len(ids)
-        else:
-            mask = [1 if any(start <= first < end for start, end in spans) else 0 for first, _ in encoded["offset_mapping"]]
-        mask = [0 if token in audio_ids else keep for token, keep in zip(ids, mask)]
+        text, ids, mask = tokens_and_loss_mask(processor, messages, completions, audio_ids)
         return {"text": text, "audios": clips, "text_ids": ids, "loss_mask": mask, "bad_audio": None}
 
     # Never from the cache: a resumed run must find a deleted clip now, not halfway through.
@@ -117,30 +106,14 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
                          load_from_cache_file=False, desc=f"Checking {what} audio")
     converted = drop_bad_rows(converted, "bad_audio", _source_field(config, what), what, notes, has="audio that cannot train",
                               whose="audio is missing, unreadable, empty or too long", setting="skip_bad_audio", kind="audio")
-    counts = [sum(m) for m in converted["loss_mask"]]
-    unlabelled = sum(1 for n in counts if n == 0)
-    if counts and unlabelled > MAX_UNLABELLED_SHARE * len(counts):
-        raise DataFormatError("train_on_completions" if completions else "dataset",
-                              f"{unlabelled} of {len(counts)} {what} rows have no text to learn from; "
-                              + ("check that replies map to the 'assistant' role (role_mapping)" if completions else "check the data and column_mapping"))
-    if unlabelled:
-        converted = converted.filter(lambda row: sum(row["loss_mask"]) > 0)
-    return converted
+    return labelled_rows(converted, what, completions)
 
 
 def prepare(config: dict[str, Any], processor: Any, raw: RawData) -> PreparedData:
     """Audio chat rows checked and tokenized, with the collator that decodes their clips."""
     from tunelab.worker.audio_chat_collator import AudioChatCollator
 
-    if config.get("packing"):
-        raise DataFormatError("packing", "audio chat rows cannot be packed (each row's audio tokens must stay with it); set packing=false")
-    if config.get("training_type") == "continued_pretraining":
-        raise DataFormatError("training_type", "continued pretraining reads raw text; audio chat data trains with training_type=lora, qlora or full")
-    _check_masking_applies(raw.format, config)
-    notes: list[str] = []
-    train = _rows(raw.train, raw.format, processor, config, "training", notes)
-    _check_batch_fits(len(train), config)
-    eval_set = _rows(raw.eval, raw.format, processor, config, "eval", notes) if raw.eval is not None else None
-    collator = AudioChatCollator(processor, int(config.get("max_seq_length") or 2048))
-    collator.check_first(train)
-    return PreparedData(train=train, eval=eval_set, format=raw.format, collator=collator, notes=notes)
+    return prepare_media_rows(
+        config, raw, "audio chat", "audio",
+        lambda rows, what, notes: _rows(rows, raw.format, processor, config, what, notes),
+        lambda: AudioChatCollator(processor, int(config.get("max_seq_length") or 2048)))

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunelab.worker.formats import DataFormatError, _map_role, conversation_column
+from tunelab.worker.formats import DataFormatError, conversation_column
+from tunelab.worker.media_parts import MediaParts, as_list
 from tunelab.worker.speech_formats import TRANSCRIPTION, audio_column, transcript_column
 
 AUDIO_PLACEHOLDER = "<audio>"
@@ -58,71 +59,20 @@ def has_audio(fmt: str, columns: list[str], sample_rows: list[dict[str, Any]]) -
     return audio_list_column(columns) is not None or any(_has_audio_part(row) for row in sample_rows)
 
 
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def _text_parts(text: str) -> list[dict[str, Any]]:
-    """A string with `<audio>` placeholders as parts (empty text around them is dropped)."""
-    parts: list[dict[str, Any]] = []
-    for i, piece in enumerate(text.split(AUDIO_PLACEHOLDER)):
-        if i:
-            parts.append({"type": "audio"})
-        if piece.strip():
-            parts.append({"type": "text", "text": piece.strip("\n") if i else piece.rstrip("\n")})
-    return parts
-
-
-def _inline_ref(part: dict[str, Any]) -> Any:
-    for key in INLINE_AUDIO_KEYS:
-        value = part.get(key)
-        if isinstance(value, dict) and not value.get("bytes"):
-            value = value.get("url") or value.get("path") or value
-        if value:
-            return value
-    return None
-
-
-def _content_parts(content: Any, inline_refs: list[Any]) -> list[dict[str, Any]]:
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return _text_parts(content)
-    if not isinstance(content, list):
-        raise DataFormatError("format", f"a turn's content must be text or a list of parts, got {type(content).__name__}")
-    parts: list[dict[str, Any]] = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in AUDIO_PART_TYPES:
-            parts.append({"type": "audio"})
-            inline_refs.append(_inline_ref(part))
-        elif kind == "text":
-            parts.extend(_text_parts(str(part.get("text") or "")))
-        else:
-            raise DataFormatError("format", f"unknown content part {part!r} for an audio chat model; parts are "
-                                            f"{{type: audio, path: ...}} or {{type: text, text: ...}}, e.g. {WORKING_EXAMPLE}")
-    return parts
+AUDIO = MediaParts(
+    kind="audio", placeholder=AUDIO_PLACEHOLDER, part_types=AUDIO_PART_TYPES, inline_keys=INLINE_AUDIO_KEYS,
+    # A hub audio feature carrying bytes stays whole: `audio_chat_data` decodes the bytes.
+    keep_bytes_dicts=True,
+    unknown_part_hint=(" for an audio chat model; parts are {type: audio, path: ...} or {type: text, text: ...}, "
+                       f"e.g. {WORKING_EXAMPLE}"),
+)
 
 
 def _turns(row: dict[str, Any], fmt: str, config: dict[str, Any], inline_refs: list[Any]) -> list[dict[str, Any]]:
     if fmt == TRANSCRIPTION:
         text = row.get(transcript_column(list(row)) or "text")
-        return [{"role": "user", "content": []}, {"role": "assistant", "content": _text_parts(str(text or ""))}]
-    column = conversation_column(list(row))
-    turns = row.get(column) if column else None
-    if not isinstance(turns, list):
-        raise DataFormatError("format", f"a row has no conversation list (columns: {sorted(row)})")
-    role_key, content_key = ("from", "value") if fmt == "sharegpt" else ("role", "content")
-    role_mapping = config.get("role_mapping") or {}
-    messages = []
-    for turn in turns:
-        if not isinstance(turn, dict) or turn.get(role_key) is None:
-            raise DataFormatError("format", f"a {fmt} turn needs '{role_key}' and '{content_key}' keys, got {turn!r}")
-        role = _map_role(str(turn[role_key]), fmt, role_mapping)
-        messages.append({"role": role, "content": _content_parts(turn.get(content_key), inline_refs)})
-    return messages
+        return [{"role": "user", "content": []}, {"role": "assistant", "content": AUDIO.text_parts(str(text or ""))}]
+    return AUDIO.chat_turns(row, fmt, config, inline_refs)
 
 
 def audio_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Any]]:
@@ -130,15 +80,8 @@ def audio_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> tup
     inline: list[Any] = []
     messages = _turns(row, fmt, config, inline)
     column = audio_column(list(row)) if fmt == TRANSCRIPTION else audio_list_column(list(row))
-    refs = _as_list(row.get(column)) if column else [r for r in inline if r is not None]
-    placed = sum(1 for m in messages for p in m["content"] if p["type"] == "audio")
-    if placed == 0 and refs:
-        # No audio part anywhere: the clips open the first user turn.
-        first_user = next((m for m in messages if m["role"] == "user"), None)
-        if first_user is None:
-            raise DataFormatError("format", "a row has audio but no user turn to put it in; add a user turn")
-        first_user["content"] = [{"type": "audio"} for _ in refs] + first_user["content"]
-        placed = len(refs)
+    refs = as_list(row.get(column)) if column else [r for r in inline if r is not None]
+    placed = AUDIO.place(messages, refs, "a row has audio but no user turn to put it in; add a user turn")
     if placed != len(refs):
         raise DataFormatError(
             "format",

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunelab.worker.context import RunSettingError
+from tunelab.worker.hub_config import load_auto_processor, model_config_or_none, set_up_chat_tokenizer
 
 # The mlx backend's answer for such a model: no maintained MLX package trains one here.
 MLX_REFUSAL = ("is an audio chat model (an audio encoder in front of a language model), and the mlx backend trains "
@@ -34,31 +35,16 @@ def is_audio_chat_config(model_config: Any) -> bool:
             and getattr(model_config, "vision_config", None) is None and not getattr(model_config, "is_encoder_decoder", False))
 
 
-def _hub_kwargs(config: dict[str, Any]) -> dict[str, Any]:
-    return {"token": config.get("hf_token") or None, "trust_remote_code": bool(config.get("trust_remote_code"))}
-
-
 def is_audio_chat_model(config: dict[str, Any]) -> bool:
     """Whether the run's `model_name` is an audio chat model (reads only its config)."""
-    from transformers import AutoConfig
-
-    try:
-        model_config = AutoConfig.from_pretrained(config["model_name"], **_hub_kwargs(config))
-    except (OSError, ValueError, KeyError):
-        return False  # the model load reports the real problem, in its own words
-    return is_audio_chat_config(model_config)
+    model_config = model_config_or_none(config)
+    return model_config is not None and is_audio_chat_config(model_config)
 
 
 def load_processor(config: dict[str, Any]) -> Any:
-    from transformers import AutoProcessor
-
     name = config["model_name"]
-    try:
-        processor = AutoProcessor.from_pretrained(name, **_hub_kwargs(config))
-    except (OSError, ValueError) as exc:
-        raise RunSettingError("model_name", f"{name} is an audio chat model but its processor does not load ({exc}); the model "
-                                            "folder needs its processor files (processor_config.json or preprocessor_config.json, "
-                                            "and the tokenizer)") from exc
+    processor = load_auto_processor(config, "an audio chat model",
+                                    "processor_config.json or preprocessor_config.json, and the tokenizer")
     missing = [what for what, ok in (("a feature extractor", getattr(processor, "feature_extractor", None) is not None),
                                      ("a tokenizer", getattr(processor, "tokenizer", None) is not None),
                                      ("an audio token", isinstance(getattr(processor, "audio_token", None), str)))
@@ -66,12 +52,7 @@ def load_processor(config: dict[str, Any]) -> Any:
     if missing:
         raise RunSettingError("model_name", f"{name} is an audio chat model but its processor ({type(processor).__name__}) has no "
                                             f"{' and no '.join(missing)}; save the model together with its AutoProcessor")
-    tokenizer = processor.tokenizer
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
-    tokenizer.padding_side = "right"  # the collator's label alignment reads each row from its start
-    if not getattr(processor, "chat_template", None) and getattr(tokenizer, "chat_template", None):
-        processor.chat_template = tokenizer.chat_template
+    tokenizer = set_up_chat_tokenizer(processor)
     if not getattr(processor, "chat_template", None):
         raise RunSettingError("model_name", f"{name}'s processor has no chat template, and audio chat rows are rendered with "
                                             "it; save the model with one (chat_template.jinja)")

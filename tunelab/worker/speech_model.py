@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunelab.worker.context import RunSettingError
+from tunelab.worker.hub_config import load_auto_processor, model_config_or_none
 
 # transformers 5.24's MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES (tests/speech checks it).
 SPEECH_SEQ2SEQ_TYPES = (
@@ -36,10 +37,6 @@ def config_dict_is_speech(config: dict[str, Any]) -> bool:
     return config.get("model_type") in SPEECH_SEQ2SEQ_TYPES or AUTO_CLASS in (config.get("auto_map") or {})
 
 
-def _hub_kwargs(config: dict[str, Any]) -> dict[str, Any]:
-    return {"token": config.get("hf_token") or None, "trust_remote_code": bool(config.get("trust_remote_code"))}
-
-
 def is_speech_config(model_config: Any) -> bool:
     from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
 
@@ -47,24 +44,15 @@ def is_speech_config(model_config: Any) -> bool:
             or AUTO_CLASS in (getattr(model_config, "auto_map", None) or {}))
 
 
-def _model_config(config: dict[str, Any]) -> Any:
-    from transformers import AutoConfig
-
-    try:
-        return AutoConfig.from_pretrained(config["model_name"], **_hub_kwargs(config))
-    except (OSError, ValueError, KeyError):
-        return None  # the model load reports the real problem, in its own words
-
-
 def is_speech_model(config: dict[str, Any]) -> bool:
     """Whether the run's `model_name` is a speech model (reads only its config)."""
-    model_config = _model_config(config)
+    model_config = model_config_or_none(config)
     return model_config is not None and is_speech_config(model_config)
 
 
 def check_trainable(config: dict[str, Any]) -> None:
     """A speech model this path cannot train yet is refused before it loads, in its config's words."""
-    model_config = _model_config(config)
+    model_config = model_config_or_none(config)
     if model_config is not None and not getattr(model_config, "is_encoder_decoder", False):
         raise RunSettingError("model_name", f"{config['model_name']} is a {model_config.model_type} audio model without a separate "
                                             "encoder and decoder; tunelab trains encoder-decoder speech-to-text models "
@@ -72,14 +60,8 @@ def check_trainable(config: dict[str, Any]) -> None:
 
 
 def load_processor(config: dict[str, Any]) -> Any:
-    from transformers import AutoProcessor
-
     name = config["model_name"]
-    try:
-        processor = AutoProcessor.from_pretrained(name, **_hub_kwargs(config))
-    except (OSError, ValueError) as exc:
-        raise RunSettingError("model_name", f"{name} is a speech-to-text model but its processor does not load ({exc}); "
-                                            "the model folder needs its processor files (preprocessor_config.json and the tokenizer)") from exc
+    processor = load_auto_processor(config, "a speech-to-text model", "preprocessor_config.json and the tokenizer")
     if getattr(processor, "feature_extractor", None) is None or getattr(processor, "tokenizer", None) is None:
         raise RunSettingError("model_name", f"{name} is a speech-to-text model but ships no processor with a feature extractor and "
                                             "a tokenizer; save the model together with its AutoProcessor")

@@ -21,7 +21,7 @@ outside the data roots is refused like a data file there would be. Torch-free ap
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tunelab import paths
 from tunelab.worker.data import MAX_UNLABELLED_SHARE, PreparedData, _check_batch_fits, _check_masking_applies
@@ -188,8 +188,59 @@ def skipped_note(bad: list[tuple[int, str]], total: int, what: str, whose: str, 
     return f"Skipped {len(bad)} of {total} {what} rows whose {whose} ({setting}): {shown}{more}"
 
 
+def tokens_and_loss_mask(processor: Any, messages: list[dict[str, Any]], completions: bool,
+                         media_ids: set[int]) -> tuple[str, list[int], list[int]]:
+    """A row's messages rendered and tokenized before the processor expands its media tokens,
+    with the loss mask: every text token, or with `completions` only the assistant turns;
+    never a media token (`media_ids`). Shared by the image and audio chat paths."""
+    if completions:
+        text, spans = assistant_spans(processor, messages)
+    else:
+        text, spans = render(processor, messages), None
+    encoded = processor.tokenizer(text, add_special_tokens=False, return_offsets_mapping=completions)
+    ids = list(encoded["input_ids"])
+    if spans is None:
+        mask = [1] * len(ids)
+    else:
+        mask = [1 if any(start <= first < end for start, end in spans) else 0 for first, _ in encoded["offset_mapping"]]
+    mask = [0 if token in media_ids else keep for token, keep in zip(ids, mask)]
+    return text, ids, mask
+
+
+def labelled_rows(converted: Any, what: str, completions: bool) -> Any:
+    """The converted rows that have a token to learn from; too many without is an error."""
+    counts = [sum(m) for m in converted["loss_mask"]]
+    unlabelled = sum(1 for n in counts if n == 0)
+    if counts and unlabelled > MAX_UNLABELLED_SHARE * len(counts):
+        raise DataFormatError("train_on_completions" if completions else "dataset",
+                              f"{unlabelled} of {len(counts)} {what} rows have no text to learn from; "
+                              + ("check that replies map to the 'assistant' role (role_mapping)" if completions else "check the data and column_mapping"))
+    if unlabelled:
+        converted = converted.filter(lambda row: sum(row["loss_mask"]) > 0)
+    return converted
+
+
+def prepare_media_rows(config: dict[str, Any], raw: RawData, rows_named: str, media: str,
+                       rows: Callable[[Any, str, list[str]], Any], make_collator: Callable[[], Any]) -> PreparedData:
+    """Media chat rows (image-text, audio chat) checked and tokenized by `rows(rows, what,
+    notes)`, with the collator `make_collator` builds, checked on the first training rows.
+    The settings such rows cannot train with are refused first, with the fix
+    (`rows_named`: "image-text" / "audio chat"; `media`: "image" / "audio")."""
+    if config.get("packing"):
+        raise DataFormatError("packing", f"{rows_named} rows cannot be packed (each row's {media} tokens must stay with it); set packing=false")
+    if config.get("training_type") == "continued_pretraining":
+        raise DataFormatError("training_type", f"continued pretraining reads raw text; {rows_named} data trains with training_type=lora, qlora or full")
+    _check_masking_applies(raw.format, config)
+    notes: list[str] = []
+    train = rows(raw.train, "training", notes)
+    _check_batch_fits(len(train), config)
+    eval_set = rows(raw.eval, "eval", notes) if raw.eval is not None else None
+    collator = make_collator()
+    collator.check_first(train)
+    return PreparedData(train=train, eval=eval_set, format=raw.format, collator=collator, notes=notes)
+
+
 def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str, notes: list[str]) -> Any:
-    tokenizer = processor.tokenizer
     folders = data_folders(config, what)
     field = _source_field(config, what)
     completions = bool(config.get("train_on_completions"))
@@ -218,17 +269,7 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
                                              "fix or remove the row, or correct the path (relative paths are relative to the dataset file), "
                                              "or set skip_bad_images=true to skip such rows") from exc
             images.append(image)
-        if completions:
-            text, spans = assistant_spans(processor, messages)
-        else:
-            text, spans = render(processor, messages), None
-        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=completions)
-        ids = list(encoded["input_ids"])
-        if spans is None:
-            mask = [1] * len(ids)
-        else:
-            mask = [1 if any(start <= first < end for start, end in spans) else 0 for first, _ in encoded["offset_mapping"]]
-        mask = [0 if token in image_ids else keep for token, keep in zip(ids, mask)]
+        text, ids, mask = tokens_and_loss_mask(processor, messages, completions, image_ids)
         return {"text": text, "images": images, "text_ids": ids, "loss_mask": mask, "bad_image": None}
 
     # Never from the cache: a resumed run must find a deleted image now, not halfway through.
@@ -236,30 +277,14 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
                                     load_from_cache_file=False, desc=f"Checking {what} images")
     converted = drop_bad_rows(converted, "bad_image", field, what, notes, has="an image that cannot be read",
                               whose="image is missing, unreadable or not an image", setting="skip_bad_images", kind="image")
-    counts = [sum(m) for m in converted["loss_mask"]]
-    unlabelled = sum(1 for n in counts if n == 0)
-    if counts and unlabelled > MAX_UNLABELLED_SHARE * len(counts):
-        raise DataFormatError("train_on_completions" if completions else "dataset",
-                              f"{unlabelled} of {len(counts)} {what} rows have no text to learn from; "
-                              + ("check that replies map to the 'assistant' role (role_mapping)" if completions else "check the data and column_mapping"))
-    if unlabelled:
-        converted = converted.filter(lambda row: sum(row["loss_mask"]) > 0)
-    return converted
+    return labelled_rows(converted, what, completions)
 
 
 def prepare(config: dict[str, Any], processor: Any, raw: RawData) -> PreparedData:
     """Image-text rows checked and tokenized, with the collator that decodes their images."""
     from tunelab.worker.vision_collator import VisionCollator
 
-    if config.get("packing"):
-        raise DataFormatError("packing", "image-text rows cannot be packed (each row's image tokens must stay with it); set packing=false")
-    if config.get("training_type") == "continued_pretraining":
-        raise DataFormatError("training_type", "continued pretraining reads raw text; image-text data trains with training_type=lora, qlora or full")
-    _check_masking_applies(raw.format, config)
-    notes: list[str] = []
-    train = _rows(raw.train, raw.format, processor, config, "training", notes)
-    _check_batch_fits(len(train), config)
-    eval_set = _rows(raw.eval, raw.format, processor, config, "eval", notes) if raw.eval is not None else None
-    collator = VisionCollator(processor, int(config.get("max_seq_length") or 2048), int(config.get("vision_image_size") or 512))
-    collator.check_first(train)
-    return PreparedData(train=train, eval=eval_set, format=raw.format, collator=collator, notes=notes)
+    return prepare_media_rows(
+        config, raw, "image-text", "image",
+        lambda rows, what, notes: _rows(rows, raw.format, processor, config, what, notes),
+        lambda: VisionCollator(processor, int(config.get("max_seq_length") or 2048), int(config.get("vision_image_size") or 512)))

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunelab.worker.formats import DataFormatError, _alpaca_messages, _map_role, conversation_column, image_column
+from tunelab.worker.formats import DataFormatError, _alpaca_messages, image_column
+from tunelab.worker.media_parts import MediaParts, as_list
 
 IMAGE_PLACEHOLDER = "<image>"
 # Keys under which a chat part may carry its own image reference.
@@ -41,72 +42,19 @@ def unknown_image_shape(columns: list[str]) -> DataFormatError:
     )
 
 
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def _text_parts(text: str) -> list[dict[str, Any]]:
-    """A string with `<image>` placeholders as parts (empty text around them is dropped)."""
-    parts: list[dict[str, Any]] = []
-    for i, piece in enumerate(text.split(IMAGE_PLACEHOLDER)):
-        if i:
-            parts.append({"type": "image"})
-        if piece.strip():
-            parts.append({"type": "text", "text": piece.strip("\n") if i else piece.rstrip("\n")})
-    return parts
-
-
-def _inline_ref(part: dict[str, Any]) -> Any:
-    for key in INLINE_IMAGE_KEYS:
-        value = part.get(key)
-        if isinstance(value, dict):
-            value = value.get("url") or value.get("path") or value
-        if value:
-            return value
-    return None
-
-
-def _content_parts(content: Any, inline_refs: list[Any]) -> list[dict[str, Any]]:
-    if content is None:
-        return []
-    if isinstance(content, str):
-        return _text_parts(content)
-    if not isinstance(content, list):
-        raise DataFormatError("format", f"a turn's content must be text or a list of parts, got {type(content).__name__}")
-    parts: list[dict[str, Any]] = []
-    for part in content:
-        kind = part.get("type") if isinstance(part, dict) else None
-        if kind in ("image", "image_url"):
-            parts.append({"type": "image"})
-            inline_refs.append(_inline_ref(part))
-        elif kind == "text":
-            parts.extend(_text_parts(str(part.get("text") or "")))
-        else:
-            raise DataFormatError("format", f"unknown content part {part!r}; parts are {{type: image}} or {{type: text, text: ...}}")
-    return parts
+IMAGES = MediaParts(
+    kind="image", placeholder=IMAGE_PLACEHOLDER, part_types=("image", "image_url"), inline_keys=INLINE_IMAGE_KEYS,
+    keep_bytes_dicts=False, unknown_part_hint="; parts are {type: image} or {type: text, text: ...}",
+)
 
 
 def _turns(row: dict[str, Any], fmt: str, config: dict[str, Any], inline_refs: list[Any]) -> list[dict[str, Any]]:
     if fmt == "caption":
         return [{"role": "user", "content": []},
-                {"role": "assistant", "content": _text_parts(str(row.get("text") or ""))}]
+                {"role": "assistant", "content": IMAGES.text_parts(str(row.get("text") or ""))}]
     if fmt == "alpaca":
-        return [{"role": m["role"], "content": _text_parts(m["content"])} for m in _alpaca_messages(row)]
-    column = conversation_column(list(row))
-    turns = row.get(column) if column else None
-    if not isinstance(turns, list):
-        raise DataFormatError("format", f"a row has no conversation list (columns: {sorted(row)})")
-    role_key, content_key = ("from", "value") if fmt == "sharegpt" else ("role", "content")
-    role_mapping = config.get("role_mapping") or {}
-    messages = []
-    for turn in turns:
-        if not isinstance(turn, dict) or turn.get(role_key) is None:
-            raise DataFormatError("format", f"a {fmt} turn needs '{role_key}' and '{content_key}' keys, got {turn!r}")
-        role = _map_role(str(turn[role_key]), fmt, role_mapping)
-        messages.append({"role": role, "content": _content_parts(turn.get(content_key), inline_refs)})
-    return messages
+        return [{"role": m["role"], "content": IMAGES.text_parts(m["content"])} for m in _alpaca_messages(row)]
+    return IMAGES.chat_turns(row, fmt, config, inline_refs)
 
 
 def vision_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Any]]:
@@ -114,15 +62,8 @@ def vision_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> tu
     inline: list[Any] = []
     messages = _turns(row, fmt, config, inline)
     column = image_column(list(row))
-    refs = _as_list(row.get(column)) if column else [r for r in inline if r is not None]
-    placed = sum(1 for m in messages for p in m["content"] if p["type"] == "image")
-    if placed == 0 and refs:
-        # No placeholder anywhere: the images open the first user turn.
-        first_user = next((m for m in messages if m["role"] == "user"), None)
-        if first_user is None:
-            raise DataFormatError("format", "a row has images but no user turn to put them in; add a user turn")
-        first_user["content"] = [{"type": "image"} for _ in refs] + first_user["content"]
-        placed = len(refs)
+    refs = as_list(row.get(column)) if column else [r for r in inline if r is not None]
+    placed = IMAGES.place(messages, refs, "a row has images but no user turn to put them in; add a user turn")
     if placed != len(refs):
         raise DataFormatError(
             "format",

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunelab.worker.context import RunSettingError
+from tunelab.worker.hub_config import hub_kwargs, model_config_or_none, set_up_chat_tokenizer
 
 # The mlx backend's answer for such a model: no maintained MLX package trains one here.
 MLX_REFUSAL = ("is a vision-language model, and the mlx backend trains text models only (no maintained MLX "
@@ -26,10 +27,6 @@ MLX_REFUSAL = ("is a vision-language model, and the mlx backend trains text mode
 def config_dict_is_vision(config: dict[str, Any]) -> bool:
     """The same test on a raw config.json (for callers that must not import transformers)."""
     return isinstance(config.get("vision_config"), dict) or "AutoModelForImageTextToText" in (config.get("auto_map") or {})
-
-
-def _hub_kwargs(config: dict[str, Any]) -> dict[str, Any]:
-    return {"token": config.get("hf_token") or None, "trust_remote_code": bool(config.get("trust_remote_code"))}
 
 
 def is_vision_config(model_config: Any) -> bool:
@@ -44,13 +41,8 @@ def is_vision_config(model_config: Any) -> bool:
 
 def is_vision_model(config: dict[str, Any]) -> bool:
     """Whether the run's `model_name` is a vision-language model (reads only its config)."""
-    from transformers import AutoConfig
-
-    try:
-        model_config = AutoConfig.from_pretrained(config["model_name"], **_hub_kwargs(config))
-    except (OSError, ValueError, KeyError):
-        return False  # the model load reports the real problem, in its own words
-    return is_vision_config(model_config)
+    model_config = model_config_or_none(config)
+    return model_config is not None and is_vision_config(model_config)
 
 
 def torchvision_installed() -> bool:
@@ -98,7 +90,7 @@ def _processor_class(config: dict[str, Any]) -> Any:
     from transformers import AutoConfig
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
 
-    model_config = AutoConfig.from_pretrained(config["model_name"], **_hub_kwargs(config))
+    model_config = AutoConfig.from_pretrained(config["model_name"], **hub_kwargs(config))
     return PROCESSOR_MAPPING[type(model_config)] if type(model_config) in PROCESSOR_MAPPING else None
 
 
@@ -108,12 +100,12 @@ def auto_processor(config: dict[str, Any]) -> Any:
     from transformers import AutoProcessor
 
     try:
-        return AutoProcessor.from_pretrained(config["model_name"], **_hub_kwargs(config))
+        return AutoProcessor.from_pretrained(config["model_name"], **hub_kwargs(config))
     except Exception:
         processor_class = None if torchvision_installed() else _processor_class(config)
         if processor_class is None or not any("video" in name for name in processor_class.get_attributes()):
             raise  # not the missing video processor: the caller words the error
-    return images_only(processor_class).from_pretrained(config["model_name"], **_hub_kwargs(config))
+    return images_only(processor_class).from_pretrained(config["model_name"], **hub_kwargs(config))
 
 
 def load_processor(config: dict[str, Any]) -> Any:
@@ -130,12 +122,7 @@ def load_processor(config: dict[str, Any]) -> Any:
     if not isinstance(processor, ProcessorMixin) or getattr(processor, "tokenizer", None) is None:
         raise RunSettingError("model_name", f"{config['model_name']} is a vision-language model but ships no processor with a tokenizer; "
                                        "save the model together with its AutoProcessor")
-    tokenizer = processor.tokenizer
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
-    tokenizer.padding_side = "right"  # the collator's label alignment reads each row from its start
-    if not getattr(processor, "chat_template", None) and getattr(tokenizer, "chat_template", None):
-        processor.chat_template = tokenizer.chat_template
+    set_up_chat_tokenizer(processor)
     return processor
 
 
