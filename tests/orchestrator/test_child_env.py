@@ -134,3 +134,4 @@ def test_the_worker_never_sees_the_servers_database_url_or_token(orchestrator_fo
     assert seen["TUNELAB_DATABASE_URL"] is None and seen["TUNELAB_TOKEN"] is None
     assert finished(orch, run_id)["status"] == "completed"
     assert os.environ["TUNELAB_TOKEN"] == "the-api-token"  # the parent keeps its own
+

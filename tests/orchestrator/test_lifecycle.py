@@ -270,3 +270,20 @@ def test_shutdown_after_the_worker_completed_with_a_valid_save_is_completed(stor
     row = store.get_run(run_id)
     assert row["status"] == "completed" and row["error_message"] is None
     assert row["final_step"] == 3
+
+
+def test_a_finished_run_deleted_from_the_history_is_gone_from_the_per_run_status(orchestrator_for):
+    # Found by the API fuzzer: GET /api/runs/{id}/status answered 200 for a deleted run,
+    # from the state the orchestrator still held; /api/train/status keeps the last run.
+    from tunelab.store import RunNotFound
+
+    orch, _recorder = orchestrator_for(sw.reports_environment)
+    run_id = orch.start(scripted_config())
+    assert finished(orch, run_id)["status"] == "completed"
+    assert orch.run_snapshot(run_id)["run_id"] == run_id
+    orch.store.delete_run(run_id)
+    with pytest.raises(RunNotFound):
+        orch.run_snapshot(run_id)
+    with pytest.raises(RunNotFound):
+        orch.view(run_id)
+    assert orch.snapshot()["run_id"] == run_id

@@ -425,14 +425,18 @@ class Orchestrator(QueueRunner):
                     "dataset_name": None, "display_name": None, "final_loss": None, "worker_pid": None,
                     "world_size": None}
         else:
-            data = self.run_snapshot(latest)
+            data = self.run_snapshot(latest, deleted_too=True)
         data["is_training_running"] = self.is_training_active()
         return data
 
-    def run_snapshot(self, run_id: int) -> dict[str, Any]:
+    def run_snapshot(self, run_id: int, *, deleted_too: bool = False) -> dict[str, Any]:
         """One run's state: live when it trains (or trained) here, else from its row;
-        RunNotFound when there is no such run."""
+        RunNotFound when there is no such run — also for a finished run held here whose row
+        was deleted since, unless `deleted_too` (/api/train/status keeps showing the last run)."""
         run = self._runs.get(run_id)
+        if (run is not None and not deleted_too and run.finalized and not run.worker_alive()
+                and self.store.get_run(run_id) is None):
+            raise RunNotFound(run_id)
         if run is None:
             row = self.store.get_run(run_id)
             if row is None:
