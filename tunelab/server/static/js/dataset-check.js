@@ -6,6 +6,7 @@
  */
 
 import { api } from "./api.js";
+import { el } from "./dom.js";
 
 // The fields the preview route takes (DatasetPreviewRequest in tunelab/server/schemas.py).
 const PREVIEW_FIELDS = [
@@ -13,13 +14,6 @@ const PREVIEW_FIELDS = [
   "slice_start", "slice_end", "format", "column_mapping", "role_mapping",
 ];
 const PREVIEW_ROWS = 3;
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
 
 export function setUpDatasetCheck(configForm) {
   const button = document.getElementById("check-dataset");

@@ -8,15 +8,9 @@
 import { request } from "./api.js";
 import { fmtNumber, fmtTime } from "./format.js";
 import { notify } from "./notice.js";
+import { el } from "./dom.js";
 
 const path = (id) => `/api/runs/${encodeURIComponent(id)}`;
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
 
 function promptText(item) {
   if (item.messages) return item.messages.map((m) => `${m.role}: ${m.content}`).join("\n");

@@ -12,24 +12,10 @@ import { evalSection } from "./evals.js";
 import { fmtDuration, fmtInt, fmtNumber, fmtTime, sparkline } from "./format.js";
 import { notify } from "./notice.js";
 import { speakSection } from "./speak.js";
+import { button, el } from "./dom.js";
 
 const PAGE_SIZE = 20;
 const $ = (id) => document.getElementById(id);
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-function button(label, className, accessibleName, onClick) {
-  const node = el("button", className, label);
-  node.type = "button";
-  node.setAttribute("aria-label", accessibleName);
-  node.addEventListener("click", onClick);
-  return node;
-}
 
 export const runName = (run) => run.display_name || `Run #${run.id}`;
 // Runs that answer with vectors or need images; chat covers text models.

@@ -6,16 +6,10 @@
  */
 
 import { api, getToken } from "./api.js";
+import { el } from "./dom.js";
 
 const DEBOUNCE_MS = 400;
 const GIB = 2 ** 30;
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
 
 const gib = (bytes) => `${(bytes / GIB).toFixed(bytes < GIB ? 3 : 2)} GiB`;
 

@@ -12,6 +12,7 @@ import { api } from "./api.js";
 import { streamChat } from "./chat-stream.js";
 import { runName } from "./history.js";
 import { notify } from "./notice.js";
+import { el } from "./dom.js";
 
 const $ = (id) => document.getElementById(id);
 // [input id, request field, label, lowest, highest, whole number?]; bounds as the server checks them.
@@ -20,13 +21,6 @@ const SETTINGS = [
   ["chat-top-p", "top_p", "Top-p", Number.MIN_VALUE, 1, false],
   ["chat-max-tokens", "max_tokens", "Max new tokens", 1, 4096, true],
 ];
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
 
 export class PlaygroundPanel {
   constructor() {

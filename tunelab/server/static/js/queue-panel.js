@@ -12,6 +12,7 @@
 import { request } from "./api.js";
 import { fmtInt, fmtTime } from "./format.js";
 import { notify } from "./notice.js";
+import { button, el } from "./dom.js";
 
 const POLL_MS = 2000;
 const $ = (id) => document.getElementById(id);
@@ -22,21 +23,6 @@ export const queueApi = {
   change: (id, change) => request("POST", `/api/runs/${enc(id)}/queue`, change),
   stop: (id, save) => request("POST", `/api/runs/${enc(id)}/stop`, { save }),
 };
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-function button(label, className, accessibleName, onClick) {
-  const node = el("button", className, label);
-  node.type = "button";
-  node.setAttribute("aria-label", accessibleName);
-  node.addEventListener("click", onClick);
-  return node;
-}
 
 const nameOf = (run) => run.display_name || `Run #${run.id}`;
 /** What a queued run asked for: "GPU 0, 3", "2 GPUs", or one device (a GPU, or the CPU). */

@@ -7,13 +7,7 @@
 
 import { api } from "./api.js";
 import { notify } from "./notice.js";
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
+import { el } from "./dom.js";
 
 export function speakSection(run, name) {
   const details = el("details", "run-speak");
