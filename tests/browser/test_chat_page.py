@@ -215,7 +215,8 @@ def test_a_checkpoint_can_answer_instead_of_the_final_weights(server, open_page)
     page = open_page()
     page.locator('#runs-list li[data-run-id="1"]').get_by_role("button", name="Chat with Run #1").click()
     weights = page.get_by_label("Weights")
-    assert weights.locator("option").all_text_contents() == ["final weights", "checkpoint 1", "checkpoint 2"]
+    # The options arrive with the chat target (a fetch after the click): wait for them.
+    expect(weights.locator("option")).to_have_text(["final weights", "checkpoint 1", "checkpoint 2"])
     weights.select_option(label="checkpoint 1")
     expect(page.locator("#chat-about")).to_contain_text("run-1-checkpoint-1 (its checkpoint at step 1)")
     settings(page, temperature="0", max_tokens="6")
