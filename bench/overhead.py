@@ -6,6 +6,11 @@ inside each process over the same steps (after a warm-up), and the loss curves m
 equal within 1e-4 — the same training, so any throughput gap is tunelab's own cost
 (progress events, stop checks). The tiny model keeps steps short, which makes a fixed
 per-step cost as visible as it can be.
+
+Off CUDA the two arms' LM heads differ: TRL's fused head scores every position with plain
+torch ops there, tunelab's worker scores the labelled positions in one pass
+(`tunelab/worker/direct_lm_head.py`), so a ratio well above 1 on a CPU is that head, and
+the equal loss curves show it is the same training.
 """
 
 from __future__ import annotations

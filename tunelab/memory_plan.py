@@ -19,8 +19,9 @@ worker actually builds (model_setup.py):
   the MLP's gate, up, activation and product (intermediate wide) — with flash/SDPA
   attention (no seq x seq scores). Gradient checkpointing keeps each layer's input only
   and recomputes one layer at a time. The LM head's logits (batch x seq x vocab) are
-  counted apart, as TRL's fused head makes them: one tile of at most 4,096 tokens x
-  32,768 vocabulary entries at a time (the whole logits of a smaller micro-batch).
+  counted apart, as the head makes them: on CUDA TRL's fused head, one tile of at most
+  4,096 tokens x 32,768 vocabulary entries at a time; elsewhere tunelab's direct head,
+  at most 32M logits of labelled positions at a time.
 - per device: DDP replicates everything (plus its gradient buckets); FSDP shards weights,
   gradients and optimizer state over the ranks and gathers one layer at a time.
 
@@ -50,10 +51,17 @@ ADAM_STATE_BYTES = 8
 # TRL's fused LM head (trl.kernels.chunked_logprob): tokens and vocabulary entries per tile.
 LOGIT_TILE_TOKENS = 4096
 LOGIT_TILE_VOCAB = 32768
-# Without Triton (on a CPU) the tile is folded with plain torch ops, whose fp32
-# temporaries (log-probs, entropy, top-1, their gradient) peak at about this many bytes
-# per tile element (measured by bench/memory_estimate.py: 37-60 over three configs).
+# TRL's head without Triton folds each tile with plain torch ops, whose fp32 temporaries
+# (log-probs, entropy, top-1, their gradient) peak at about this many bytes per tile
+# element (measured by bench/memory_estimate.py: 37-60 over three configs). Only an FSDP
+# run off CUDA still uses it; other runs off CUDA use tunelab's direct head.
 CPU_LOGIT_TILE_BYTES = 48
+# tunelab's direct head off CUDA (worker/direct_lm_head.py): the labelled positions' logits,
+# at most this many at a time; what it holds peaks at about this many bytes per logit
+# (logits, their log-softmax kept for backward, the entropy's and the gradient's fp32
+# temporaries; 16.3 measured at 32M logits).
+DIRECT_HEAD_CHUNK_ELEMENTS = 32 * 2**20
+DIRECT_HEAD_BYTES = 17
 
 
 class EstimateUnavailable(ValueError):
@@ -367,16 +375,25 @@ def estimate(shape: ModelShape, s: Settings) -> Estimate:
         saved = tokens * (shape.layers * layer + rest) * act
         how = f"{shape.layers} layers x {layer:,} saved values per token"
     terms.append(Term("activations", saved, f"micro-batch {s.batch_size} x {s.max_seq_length} tokens, {how}"))
-    # TRL's fused LM head never holds all logits: it projects tiles of up to 4,096 tokens x
-    # 32,768 vocabulary entries and folds each into the loss (recomputing it in backward).
-    tile = min(tokens, LOGIT_TILE_TOKENS) * min(shape.vocab, LOGIT_TILE_VOCAB)
-    per_element = act + 4 if s.cuda else CPU_LOGIT_TILE_BYTES
-    terms.append(Term("logits", tile * per_element,
-                      f"LM head logits of micro-batch {s.batch_size} x {s.max_seq_length} tokens x {shape.vocab:,} vocab, "
-                      f"in tiles of at most {LOGIT_TILE_TOKENS:,} tokens x {LOGIT_TILE_VOCAB:,} vocab"
-                      + ("" if s.cuda else " (the CPU's torch path keeps several fp32 copies of a tile)")))
+    terms.append(_logits_term(s, shape.vocab, tokens, act))
     if s.cuda:
         terms.append(Term("cuda_overhead", CUDA_OVERHEAD_BYTES, "CUDA context and allocator slack (not in max_memory_allocated)"))
     else:
         notes.append("on a CPU the process also holds the Python libraries (about 1 GiB resident) beyond these terms")
     return Estimate(tuple(terms), s, shape.total_params, trainable, tuple(notes))
+
+
+def _logits_term(s: Settings, vocab: int, tokens: int, act: int) -> Term:
+    """What the LM head holds at once: never all of a micro-batch's logits."""
+    what = f"LM head logits of micro-batch {s.batch_size} x {s.max_seq_length} tokens x {vocab:,} vocab"
+    if s.cuda or s.strategy == "fsdp":
+        # TRL's fused head projects tiles of up to 4,096 tokens x 32,768 vocabulary
+        # entries and folds each into the loss (recomputing it in backward).
+        tile = min(tokens, LOGIT_TILE_TOKENS) * min(vocab, LOGIT_TILE_VOCAB)
+        return Term("logits", tile * (act + 4 if s.cuda else CPU_LOGIT_TILE_BYTES),
+                    f"{what}, in tiles of at most {LOGIT_TILE_TOKENS:,} tokens x {LOGIT_TILE_VOCAB:,} vocab"
+                    + ("" if s.cuda else " (the CPU's torch path keeps several fp32 copies of a tile)"))
+    held = min(tokens, max(1, DIRECT_HEAD_CHUNK_ELEMENTS // vocab)) * vocab  # one chunk of positions
+    return Term("logits", held * DIRECT_HEAD_BYTES,
+                f"{what}, at most {DIRECT_HEAD_CHUNK_ELEMENTS // 2**20}M logits at a time "
+                "(tunelab's direct head: fp32 log-softmax kept for backward, its temporaries)")

@@ -70,7 +70,8 @@ class TokenCountingSFTTrainer(SFTTrainer):
 def build_sft_trainer(config: dict[str, Any], device: Any, model: Any, processing: Any, prepared: Any,
                       output_dir: Any, callbacks: list[Any]) -> TokenCountingSFTTrainer:
     """The text and vision families' trainer: TRL's SFTTrainer on the prepared token rows."""
-    from tunelab.worker.trainer_setup import build_sft_config
+    from tunelab.worker import direct_lm_head
+    from tunelab.worker.trainer_setup import build_sft_config, parallel_settings
 
     args = build_sft_config(config, device, output_dir, has_eval=prepared.eval is not None)
     if prepared.collator is not None:
@@ -87,6 +88,8 @@ def build_sft_trainer(config: dict[str, Any], device: Any, model: Any, processin
         callbacks=callbacks,
     )
     trainer.embedding_learning_rate = config.get("embedding_learning_rate")
+    if not device.cuda and "fsdp" not in parallel_settings(config):
+        direct_lm_head.install(trainer)  # TRL's head scores every position off CUDA: twice the step
     return trainer
 
 

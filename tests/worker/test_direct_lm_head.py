@@ -1,0 +1,90 @@
+"""The direct LM head off CUDA (`worker/direct_lm_head.py`) gives what TRL's fused head
+gives: the same loss, gradients, entropy and top-1 accuracy through TRL's own
+`compute_loss`, on batches with padding, masked prompts, several chunks and no label at
+all; models whose logits are more than a projection keep TRL's head."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from datasets import Dataset  # noqa: E402
+from peft import LoraConfig, get_peft_model  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma2Config  # noqa: E402
+from trl import SFTConfig, SFTTrainer  # noqa: E402
+
+from tunelab.worker import direct_lm_head  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def trainer(demo_assets, tmp_path_factory):
+    torch.manual_seed(0)
+    tokenizer = AutoTokenizer.from_pretrained(demo_assets.model_dir)
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(demo_assets.model_dir),
+                           LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    # LoRA's B starts at zero: move it so the adapter's gradients depend on the head's.
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0, 0.02)
+    args = SFTConfig(output_dir=str(tmp_path_factory.mktemp("head")), use_cpu=True, bf16=False, report_to="none",
+                     max_length=64, disable_tqdm=True)
+    rows = Dataset.from_dict({"input_ids": [[1, 2, 3]]})
+    return SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer)
+
+
+def _batch(vocab: int, prompt: int) -> dict:
+    generator = torch.Generator().manual_seed(5)
+    ids = torch.randint(3, vocab, (3, 24), generator=generator)
+    attention = torch.ones_like(ids)
+    attention[1, 17:] = 0  # padding at the end of one row
+    labels = ids.masked_fill(attention == 0, -100)
+    labels[:, :prompt] = -100  # a masked prompt
+    return {"input_ids": ids, "attention_mask": attention, "labels": labels}
+
+
+def _loss_and_grads(trainer, batch, num_items=None):
+    trainer.model.zero_grad()
+    trainer._metrics["train"].clear()
+    loss = trainer.compute_loss(trainer.model, dict(batch), num_items_in_batch=num_items)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+    return loss.detach(), grads, {k: v[-1] for k, v in trainer._metrics["train"].items() if k != "num_tokens"}
+
+
+@pytest.mark.parametrize("chunk_elements,prompt,num_items", [
+    (direct_lm_head.CHUNK_ELEMENTS, 6, None),    # one chunk
+    (4 * 1000, 6, None),                          # several chunks, each recomputed in backward
+    (direct_lm_head.CHUNK_ELEMENTS, 6, 90),       # gradient accumulation's count over micro-batches
+    (direct_lm_head.CHUNK_ELEMENTS, 24, None),    # no label at all: a zero loss that still backpropagates
+])
+def test_the_direct_head_gives_trls_loss_gradients_and_metrics(trainer, monkeypatch, chunk_elements, prompt, num_items):
+    base = trainer.model.get_base_model()
+    batch = _batch(base.config.vocab_size, prompt)
+    trl_forward = base.forward
+    expected = _loss_and_grads(trainer, batch, num_items)
+    monkeypatch.setattr(direct_lm_head, "CHUNK_ELEMENTS", chunk_elements)
+    assert direct_lm_head.install(trainer)
+    try:
+        loss, grads, metrics = _loss_and_grads(trainer, batch, num_items)
+    finally:
+        base.forward = trl_forward
+    torch.testing.assert_close(loss, expected[0], rtol=1e-5, atol=1e-6)
+    assert grads.keys() == expected[1].keys() and grads
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, expected[1][name], rtol=1e-4, atol=1e-6)
+    assert metrics.keys() == expected[2].keys() == {"entropy", "mean_token_accuracy"}
+    for key, value in metrics.items():
+        assert value == pytest.approx(expected[2][key], rel=1e-5, abs=1e-6)
+    if prompt < 24:
+        assert loss > 0 and metrics["entropy"] > 0
+
+
+def test_the_direct_head_is_only_for_plain_projections(trainer):
+    assert direct_lm_head.supports(trainer.model.get_base_model())
+    # Gemma 2 soft-caps its logits: TRL's head applies the cap, so it stays.
+    tiny = Gemma2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                        num_attention_heads=2, num_key_value_heads=1, head_dim=8)
+    assert tiny.final_logit_softcapping is not None
+    assert not direct_lm_head.supports(AutoModelForCausalLM.from_config(tiny))
