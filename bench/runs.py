@@ -161,6 +161,8 @@ def plain_run(settings: dict[str, Any], stop_after_first_step: bool = False, env
                 log.add(record["step"], record["ts"], record["loss"], record["num_tokens"])
                 if record.get("peak_memory_gb") is not None:
                     log.facts["peak_memory_gb"] = max(log.facts.get("peak_memory_gb", 0.0), record["peak_memory_gb"])
+                if record.get("peak_rss_gb") is not None:
+                    log.facts["peak_rss_gb"] = max(log.facts.get("peak_rss_gb", 0.0), record["peak_rss_gb"])
                 if stop_after_first_step:
                     break
             elif record["event"] == "args":
