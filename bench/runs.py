@@ -171,6 +171,9 @@ def plain_run(settings: dict[str, Any], stop_after_first_step: bool = False, env
                 log.facts["imported_ts"] = record["ts"]
             elif record["event"] == "placed":
                 log.facts["model_device"] = record["device"]
+                for fact in ("memory_before_training_gb", "peak_before_training_gb"):
+                    if record.get(fact) is not None:
+                        log.facts[fact] = record[fact]
         else:
             if process.wait(timeout_s) != 0:
                 if not timer.is_alive():
