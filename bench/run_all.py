@@ -2,7 +2,7 @@
 
     python bench/run_all.py            # all targets (about 30 minutes on 2 idle CPU cores, estimated: the
                                        #  packing baselines, cold first step and whole logging runs added ~10)
-    python bench/run_all.py --quick    # fewer steps and repetitions (under 5 minutes)
+    python bench/run_all.py --quick    # fewer steps and repetitions (under 5 minutes, plus real_model's)
     python bench/run_all.py --json results.json --only overhead,packing
 
 Each benchmark runs in a fresh interpreter (`python bench/<name>.py --json ...`), so one
@@ -10,9 +10,10 @@ cannot disturb the next; a benchmark that crashes is reported as not met, with i
 A full run writes docs/PERFORMANCE.md (a quick one only with --doc). Where torch sees a
 CUDA GPU it also runs `bench/gpu.py` (`--only gpu` for that alone) and the report
 carries its figures; elsewhere the report says that no GPU was measured, and why.
-`real_model` (a real 135M model on the CPU: about 10 more minutes, 4 quick, estimated for 2
-idle cores) needs packages no install pulls in (bench/requirements-real-model.txt); where
-they are missing it is reported as not measured, with the command that installs them.
+`real_model` trains a real 135M model on the CPU, which takes longer than the rest (its quick
+form took 12 minutes on 2 cores shared with about five other busy processes; idle cores take
+less), and needs packages no install pulls in (bench/requirements-real-model.txt): where they
+are missing it is reported as not measured, with the command that installs them.
 """
 
 from __future__ import annotations
