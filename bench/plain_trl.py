@@ -2,9 +2,10 @@
 
 It is the yardstick for tunelab's worker: same model, data and settings, nothing of
 tunelab imported. Run as `python bench/plain_trl.py '<json settings>'`; it prints one
-`BENCH {json}` line per logged step ({"event": "step", "step", "ts", "loss", "num_tokens"}), one
+`BENCH {json}` line per logged step ({"event": "step", "step", "ts", "loss", "num_tokens",
+"peak_memory_gb" (CUDA), "peak_rss_gb" (the process's peak resident memory so far)}), one
 when its imports are done ({"event": "imported", "ts"}), one with the precision settings in
-force ({"event": "args", ...}), one with the model's device ({"event": "placed"}) and
+force ({"event": "args", ...}), one with the model's device and the memory held before the first step ({"event": "placed"}) and
 {"event": "done"}.
 
 `trl_defaults: true` leaves precision and gradient checkpointing at TRL's defaults
@@ -18,6 +19,7 @@ frozen base weights, e.g. "bfloat16"); otherwise it runs on the CPU.
 """
 
 import json
+import resource
 import sys
 import time
 
@@ -30,6 +32,11 @@ from trl import SFTConfig, SFTTrainer
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+def peak_rss_gb() -> float:
+    """The process's peak resident memory so far (ru_maxrss: KiB on Linux), as tunelab's worker reports it on a CPU."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024) / 2**30
+
+
 class PrintSteps(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if torch.cuda.is_available():
@@ -39,7 +46,8 @@ class PrintSteps(TrainerCallback):
         if logs and "loss" in logs:
             peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None
             print("BENCH " + json.dumps({"event": "step", "step": state.global_step, "ts": time.time(), "loss": logs["loss"],
-                              "num_tokens": state.num_input_tokens_seen, "peak_memory_gb": peak}), flush=True)
+                              "num_tokens": state.num_input_tokens_seen, "peak_memory_gb": peak,
+                              "peak_rss_gb": peak_rss_gb()}), flush=True)
 
 
 def main(settings: dict) -> None:
@@ -96,8 +104,13 @@ def main(settings: dict) -> None:
           flush=True)
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                          callbacks=[PrintSteps()])
-    # Where the weights ended up: the yardstick must run on the device it is compared on.
-    print("BENCH " + json.dumps({"event": "placed", "device": str(next(trainer.model.parameters()).device)}),
+    # Where the weights ended up: the yardstick must run on the device it is compared on; and the
+    # memory held before the first step (resident now, peak so far), as tunelab's worker reports it.
+    import psutil
+
+    print("BENCH " + json.dumps({"event": "placed", "device": str(next(trainer.model.parameters()).device),
+                                 "memory_before_training_gb": psutil.Process().memory_info().rss / 2**30,
+                                 "peak_before_training_gb": peak_rss_gb()}),
           flush=True)
     trainer.train()
     print("BENCH " + json.dumps({"event": "done"}), flush=True)

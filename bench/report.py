@@ -72,6 +72,8 @@ def write(path: Path, results: list[Result], *, command: str, seconds: float, lo
           load_after: tuple[float, ...], gpu: dict | None = None, gpu_note: str = "") -> None:
     """`gpu`: what `bench/gpu.py --json` wrote in this run (None when it did not run, `gpu_note` says why)."""
     met = sum(r.met for r in results)
+    unmeasured = [r for r in results if r.not_measured]
+    measured_note = f" ({len(unmeasured)} not measured: {', '.join(r.title for r in unmeasured)})" if unmeasured else ""
     lines = [
         "# Performance",
         "",
@@ -86,14 +88,21 @@ def write(path: Path, results: list[Result], *, command: str, seconds: float, lo
         "leaves out the slowest 10% of steps of every run (the ones another process interrupted); a cost of "
         "tunelab's own is paid on every step and stays in.",
         "",
-        f"**{met} of {len(results)} targets met.**",
+        f"**{met} of {len(results)} targets met{measured_note}.**",
         "",
         "| target | measured (median, spread) | goal | met |",
         "| --- | --- | --- | --- |",
     ]
     for r in results:
-        lines.append(f"| {_cell(r.title)} | {r.ratio.text()} | {r.target_text} | {'yes' if r.met else '**no**'} |")
+        if r.not_measured:
+            lines.append(f"| {_cell(r.title)} | not measured | {r.target_text} | not measured |")
+        else:
+            lines.append(f"| {_cell(r.title)} | {r.ratio.text()} | {r.target_text} | {'yes' if r.met else '**no**'} |")
     for r in results:
+        if r.not_measured:
+            lines += ["", f"## {r.title}", "", f"*Ratio:* {r.measures}.", "",
+                      f"*Not measured in this run:* {r.not_measured}.", "", f"Reproduce: `{r.command}`"]
+            continue
         lines += ["", f"## {r.title}", "", f"*Ratio:* {r.measures}.", "",
                   f"*Measured:* {r.ratio.text()} against a goal of {r.target_text} — **{'met' if r.met else 'not met'}**.",
                   ""]

@@ -24,6 +24,9 @@ class Result:
     details: list[str] = field(default_factory=list)  # measured facts behind the ratio
     checks: dict[str, bool] = field(default_factory=dict)  # conditions that must hold too
     obstacle: str = ""  # for an unmet target: what stands in the way, and what was tried
+    # Why the benchmark could not measure at all (e.g. a package it reads is not installed, and
+    # the command that installs it): reported as not measured rather than as a failure.
+    not_measured: str = ""
 
     @property
     def ratio_met(self) -> bool:
@@ -31,13 +34,15 @@ class Result:
 
     @property
     def met(self) -> bool:
-        return self.ratio_met and all(self.checks.values())
+        return not self.not_measured and self.ratio_met and all(self.checks.values())
 
     @property
     def target_text(self) -> str:
         return f"{'≥' if self.higher_is_better else '≤'} {self.target:g}"
 
     def line(self) -> str:
+        if self.not_measured:
+            return f"{self.title:<34} NOT MEASURED: {self.not_measured}"
         verdict = "MET" if self.met else "NOT MET"
         failed = [name for name, ok in self.checks.items() if not ok]
         extra = f"  (failed: {', '.join(failed)})" if failed else ""
@@ -48,14 +53,15 @@ class Result:
                 "direction": ">=" if self.higher_is_better else "<=", "met": self.met,
                 "spread": [self.ratio.low, self.ratio.high], "values": list(self.ratio.values),
                 "measures": self.measures, "checks": self.checks, "details": self.details,
-                "command": self.command, "obstacle": self.obstacle}
+                "command": self.command, "obstacle": self.obstacle, "not_measured": self.not_measured}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Result":
         ratio = Spread(data["ratio"], data["spread"][0], data["spread"][1], tuple(data["values"]))
         return cls(key=data["name"], title=data["title"], measures=data["measures"], ratio=ratio,
                    target=data["target"], higher_is_better=data["direction"] == ">=", command=data["command"],
-                   details=data["details"], checks=data["checks"], obstacle=data.get("obstacle", ""))
+                   details=data["details"], checks=data["checks"], obstacle=data.get("obstacle", ""),
+                   not_measured=data.get("not_measured", ""))
 
 
 def standalone(name: str, measure: Callable[[bool], list[Result]], unmet_notes: dict[str, str] | None = None) -> None:
@@ -67,7 +73,7 @@ def standalone(name: str, measure: Callable[[bool], list[Result]], unmet_notes: 
     started = time.monotonic()
     results = measure(args.quick)
     for result in results:
-        if not result.met:
+        if not result.met and not result.not_measured:
             result.obstacle = (unmet_notes or {}).get(result.key, "")
     for result in results:
         print(result.line())

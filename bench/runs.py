@@ -161,6 +161,8 @@ def plain_run(settings: dict[str, Any], stop_after_first_step: bool = False, env
                 log.add(record["step"], record["ts"], record["loss"], record["num_tokens"])
                 if record.get("peak_memory_gb") is not None:
                     log.facts["peak_memory_gb"] = max(log.facts.get("peak_memory_gb", 0.0), record["peak_memory_gb"])
+                if record.get("peak_rss_gb") is not None:
+                    log.facts["peak_rss_gb"] = max(log.facts.get("peak_rss_gb", 0.0), record["peak_rss_gb"])
                 if stop_after_first_step:
                     break
             elif record["event"] == "args":
@@ -169,6 +171,9 @@ def plain_run(settings: dict[str, Any], stop_after_first_step: bool = False, env
                 log.facts["imported_ts"] = record["ts"]
             elif record["event"] == "placed":
                 log.facts["model_device"] = record["device"]
+                for fact in ("memory_before_training_gb", "peak_before_training_gb"):
+                    if record.get(fact) is not None:
+                        log.facts[fact] = record[fact]
         else:
             if process.wait(timeout_s) != 0:
                 if not timer.is_alive():

