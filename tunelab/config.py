@@ -206,7 +206,7 @@ class RunConfig(BaseModel):
     use_rslora: bool = False
     use_dora: bool = Field(False, description="DoRA: LoRA with a learned magnitude per output. Each step costs more than LoRA (1.3x on a small CPU model); on a 4-bit base (QLoRA) every forward pass dequantises each adapted weight to take its norm, which costs extra time and a full-precision copy of one weight at a time.")
     use_loftq: bool = False
-    gradient_checkpointing: bool | None = Field(None, description="None = device-aware default (off on CPU, on with CUDA).")
+    gradient_checkpointing: bool | None = Field(None, description="None = device-aware default: off on a CPU; on a GPU off where the memory estimate fits without it (it recomputes every layer in backward), else on.")
 
     # --- vision-language models (detected from the model's config; text models ignore the vision switch).
     # The finetune_* switches choose the adapter's targets, or for full fine-tuning the weights that train.

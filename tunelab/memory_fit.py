@@ -9,6 +9,11 @@ it was left to auto), then a smaller micro-batch with more accumulation, always 
 the effective batch (batch_size x gradient_accumulation_steps). memory_fit=auto applies
 that change instead and says so; memory_fit=off skips the check.
 
+Gradient checkpointing left to auto on a GPU is decided here too: it recomputes every
+layer's forward in backward (about a third more compute a step), so it stays off when
+the estimate without it fits with room to spare (`CHECKPOINTING_OFF_SHARE` of the free
+memory: the estimate is not exact), and on otherwise, as before.
+
 On a CPU the machine's available RAM is only a warning (the OS pages, other processes
 come and go, and the estimate of a CPU process leaves out the libraries): a CPU run is
 refused only when it could not fit in all of the RAM and swap there is.
@@ -25,6 +30,9 @@ from tunelab.memory_plan import GIB, Estimate, ModelShape, Settings, estimate
 FIELD = "memory_fit"
 # The terms named in a refusal: the largest few, so the message stays one readable line.
 TERMS_SHOWN = 4
+# A GPU run left to auto trains without gradient checkpointing when its estimate without
+# it is at most this share of the free memory.
+CHECKPOINTING_OFF_SHARE = 0.8
 
 
 @dataclass(frozen=True)
@@ -76,6 +84,20 @@ def candidates(cfg: RunConfig, s: Settings, may_change_batch: bool) -> Iterator[
 def describe(changes: dict[str, Any]) -> str:
     parts = [f"{k}={'true' if v is True else v}" for k, v in changes.items()]
     return " and ".join(parts)
+
+
+def checkpointing_off(cfg: RunConfig, shape: ModelShape, s: Settings, budget: Budget) -> Fit | None:
+    """A GPU run with checkpointing left to auto that fits without it: the Fit that
+    turns it off (and says why); None where checkpointing stays as it was."""
+    if not budget.cuda or cfg.gradient_checkpointing is not None or not s.gradient_checkpointing:
+        return None
+    without = estimate(shape, replace(s, gradient_checkpointing=False))
+    if without.total_bytes > budget.free_bytes * CHECKPOINTING_OFF_SHARE:
+        return None
+    return Fit(without, {"gradient_checkpointing": False},
+               (f"memory: the run needs an estimated {gib(without.total_bytes)} per GPU without gradient checkpointing "
+                f"and {budget.where} has {gib(budget.free_bytes)} free, so tunelab trains without it (no layer is "
+                "recomputed; set gradient_checkpointing=true to keep it)",))
 
 
 def check_fit(cfg: RunConfig, shape: ModelShape, s: Settings, budget: Budget) -> Fit:

@@ -68,3 +68,19 @@ def test_auto_starts_with_a_smaller_micro_batch_and_records_it(orchestrator_for,
     assert (row["config"]["batch_size"], row["config"]["gradient_accumulation_steps"]) == (2, 8)
     note = next(e["message"] for e in recorder.of_type("status") if e["message"].startswith("memory:"))
     assert "set batch_size=2 and gradient_accumulation_steps=8" in note and "effective batch kept at 16" in note
+
+
+def test_checkpointing_left_to_auto_is_off_on_a_gpu_with_room_and_on_without(orchestrator_for, one_gpu, llama_7b):
+    orch, recorder = orchestrator_for(sw.trainer)
+    settings = dict(model_name=llama_7b, batch_size=2, gradient_accumulation_steps=1, max_seq_length=1024)
+    one_gpu(80000)  # room for the LoRA run's activations without recomputing them
+    roomy = finished(orch, orch.start(scripted_config(**settings)))
+    assert roomy["config"]["gradient_checkpointing"] is False
+    note = next(e["message"] for e in recorder.of_type("status") if e["message"].startswith("memory:"))
+    assert "trains without it" in note and "GPU 0 (NVIDIA Test 0) has 78.1 GiB free" in note
+    one_gpu(18000)  # the weights fit, every layer's activations do not: checkpointing stays to the worker (on)
+    tight = finished(orch, orch.start(scripted_config(**settings)))
+    assert tight["status"] == "completed" and tight["config"]["gradient_checkpointing"] is None
+    # A setting the user chose is never changed.
+    kept = finished(orch, orch.start(scripted_config(**settings, gradient_checkpointing=True)))
+    assert kept["config"]["gradient_checkpointing"] is True

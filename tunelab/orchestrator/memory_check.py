@@ -16,7 +16,7 @@ import psutil
 
 from tunelab import hardware
 from tunelab.config import RunConfig
-from tunelab.memory_fit import Budget, check_fit
+from tunelab.memory_fit import Budget, check_fit, checkpointing_off
 from tunelab.memory_plan import EstimateUnavailable, read_model_config, settings_for, shape_from_config
 
 log = logging.getLogger("tunelab.orchestrator")
@@ -40,7 +40,8 @@ def budget_for(chosen: list[hardware.Gpu], processes: int) -> Budget | None:
 
 def fit_memory(cfg: RunConfig, chosen: list[hardware.Gpu], world_size: int, processes: int) -> tuple[RunConfig, tuple[str, ...]]:
     """The config the run starts with (changed only by memory_fit=auto or an auto
-    checkpointing setting) and the notes for its events; ConfigError when it cannot fit."""
+    checkpointing setting: off on a GPU where the run fits without it, on where it needs
+    it) and the notes for its events; ConfigError when it cannot fit."""
     if cfg.memory_fit == "off" or cfg.resolved_backend != "torch" or cfg.ray_address:
         return cfg, ()
     try:
@@ -52,7 +53,8 @@ def fit_memory(cfg: RunConfig, chosen: list[hardware.Gpu], world_size: int, proc
     if budget is None:
         log.info("memory check skipped: a chosen GPU does not report its free memory")
         return cfg, ()
-    fit = check_fit(cfg, shape, settings_for(cfg, cuda=budget.cuda, world_size=world_size), budget)
+    settings = settings_for(cfg, cuda=budget.cuda, world_size=world_size)
+    fit = checkpointing_off(cfg, shape, settings, budget) or check_fit(cfg, shape, settings, budget)
     for note in fit.notes:
         log.warning("%s", note)
     log.info("memory estimate %.2f GiB per device (%s)", fit.estimate.total_bytes / 2**30,
