@@ -67,6 +67,9 @@ def export(request: dict[str, Any]) -> None:
 
 
 def _quiet_libraries() -> None:
+    from tunelab.worker.bnb_import import import_bitsandbytes
+
+    import_bitsandbytes()  # before peft imports it (see bnb_import.py)
     import transformers
 
     warnings.filterwarnings("ignore", category=FutureWarning)

@@ -55,6 +55,9 @@ class LoadedModel:
 
 
 def _quiet_libraries() -> None:
+    from tunelab.worker.bnb_import import import_bitsandbytes
+
+    import_bitsandbytes()  # before peft imports it (see bnb_import.py)
     import transformers
 
     warnings.filterwarnings("ignore", category=FutureWarning)

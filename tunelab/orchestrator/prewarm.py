@@ -49,6 +49,7 @@ READY = "ready"
 # touching the classes a run uses really imports their code.
 TORCH_PRELOAD = (
     "torch",
+    "tunelab.worker.bnb_import",  # before anything imports peft, which imports bitsandbytes
     "datasets",
     "transformers:AutoModelForCausalLM,AutoTokenizer,Trainer,TrainerCallback,PrinterCallback",
     "transformers.models.llama.modeling_llama",  # the family most runs (and the demo) use

@@ -41,6 +41,9 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
 
     ctx.stage("loading_model", f"Loading model {config['model_name']}")
     # The heavy imports (~6 s) come after the first stop check, so an early stop is quick.
+    from tunelab.worker.bnb_import import import_bitsandbytes
+
+    import_bitsandbytes()  # before peft imports it (see bnb_import.py)
     _quiet_libraries()
     import transformers
 
