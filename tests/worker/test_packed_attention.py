@@ -27,7 +27,7 @@ from trl.data_utils import pack_dataset  # noqa: E402
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling  # noqa: E402
 
 from tunelab.worker import packed_attention  # noqa: E402
-from tunelab.worker.model_setup import DeviceSettings, attention_for  # noqa: E402
+from tunelab.worker.model_setup import DeviceSettings, attention_for, padding_free_batches  # noqa: E402
 
 CPU = DeviceSettings(cuda=False, precision="fp32", gradient_checkpointing=False)
 BOUNDARY_KEYS = ("position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
@@ -143,8 +143,34 @@ def test_padded_batches_match_library_sdpa(demo_assets):
     assert torch.allclose(mine[keep], theirs[keep], atol=1e-5)
 
 
-def test_only_packed_cpu_runs_use_it():
+def test_a_padding_free_batch_gives_the_padded_batchs_loss_and_gradients(demo_assets):
+    """Unpacked CPU runs lay each micro-batch's rows end to end (TRL's padding_free): the
+    same rows and labels, so the same loss and gradients as the padded batch."""
+    rows = [{"input_ids": r, "labels": [-100] * 2 + r[2:]} for r in _rows(4)]  # a masked prompt, as chat rows have
+    padded = DataCollatorForLanguageModeling(pad_token_id=0)(rows)
+    flat = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)(rows)
+    assert flat["input_ids"].numel() == sum(len(r["input_ids"]) for r in rows) < padded["input_ids"].numel()
+    model = AutoModelForCausalLM.from_pretrained(demo_assets.model_dir, attn_implementation=packed_attention.register())
+    results = []
+    for batch in (padded, flat):
+        model.zero_grad()
+        loss = model(**batch, use_cache=False).loss
+        loss.backward()
+        results.append((loss.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=1e-5, atol=1e-6)
+    for mine, theirs in zip(results[1][1], results[0][1], strict=True):
+        torch.testing.assert_close(mine, theirs, rtol=1e-4, atol=1e-5)
+
+
+def test_only_packed_or_padding_free_cpu_runs_use_it():
     assert attention_for({"packing": True}, CPU) == {"attn_implementation": packed_attention.NAME}
     assert attention_for({"packing": False}, CPU) == {}
+    assert attention_for({"packing": False}, CPU, padding_free=True) == {"attn_implementation": packed_attention.NAME}
+    # Which runs go padding-free: text SFT on a CPU, unpacked, more than one row a batch.
+    assert padding_free_batches({"batch_size": 4}, CPU)
+    assert not padding_free_batches({"batch_size": 4, "packing": True}, CPU)
+    assert not padding_free_batches({"batch_size": 1}, CPU)
+    assert not padding_free_batches({"batch_size": 4, "objective": "dpo"}, CPU)
+    assert not padding_free_batches({"batch_size": 4}, DeviceSettings(cuda=True, precision="bf16", gradient_checkpointing=True))
     cuda = attention_for({"packing": True}, DeviceSettings(cuda=True, precision="bf16", gradient_checkpointing=True))
     assert cuda["attn_implementation"] in ("flash_attention_2", "flex_attention")  # CUDA's own varlen kernels

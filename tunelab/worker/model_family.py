@@ -43,6 +43,10 @@ class Loaded:
 
 
 class _Family:
+    # Whether its SFT batches may go padding-free on a CPU (rows of token ids only; the
+    # families with their own collators, or with 3-D position ids, keep padding).
+    padding_free_on_cpu = False
+
     def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
         raise NotImplementedError
 
@@ -58,7 +62,8 @@ class _Family:
                       output_dir: Any, callbacks: list[Any]) -> Any:
         from tunelab.worker.sft_trainer import build_sft_trainer
 
-        return build_sft_trainer(config, device, model, loaded.processing, prepared, output_dir, callbacks)
+        padding_free = self.padding_free_on_cpu and model_setup.padding_free_batches(config, device)
+        return build_sft_trainer(config, device, model, loaded.processing, prepared, output_dir, callbacks, padding_free)
 
     def save_final(self, trainer: Any, loaded: Loaded, output_dir: Any) -> None:
         trainer.save_model(str(output_dir))  # every rank takes part (FSDP gathers); the Trainer writes from one
@@ -68,10 +73,12 @@ class _Family:
 
 class TextFamily(_Family):
     name = "text"
+    padding_free_on_cpu = True
 
     def load(self, config: dict[str, Any], device: Any) -> Loaded:
         tokenizer = model_setup.load_tokenizer(config)
-        return Loaded(model_setup.load_model(config, device), tokenizer, tokenizer)
+        padding_free = model_setup.padding_free_batches(config, device)
+        return Loaded(model_setup.load_model(config, device, padding_free=padding_free), tokenizer, tokenizer)
 
     def prepare(self, config: dict[str, Any], loaded: Loaded, raw: Any) -> data.PreparedData:
         return data.prepare(config, loaded.tokenizer, raw)

@@ -100,8 +100,9 @@ def load_tokenizer(config: dict[str, Any]) -> Any:
     return tokenizer
 
 
-def load_model(config: dict[str, Any], device: DeviceSettings, auto_class: Any = None) -> Any:
-    """The model through `auto_class` (AutoModelForCausalLM unless a family names another)."""
+def load_model(config: dict[str, Any], device: DeviceSettings, auto_class: Any = None, padding_free: bool = False) -> Any:
+    """The model through `auto_class` (AutoModelForCausalLM unless a family names another);
+    `padding_free`: it will train on padding-free batches (see `padding_free_batches`)."""
     from transformers import AutoModelForCausalLM
 
     auto_class = auto_class or AutoModelForCausalLM
@@ -121,7 +122,7 @@ def load_model(config: dict[str, Any], device: DeviceSettings, auto_class: Any =
             bnb_4bit_compute_dtype=torch.float16 if device.precision == "fp16" else torch.bfloat16,
         )
         kwargs["device_map"] = {"": torch.cuda.current_device()}  # each rank its own GPU (rank_entry sets it)
-    attention = attention_for(config, device)
+    attention = attention_for(config, device, padding_free)
     try:
         model = auto_class.from_pretrained(config["model_name"], **kwargs, **attention)
     except ValueError:
@@ -134,12 +135,22 @@ def load_model(config: dict[str, Any], device: DeviceSettings, auto_class: Any =
     return model
 
 
-def attention_for(config: dict[str, Any], device: DeviceSettings) -> dict[str, Any]:
-    """Packed runs attend per example without a dense mask over the flattened batch (which
-    sdpa builds: quadratic in batch x length, and no flash kernel): on CPU through
-    `packed_attention`, on CUDA through `cuda_packed_attention`. Everything else keeps the
-    library's default attention."""
-    if not config.get("packing"):
+def padding_free_batches(config: dict[str, Any], device: DeviceSettings) -> bool:
+    """Whether a text SFT run's micro-batches go without padding: on a CPU without packing,
+    each micro-batch's rows are laid end to end (TRL's `padding_free`) and `packed_attention`
+    keeps every row to itself. The same rows, labels and loss as a padded batch, without
+    the compute spent on padding (half or more of a batch of chat rows of mixed lengths).
+    On CUDA padded batches stay (dense kernels are cheap there; packing is the choice)."""
+    return (not device.cuda and not config.get("packing") and (config.get("objective") or "sft") == "sft"
+            and int(config.get("batch_size") or 2) > 1)
+
+
+def attention_for(config: dict[str, Any], device: DeviceSettings, padding_free: bool = False) -> dict[str, Any]:
+    """Packed (and padding-free) runs attend per example without a dense mask over the
+    flattened batch (which sdpa builds: quadratic in batch x length, and no flash kernel):
+    on CPU through `packed_attention`, on CUDA through `cuda_packed_attention`. Everything
+    else keeps the library's default attention."""
+    if not config.get("packing") and not padding_free:
         return {}
     if device.cuda:
         flash_installed = importlib.util.find_spec("flash_attn") is not None

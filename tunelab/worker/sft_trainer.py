@@ -68,12 +68,17 @@ class TokenCountingSFTTrainer(SFTTrainer):
 
 
 def build_sft_trainer(config: dict[str, Any], device: Any, model: Any, processing: Any, prepared: Any,
-                      output_dir: Any, callbacks: list[Any]) -> TokenCountingSFTTrainer:
-    """The text and vision families' trainer: TRL's SFTTrainer on the prepared token rows."""
+                      output_dir: Any, callbacks: list[Any], padding_free: bool = False) -> TokenCountingSFTTrainer:
+    """The text and vision families' trainer: TRL's SFTTrainer on the prepared token rows
+    (`padding_free`: rows laid end to end in each micro-batch, as the model was loaded for)."""
     from tunelab.worker import direct_lm_head
     from tunelab.worker.trainer_setup import build_sft_config, parallel_settings
 
     args = build_sft_config(config, device, output_dir, has_eval=prepared.eval is not None)
+    if padding_free and prepared.collator is None:
+        # The rows are already cut to max_seq_length (worker/tokenization.py); TRL enforces no
+        # max_length on unpacked padding-free rows and refuses to be given one.
+        args.padding_free, args.max_length = True, None
     if prepared.collator is not None:
         args.remove_unused_columns = False  # the collator reads the text and image (or audio) columns itself
         # TRL skips its own tokenizing for columns named images only; audio rows are as ready.
