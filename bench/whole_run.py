@@ -113,8 +113,11 @@ def tunelab_arm(job: Job, scratch: Path) -> dict[str, Any]:
     # terminal: its phases come from the store (the run's start, each step's time since
     # training began) here, and in finer detail from one worker profile run (worker_profile).
     stored = tunelab_stored(home)
-    first_step = stored["ended"] - stored["duration"] + stored["elapsed"][0] if stored["elapsed"] else None
-    last_step = first_step - stored["elapsed"][0] + stored["elapsed"][-1] if first_step else None
+    # Steps' elapsed seconds count from the start of training; the final checkpoint, written
+    # right after the last step, pins them to the clock.
+    saved = out_dir / f"checkpoint-{job.steps}" / "adapter_model.safetensors"
+    last_step = saved.stat().st_mtime if saved.exists() and stored["elapsed"] else None
+    first_step = last_step - (stored["elapsed"][-1] - stored["elapsed"][0]) if last_step else None
     marks = [("CLI start → run recorded", stored["started"]), ("worker: import, load, tokenize, set up, first step", first_step),
              ("train (steps 2..N)", last_step), ("save + finalize", stored["ended"])]
     merged = out_dir / "export-merged"
@@ -161,8 +164,9 @@ def worker_profile(job: Job) -> dict[str, float]:
 
 def trl_arm(job: Job, scratch: Path) -> dict[str, Any]:
     settings = trl_settings(job, str(scratch / "trl-out"), str(scratch / "trl-merged"))
+    # A fresh datasets cache: otherwise a second run finds the first one's tokenized rows.
     run = timed([sys.executable, str(BENCH / "plain_trl.py"), json.dumps(settings)], scratch, "trl",
-                base_env(TRANSFORMERS_VERBOSITY="error"))
+                base_env(TRANSFORMERS_VERBOSITY="error", HF_DATASETS_CACHE=str(scratch / "hf-datasets")))
     events = {}
     steps = []
     for ts, line in run["lines"]:
