@@ -34,9 +34,14 @@ def trainer(demo_assets, tmp_path_factory):
     return SFTTrainer(model=model, args=args, train_dataset=rows, processing_class=tokenizer)
 
 
-def _batch(vocab: int, prompt: int) -> dict:
+def _batch(vocab: int, prompt: int, model=None) -> dict:
     generator = torch.Generator().manual_seed(5)
     ids = torch.randint(3, vocab, (3, 24), generator=generator)
+    if model is not None:
+        # Every other label is the model's own top-1 guess, so the accuracy compared is not 0 == 0.
+        with torch.no_grad():
+            for t in range(prompt, 23, 2):
+                ids[:, t + 1] = model(input_ids=ids).logits[:, t].argmax(-1)
     attention = torch.ones_like(ids)
     attention[1, 17:] = 0  # padding at the end of one row
     labels = ids.masked_fill(attention == 0, -100)
@@ -53,32 +58,41 @@ def _loss_and_grads(trainer, batch, num_items=None):
     return loss.detach(), grads, {k: v[-1] for k, v in trainer._metrics["train"].items() if k != "num_tokens"}
 
 
-@pytest.mark.parametrize("chunk_elements,prompt,num_items", [
-    (direct_lm_head.CHUNK_ELEMENTS, 6, None),    # one chunk
-    (4 * 1000, 6, None),                          # several chunks, each recomputed in backward
-    (direct_lm_head.CHUNK_ELEMENTS, 6, 90),       # gradient accumulation's count over micro-batches
-    (direct_lm_head.CHUNK_ELEMENTS, 24, None),    # no label at all: a zero loss that still backpropagates
+@pytest.mark.parametrize("chunk_elements,prompt,num_items,hits,bf16", [
+    (direct_lm_head.CHUNK_ELEMENTS, 6, None, False, False),    # one chunk
+    (4 * 1000, 6, None, True, False),                           # several chunks, each recomputed in backward
+    (direct_lm_head.CHUNK_ELEMENTS, 6, 90, False, False),       # gradient accumulation's count over micro-batches
+    (direct_lm_head.CHUNK_ELEMENTS, 24, None, False, False),    # no label at all: a zero loss that still backpropagates
+    (direct_lm_head.CHUNK_ELEMENTS, 6, None, True, False),      # top-1 hits: a nonzero accuracy
+    (4 * 1000, 6, None, True, True),                            # bf16 autocast (bf16=True, use_cpu=True), chunked
 ])
-def test_the_direct_head_gives_trls_loss_gradients_and_metrics(trainer, monkeypatch, chunk_elements, prompt, num_items):
+def test_the_direct_head_gives_trls_loss_gradients_and_metrics(trainer, monkeypatch, chunk_elements, prompt, num_items,
+                                                               hits, bf16):
     base = trainer.model.get_base_model()
-    batch = _batch(base.config.vocab_size, prompt)
+    batch = _batch(base.config.vocab_size, prompt, trainer.model if hits else None)
     trl_forward = base.forward
-    expected = _loss_and_grads(trainer, batch, num_items)
-    monkeypatch.setattr(direct_lm_head, "CHUNK_ELEMENTS", chunk_elements)
-    assert direct_lm_head.install(trainer)
-    try:
-        loss, grads, metrics = _loss_and_grads(trainer, batch, num_items)
-    finally:
-        base.forward = trl_forward
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        expected = _loss_and_grads(trainer, batch, num_items)
+        monkeypatch.setattr(direct_lm_head, "CHUNK_ELEMENTS", chunk_elements)
+        assert direct_lm_head.install(trainer)
+        try:
+            loss, grads, metrics = _loss_and_grads(trainer, batch, num_items)
+        finally:
+            base.forward = trl_forward
     torch.testing.assert_close(loss, expected[0], rtol=1e-5, atol=1e-6)
     assert grads.keys() == expected[1].keys() and grads
     for name, grad in grads.items():
-        torch.testing.assert_close(grad, expected[1][name], rtol=1e-4, atol=1e-6)
+        if bf16:  # the same bf16 logits, but TRL sums the head's backward in fp32 and autograd in bf16
+            assert (grad - expected[1][name]).norm() <= 1e-2 * expected[1][name].norm(), name
+        else:
+            torch.testing.assert_close(grad, expected[1][name], rtol=1e-4, atol=1e-6)
     assert metrics.keys() == expected[2].keys() == {"entropy", "mean_token_accuracy"}
     for key, value in metrics.items():
         assert value == pytest.approx(expected[2][key], rel=1e-5, abs=1e-6)
     if prompt < 24:
         assert loss > 0 and metrics["entropy"] > 0
+    if hits:
+        assert metrics["mean_token_accuracy"] > 0.3
 
 
 def test_the_direct_head_is_only_for_plain_projections(trainer):
