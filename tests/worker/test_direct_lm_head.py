@@ -11,9 +11,10 @@ torch = pytest.importorskip("torch")
 
 from datasets import Dataset  # noqa: E402
 from peft import LoraConfig, get_peft_model  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma2Config  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma2Config, LlamaConfig  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
+from tunelab.demo_assets import sample_pairs  # noqa: E402
 from tunelab.worker import direct_lm_head  # noqa: E402
 
 
@@ -102,3 +103,48 @@ def test_the_direct_head_is_only_for_plain_projections(trainer):
                         num_attention_heads=2, num_key_value_heads=1, head_dim=8)
     assert tiny.final_logit_softcapping is not None
     assert not direct_lm_head.supports(AutoModelForCausalLM.from_config(tiny))
+
+
+# What the trainer logs, compared between the heads (timings and the learning rate left out).
+LOGGED = ("loss", "grad_norm", "entropy", "mean_token_accuracy", "num_tokens", "train_loss",
+          "eval_loss", "eval_entropy", "eval_mean_token_accuracy", "eval_num_tokens")
+
+
+def _train_log(demo_assets, folder, direct: bool, tied: bool, **settings) -> list[dict]:
+    tokenizer = AutoTokenizer.from_pretrained(demo_assets.model_dir)
+    rows = [{"prompt": row["instruction"] + " ", "completion": row["output"]} for row in sample_pairs(16)]
+    torch.manual_seed(0)
+    if tied:  # full fine-tuning of a model whose head is its embedding table
+        model = AutoModelForCausalLM.from_config(LlamaConfig(
+            vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=1, tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id))
+    else:
+        model = get_peft_model(AutoModelForCausalLM.from_pretrained(demo_assets.model_dir),
+                               LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"))
+    args = SFTConfig(output_dir=str(folder), use_cpu=True, report_to="none", max_length=64, disable_tqdm=True, seed=0,
+                     learning_rate=1e-3, save_strategy="no", per_device_train_batch_size=2, **settings)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows[:12]), processing_class=tokenizer,
+                         eval_dataset=Dataset.from_list(rows[12:]) if settings.get("eval_strategy") else None)
+    assert not direct or direct_lm_head.install(trainer)
+    trainer.train()
+    return [{key: entry[key] for key in LOGGED if key in entry} for entry in trainer.state.log_history]
+
+
+@pytest.mark.parametrize("tied,settings", [
+    # LoRA, completion-only labels, two micro-batches a step, a log every two steps, an eval set
+    (False, dict(gradient_accumulation_steps=2, logging_steps=2, max_steps=2, bf16=False, eval_strategy="steps",
+                 eval_steps=2, per_device_eval_batch_size=3)),
+    # padding-free packing (position ids, no attention mask), bf16 autocast, tied embeddings trained
+    (True, dict(packing=True, bf16=True, logging_steps=1, max_steps=2)),
+])
+def test_a_training_run_logs_trls_numbers_with_the_direct_head(demo_assets, tmp_path, tied, settings):
+    expected = _train_log(demo_assets, tmp_path / "trl", False, tied, **settings)
+    logged = _train_log(demo_assets, tmp_path / "direct", True, tied, **settings)
+    assert [entry.keys() for entry in logged] == [entry.keys() for entry in expected]
+    assert any("eval_loss" in entry for entry in logged) == ("eval_strategy" in settings)
+    # bf16: the head's gradient is summed in bf16 rather than TRL's fp32, which moves the logged norm and, through
+    # the update, the next step's numbers in the 4th-5th digit (the bf16 unit case above pins one step exactly).
+    rel = 1e-3 if settings.get("bf16") else 1e-5
+    for entry, want in zip(logged, expected):
+        for key, value in entry.items():
+            assert value == pytest.approx(want[key], rel=rel), key
