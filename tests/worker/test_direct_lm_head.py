@@ -76,6 +76,7 @@ def test_the_direct_head_gives_trls_loss_gradients_and_metrics(trainer, monkeypa
         expected = _loss_and_grads(trainer, batch, num_items)
         monkeypatch.setattr(direct_lm_head, "CHUNK_ELEMENTS", chunk_elements)
         assert direct_lm_head.install(trainer)
+        assert base._supports_logits_to_keep()  # the model's signature kept, which `generate` reads
         try:
             loss, grads, metrics = _loss_and_grads(trainer, batch, num_items)
         finally:
