@@ -1,7 +1,9 @@
 """The direct LM head off CUDA (`worker/direct_lm_head.py`) gives what TRL's fused head
 gives: the same loss, gradients, entropy and top-1 accuracy through TRL's own
-`compute_loss`, on batches with padding, masked prompts, several chunks and no label at
-all; models whose logits are more than a projection keep TRL's head."""
+`compute_loss`, on batches with padding, masked prompts, several chunks, top-1 hits, bf16
+autocast and no label at all; real SFTTrainer runs log the same numbers with either head
+(gradient accumulation, sparse logging, an eval set, packing, tied full fine-tuning);
+models whose logits are more than a projection keep TRL's head."""
 
 from __future__ import annotations
 
