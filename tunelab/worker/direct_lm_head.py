@@ -23,6 +23,7 @@ routers, pre-shifted labels and FSDP-sharded heads keep TRL's head.
 
 from __future__ import annotations
 
+import functools
 import types
 from typing import Any
 
@@ -57,6 +58,9 @@ def install(trainer: Any) -> bool:
         return False  # no fused head was added (not a causal LM TRL patched)
     trl_forward = model.forward
 
+    # The model's own signature, as TRL keeps it: `generate` reads it (whether to keep only
+    # the last logits, pass the attention mask, which kwargs are valid).
+    @functools.wraps(type(model).forward)
     def forward(self: Any, *args: Any, fused_lm_head: bool = False, labels: Any = None, shift_labels: Any = None,
                 num_items_in_batch: Any = None, **kwargs: Any) -> Any:
         if not fused_lm_head or shift_labels is not None or kwargs.get("output_router_logits"):
