@@ -15,6 +15,7 @@ import scripted_workers as sw
 from orch_helpers import EventRecorder, finished, scripted_config
 
 from tunelab.orchestrator import NoActiveRun, Orchestrator, RunActive
+from tunelab.orchestrator.errors import PersistError
 
 
 def test_normal_run_records_state_histories_metrics_and_one_final_event(orchestrator_for, store):
@@ -164,11 +165,21 @@ def test_failed_spawn_finalizes_the_row_and_latches_nothing(orchestrator_for, st
     # created; the two lock files the run holds (its device and its owner lock) are opened
     # first. One spare: a thread left by an earlier test may hold a descriptor for a
     # moment, and a queue's pipe needs two anyway.
-    resource.setrlimit(resource.RLIMIT_NOFILE, (_free_fds(3)[-1] + 1, hard))
-    try:
-        run_id = orch.start(scripted_config())
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    # A thread of an earlier test that takes a descriptor between the count and the start can
+    # leave none for the lock files: that start is refused before anything exists (checked),
+    # and the test tries again.
+    for _ in range(5):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (_free_fds(3)[-1] + 1, hard))
+        try:
+            run_id = orch.start(scripted_config())
+            break
+        except PersistError as refused:
+            assert "Too many open files" in str(refused) and store.count_runs() == 0
+            assert not orch.is_training_active()
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    else:
+        pytest.fail("the lock files never got their descriptors in five tries")
     row = store.get_run(run_id)
     assert row["status"] == "error" and row["error_message"].startswith("could not start the worker process")
     assert not orch.is_training_active()
