@@ -94,7 +94,7 @@ def build_sft_trainer(config: dict[str, Any], device: Any, model: Any, processin
     )
     trainer.embedding_learning_rate = config.get("embedding_learning_rate")
     if not device.cuda and "fsdp" not in parallel_settings(config):
-        direct_lm_head.install(trainer)  # TRL's head scores every position off CUDA: twice the step
+        direct_lm_head.install(trainer)  # TRL's torch fallback scores every position off CUDA
     return trainer
 
 
