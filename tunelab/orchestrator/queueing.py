@@ -3,11 +3,11 @@ scheduler thread that starts queued runs when their turn and devices come.
 
 `QueueRunner` is mixed into `Orchestrator` (core.py), whose state it shares: the store,
 the start lock, the runs it trains (`_runs`), the plans of runs it queued with their
-secrets (`_waiting`) and `_launch`, which starts a plan on free devices. Placement is
-scheduler.py's. A queued run is a `queued` row: any server on the same history may
-claim it (atomically, in the store) and start it from its stored config; secrets, which
-are never stored, come from the queuing server's memory or else the environment, or the
-run ends as an error naming the one to give again.
+secrets (`_waiting`) and `_launch` (starting.py), which starts a plan on free devices.
+Placement is scheduler.py's. A queued run is a `queued` row: any server on the same
+history may claim it (atomically, in the store) and start it from its stored config;
+secrets, which are never stored, come from the queuing server's memory or else the
+environment, or the run ends as an error naming the one to give again.
 """
 
 from __future__ import annotations
