@@ -8,7 +8,8 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from tunelab.worker.data import FALLBACK_CHAT_TEMPLATE, IGNORE_INDEX, DataFormatError, load_raw, prepare, to_messages
+from tunelab.worker.data import (FALLBACK_CHAT_TEMPLATE, IGNORE_INDEX, DataFormatError, load_raw, prepare, to_messages,
+                                 tokenize_example)
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +115,22 @@ def test_rows_are_truncated_to_max_seq_length(demo_assets, tokenizer, data_cache
     prepared = _prepare(_config(demo_assets.sharegpt, max_seq_length=24), tokenizer, data_cache)
     lengths = [len(ids) for ids in prepared.train["input_ids"]]
     assert max(lengths) == 24
+
+
+@pytest.mark.parametrize("attr, extra", [("alpaca", {}), ("sharegpt", {"train_on_completions": True}),
+                                         ("chatml", {"max_seq_length": 24}), ("text", {})])
+def test_a_batch_of_rows_tokenizes_as_each_row_alone(demo_assets, tokenizer, attr, extra, data_cache):
+    """prepare() hands the tokenizer a batch of rows at once; every row's tokens, labels
+    and mask are those it gets alone, in the same order."""
+    config = _config(getattr(demo_assets, attr), **extra)
+    raw = load_raw(config, data_cache)
+    prepared = prepare(config, tokenizer, raw)
+    alone = [tokenize_example(row, raw.format, tokenizer, config) for row in raw.train]
+    alone = [row for row in alone if any(row["completion_mask"])]  # prepare() drops rows with nothing to learn
+    assert len(alone) > 1
+    assert [row["input_ids"] for row in alone] == prepared.train["input_ids"]
+    assert [row["labels"] for row in alone] == prepared.train["labels"]
+    assert [row["completion_mask"] for row in alone] == prepared.train["completion_mask"]
 
 
 def test_to_messages_keeps_a_system_column(tmp_path):

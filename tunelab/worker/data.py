@@ -1,7 +1,7 @@
 """Data preparation shared by the torch and mlx backends: raw rows in, token rows out.
 
 `prepare(config, tokenizer, raw)` takes the data loaded by `sources.load_raw`, renders
-and tokenizes every row (`tokenization.tokenize_example`) and returns `PreparedData(train, eval,
+and tokenizes every row (`tokenization.tokenize_rows`, a batch of rows per tokenizer call) and returns `PreparedData(train, eval,
 format)` whose rows hold `input_ids`, `labels` (-100 where no loss is taken) and
 `completion_mask`. Both backends train on exactly these tokens. The pieces are re-exported
 here because this module is the interface the backends use. Torch-free.
@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tunelab.worker import tokenizer_threads
 from tunelab.worker.embedding_formats import EMBEDDING_FORMATS
 from tunelab.worker.formats import DataFormatError, detect_format, image_column, to_messages, to_plain_text
 from tunelab.worker.sources import RawData, load_raw
@@ -20,6 +21,7 @@ from tunelab.worker.tokenization import (
     IGNORE_INDEX,
     ensure_chat_template,
     tokenize_example,
+    tokenize_rows,
     uses_raw_text,
 )
 
@@ -31,6 +33,9 @@ __all__ = [
 # more than this share is affected the settings are wrong, not the data.
 MAX_UNLABELLED_SHARE = 0.5
 TOKEN_COLUMNS = ("input_ids", "labels", "completion_mask")
+# Rows per tokenizer call: enough for the fast tokenizer's threads to share out, few
+# enough that a batch's token lists stay small next to the model.
+TOKENIZE_BATCH_ROWS = 1000
 
 
 @dataclass
@@ -40,6 +45,9 @@ class PreparedData:
     format: str
     collator: Any = None  # the batch builder the rows need, where TRL's own does not fit (image rows)
     notes: list[str] = field(default_factory=list)  # said to the user before training (e.g. rows skipped)
+    # Rows as a trainer takes them: cut to max_seq_length, rows without a trained token
+    # dropped, labels where they differ from the ids (`prepare` makes them so).
+    trainer_ready: bool = False
 
 
 def prepare(config: dict[str, Any], tokenizer: Any, raw: RawData) -> PreparedData:
@@ -61,7 +69,7 @@ def prepare(config: dict[str, Any], tokenizer: Any, raw: RawData) -> PreparedDat
     train = _tokenize(raw.train, raw.format, tokenizer, config, "training")
     _check_batch_fits(len(train), config)
     eval_set = _tokenize(raw.eval, raw.format, tokenizer, config, "eval") if raw.eval is not None else None
-    return PreparedData(train=train, eval=eval_set, format=raw.format)
+    return PreparedData(train=train, eval=eval_set, format=raw.format, trainer_ready=True)
 
 
 def _check_batch_fits(rows: int, config: dict[str, Any]) -> None:
@@ -83,12 +91,16 @@ def _check_masking_applies(fmt: str, config: dict[str, Any]) -> None:
 
 
 def _tokenize(rows: Any, fmt: str, tokenizer: Any, config: dict[str, Any], what: str) -> Any:
-    def tokenize(row: dict[str, Any]) -> dict[str, Any]:
-        out = tokenize_example(row, fmt, tokenizer, config)
-        out["trained_tokens"] = sum(out["completion_mask"])
+    def tokenize(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        columns = list(batch)
+        encoded = tokenize_rows([dict(zip(columns, values)) for values in zip(*batch.values())], fmt, tokenizer, config)
+        out: dict[str, list[Any]] = {name: [row[name] for row in encoded] for name in TOKEN_COLUMNS}
+        out["trained_tokens"] = [sum(row["completion_mask"]) for row in encoded]
         return out
 
-    tokenized = rows.map(tokenize, remove_columns=rows.column_names, desc=f"Tokenizing {what} data")
+    with tokenizer_threads.all_cores():
+        tokenized = rows.map(tokenize, batched=True, batch_size=TOKENIZE_BATCH_ROWS, remove_columns=rows.column_names,
+                             desc=f"Tokenizing {what} data")
     counts = tokenized["trained_tokens"]
     unlabelled = sum(1 for n in counts if n == 0)
     if counts and unlabelled > MAX_UNLABELLED_SHARE * len(counts):

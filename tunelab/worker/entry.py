@@ -24,6 +24,7 @@ from typing import Any
 
 from tunelab import events as ev
 from tunelab import layout
+from tunelab.worker import tokenizer_threads
 from tunelab.worker.context import RunSettingError, StopRequested, WorkerContext
 from tunelab.worker.out_of_memory import explain_out_of_memory
 from tunelab.worker.output_checks import explain_output_failure
@@ -68,6 +69,7 @@ def prepare_process() -> None:
     # Ctrl-C in a terminal reaches the whole process group; the parent turns it into a
     # stop-and-save, so the worker must not die of it on its own.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    tokenizer_threads.remember_user_choice()
     for key, value in QUIET_ENVIRONMENT.items():
         os.environ.setdefault(key, value)
     # bitsandbytes warns on every CPU import about an optional kernel hub package it

@@ -46,6 +46,9 @@ class _Family:
     # Whether its SFT batches may go padding-free on a CPU (rows of token ids only; the
     # families with their own collators, or with 3-D position ids, keep padding).
     padding_free_on_cpu = False
+    # Whether its data needs only the tokenizer, so the backend may prepare it while the
+    # model loads (`load_tokenizer` first, then `load` reuses that tokenizer).
+    prefetches_data = False
 
     def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
         raise NotImplementedError
@@ -74,9 +77,15 @@ class _Family:
 class TextFamily(_Family):
     name = "text"
     padding_free_on_cpu = True
+    prefetches_data = True
+    _tokenizer: Any = None
+
+    def load_tokenizer(self, config: dict[str, Any]) -> Any:
+        self._tokenizer = model_setup.load_tokenizer(config)
+        return self._tokenizer
 
     def load(self, config: dict[str, Any], device: Any) -> Loaded:
-        tokenizer = model_setup.load_tokenizer(config)
+        tokenizer = self._tokenizer or self.load_tokenizer(config)
         padding_free = model_setup.padding_free_batches(config, device)
         return Loaded(model_setup.load_model(config, device, padding_free=padding_free), tokenizer, tokenizer)
 

@@ -83,6 +83,12 @@ def build_sft_trainer(config: dict[str, Any], device: Any, model: Any, processin
         args.remove_unused_columns = False  # the collator reads the text and image (or audio) columns itself
         # TRL skips its own tokenizing for columns named images only; audio rows are as ready.
         args.dataset_kwargs = {**(args.dataset_kwargs or {}), "skip_prepare_dataset": True}
+    elif prepared.trainer_ready and not args.packing:
+        # TRL would pass over every row up to three times more (labels copied from the ids,
+        # cut to max_length, fully masked rows dropped: 2.8 s for 10,000 rows), all done
+        # already; its collator takes the ids as labels where there are none. Packing still
+        # needs TRL's pass, which lays the rows end to end.
+        args.dataset_kwargs = {**(args.dataset_kwargs or {}), "skip_prepare_dataset": True}
     trainer = TokenCountingSFTTrainer(
         model=model,
         args=args,

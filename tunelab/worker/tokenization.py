@@ -93,25 +93,38 @@ def _with_eos(ids: list[int], tokenizer: Any) -> list[int]:
 
 def tokenize_example(row: dict[str, Any], fmt: str, tokenizer: Any, config: dict[str, Any]) -> dict[str, list[int]]:
     """`input_ids`, `labels` (-100 where no loss is taken) and `completion_mask` for one row."""
+    return tokenize_rows([row], fmt, tokenizer, config)[0]
+
+
+def tokenize_rows(rows: list[dict[str, Any]], fmt: str, tokenizer: Any, config: dict[str, Any]) -> list[dict[str, list[int]]]:
+    """`tokenize_example` for many rows: each row is rendered on its own, then all texts go
+    to the tokenizer in one call, which a fast tokenizer spreads over the CPU cores (a
+    fast tokenizer gives the same ids for a text alone or in a batch)."""
     max_len = int(config.get("max_seq_length") or 2048)
     if uses_raw_text(fmt, config):
-        text = to_plain_text(row, fmt, config)
-        ids = _with_eos(list(tokenizer(text, add_special_tokens=True)["input_ids"]), tokenizer)[:max_len]
-        return {"input_ids": ids, "labels": list(ids), "completion_mask": [1] * len(ids)}
+        texts = [to_plain_text(row, fmt, config) for row in rows]
+        encoded = tokenizer(texts, add_special_tokens=True)["input_ids"]
+        return [_all_trained(_with_eos(list(ids), tokenizer)[:max_len]) for ids in encoded]
 
-    messages = to_messages(row, fmt, config)
+    conversations = [to_messages(row, fmt, config) for row in rows]
     if not config.get("train_on_completions"):
         # The chat template already holds any BOS/EOS markers, so none are added here.
-        ids = list(tokenizer(render(tokenizer, messages), add_special_tokens=False)["input_ids"])[:max_len]
-        return {"input_ids": ids, "labels": list(ids), "completion_mask": [1] * len(ids)}
+        encoded = tokenizer([render(tokenizer, messages) for messages in conversations], add_special_tokens=False)["input_ids"]
+        return [_all_trained(list(ids)[:max_len]) for ids in encoded]
 
-    text, spans = assistant_spans(tokenizer, messages)
+    rendered = [assistant_spans(tokenizer, messages) for messages in conversations]
     try:
-        encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        encoded = tokenizer([text for text, _ in rendered], add_special_tokens=False, return_offsets_mapping=True)
     except NotImplementedError as exc:  # only tokenizers backed by `tokenizers` report offsets
         raise DataFormatError("train_on_completions", f"this model's tokenizer cannot report token offsets ({exc}), which completion masking needs; set train_on_completions=false") from exc
-    ids = list(encoded["input_ids"])[:max_len]
-    offsets = encoded["offset_mapping"][: len(ids)]
-    mask = [1 if any(start <= first < end for start, end in spans) else 0 for first, _ in offsets]
-    labels = [tok if keep else IGNORE_INDEX for tok, keep in zip(ids, mask)]
-    return {"input_ids": ids, "labels": labels, "completion_mask": mask}
+    out = []
+    for (_, spans), row_ids, row_offsets in zip(rendered, encoded["input_ids"], encoded["offset_mapping"]):
+        ids = list(row_ids)[:max_len]
+        mask = [1 if any(start <= first < end for start, end in spans) else 0 for first, _ in row_offsets[: len(ids)]]
+        labels = [tok if keep else IGNORE_INDEX for tok, keep in zip(ids, mask)]
+        out.append({"input_ids": ids, "labels": labels, "completion_mask": mask})
+    return out
+
+
+def _all_trained(ids: list[int]) -> dict[str, list[int]]:
+    return {"input_ids": ids, "labels": list(ids), "completion_mask": [1] * len(ids)}

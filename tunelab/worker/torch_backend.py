@@ -3,7 +3,7 @@
 `run(config, ctx)` reads top to bottom as the run's stages: load the model and its
 tokenizer or processor (`model_family`: text, vision-language, embedding or speech-to-text), load and
 tokenize the data (text rows shared with the mlx backend, so both train on the same
-tokens), build the adapter and the family's trainer (TRL's SFTTrainer; for embedders
+tokens; a text run does this on a thread while its model loads, `data_prefetch`), build the adapter and the family's trainer (TRL's SFTTrainer; for embedders
 sentence-transformers' own; for speech-to-text transformers' Seq2SeqTrainer) with the same
 progress and stop callbacks, train, save.
 How the run ends:
@@ -53,7 +53,9 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     device = model_setup.device_settings(config)
     ctx.emit(events.make(events.MODEL_LOAD_STARTED))
     with _stall_watch(config, ctx):
-        family = methods.for_objective(config, model_family.detect(config))  # sft, or a preference method on the family
+        base = model_family.detect(config)
+        family = methods.for_objective(config, base)  # sft, or a preference method on the family
+        prefetch = _prefetch_data(config, family, base, output_dir)
         loaded = family.load(config, device)
     model = loaded.model
     device = model_setup.settle_cpu_precision(config, device, model)
@@ -62,9 +64,9 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     ctx.emit(events.make(events.MODEL_LOAD_COMPLETED))
 
     ctx.stage("loading_dataset", "Loading the dataset")
-    raw = data.load_raw(config, _datasets_cache(output_dir))
+    raw = prefetch.raw() if prefetch else data.load_raw(config, _datasets_cache(output_dir))
     ctx.stage("formatting", f"Tokenizing {len(raw.train)} {raw.format} rows")
-    prepared = family.prepare(config, loaded, raw)
+    prepared = prefetch.prepared() if prefetch else family.prepare(config, loaded, raw)
     ctx.emit(events.modality(family.modality(raw)))
     for note in prepared.notes:
         ctx.emit(events.status(note))
@@ -91,6 +93,16 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
               memory_before_training_gb=memory_now_gb(), peak_before_training_gb=peak_memory_gb()[0])
     trainer.train(resume_from_checkpoint=resume or None)
     _finish(ctx, trainer, stopper, family, loaded, output_dir)
+
+
+def _prefetch_data(config: dict[str, Any], family: Any, base: Any, output_dir: Path) -> Any:
+    """For a text family's own (sft) run: its tokenizer now, and the data loading and
+    tokenizing on a thread while the model loads (see data_prefetch.py); else None."""
+    if family is not base or not base.prefetches_data:
+        return None
+    from tunelab.worker.data_prefetch import DataPrefetch
+
+    return DataPrefetch(config, base.load_tokenizer(config), _datasets_cache(output_dir))
 
 
 def _datasets_cache(output_dir: Path) -> Path:
