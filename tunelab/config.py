@@ -22,6 +22,7 @@ from tunelab.preference_settings import BETA_HELP, OBJECTIVE_HELP, Objective, ob
 from tunelab.grpo_settings import (MAX_COMPLETION_LENGTH_HELP, NUM_GENERATIONS_HELP, REWARDS_HELP, TEMPERATURE_HELP, RewardSpec,
                                    grpo_errors)
 from tunelab.embedding_settings import EMBEDDING_LOSS_HELP, MATRYOSHKA_HELP, EmbeddingLoss, loss_fits, loss_format_error, normalise_matryoshka_dims
+from tunelab.export_after_settings import EXPORT_AFTER_HELP, export_after_errors, export_after_format
 from tunelab.layout import layout_errors
 from tunelab.text import char_name, first_unsafe_char, printable
 
@@ -277,6 +278,7 @@ class RunConfig(BaseModel):
     output_dir: PathText | None = Field(None, description="Default: a new folder under the outputs root.")
     allow_output_outside_root: bool = Field(False, description="Required for an output_dir outside the outputs root.")
     resume_from: PathText | None = Field(None, description="A checkpoint folder or a run id to continue from.")
+    export_after: Name | None = Field(None, description=EXPORT_AFTER_HELP)
     display_name: DisplayName | None = None
 
     @field_validator("max_grad_norm")
@@ -298,6 +300,11 @@ class RunConfig(BaseModel):
         if bad:
             raise ValueError(f"unknown target {bad}; map onto one of {list(CANONICAL_COLUMNS)}")
         return v
+
+    @field_validator("export_after")
+    @classmethod
+    def _export_after(cls, v: str | None) -> str | None:
+        return export_after_format(v)
 
     @field_validator("matryoshka_dims")
     @classmethod
@@ -339,6 +346,7 @@ class RunConfig(BaseModel):
         if self.resolved_backend == "mlx":
             errs.extend(_mlx_limits(self))
         errs.extend(layout_errors(self))
+        errs.extend(export_after_errors(self))
         if errs:
             raise _ErrorList(errs)
         return self
