@@ -110,6 +110,7 @@ def train(
     rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="host:port of a c10d rendezvous, instead of --master-addr."),
     join_timeout: Optional[float] = typer.Option(None, "--join-timeout", help="Seconds the nodes wait for each other (default 300)."),
     ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Train on the Ray cluster at ADDRESS (host:port or auto); sets ray_address."),
+    export: Optional[str] = typer.Option(None, "--export", metavar="FORMAT", help="Export the run as it completes, in the training process: merged or adapter (sets export_after)."),
 ) -> None:
     """Train in the foreground. Ctrl-C stops and saves; a second Ctrl-C cancels. With a
     server running on this home, the run goes to it (its warm worker starts at once).
@@ -118,7 +119,8 @@ def train(
                        master_addr=master_addr, master_port=master_port, rdzv_endpoint=rdzv_endpoint,
                        join_timeout=join_timeout)
     try:
-        cfg = load_config_file(config, set_ + flags + ([f"ray_address={json.dumps(ray)}"] if ray else []))
+        cfg = load_config_file(config, set_ + flags + ([f"ray_address={json.dumps(ray)}"] if ray else [])
+                               + ([f"export_after={json.dumps(export)}"] if export is not None else []))
     except ConfigError as exc:
         raise _config_failure(exc)
     if cfg.nodes is not None and cfg.nodes.node_rank > 0:

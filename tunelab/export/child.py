@@ -11,7 +11,8 @@ model (told from its config), with its processor, ready for `AutoModelForImageTe
 or `AutoModelForSpeechSeq2Seq` (and the automatic-speech-recognition pipeline) + `AutoProcessor`
 (an audio chat model: `AutoModelForMultimodalLM`); a Sesame CSM model as
 `CsmForConditionalGeneration` (its Mimi codec inside) + its `CsmProcessor`.
-The parent hides the GPUs: all of it runs on the CPU.
+The parent hides the GPUs: all of it runs on the CPU (and a training worker calling
+`export` in its own process, where the GPUs stay visible, gets the same CPU-only loads).
 `gguf`: the same merged model, written as one GGUF file by llama.cpp's converter and,
 for a k-quant, quantised by llama.cpp (`gguf_convert`, `gguf_quantize`), with an Ollama
 Modelfile (`modelfile`). `gguf-adapter`: a LoRA run's adapter alone as a GGUF (`gguf_adapter`).
@@ -125,7 +126,9 @@ def _merged_model(request: dict[str, Any]) -> tuple[Any, Any]:
         base = model_class.from_pretrained(request["base_model"], dtype="auto", trust_remote_code=remote_code)
         if request.get("base_weights"):
             _use_trained_against_weights(base, request["base_weights"])
-        model = _merge_in_float32(PeftModel.from_pretrained(base, source), dtype)
+        # torch_device: PEFT would load the adapter onto cuda:0 when it sees one; the merge is
+        # a CPU job (the parent hides the GPUs from the child; a training worker cannot).
+        model = _merge_in_float32(PeftModel.from_pretrained(base, source, torch_device="cpu"), dtype)
     else:
         model = model_class.from_pretrained(source, dtype="auto", trust_remote_code=remote_code)
     model = model.to(dtype)

@@ -5,6 +5,8 @@ The result is built in a hidden staging folder next to the destination and renam
 place at the end, so the destination only ever holds a complete export (or the earlier
 one, which it replaces). The heavy work runs in `python -m tunelab.export.child` so the
 CLI and the server never import torch; the child reports through a small JSON file.
+A training worker that has torch imported already (`export_after`) runs the same
+`child.export` in its own process instead (`carry_out_in_process`): same files, same folder.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from tunelab import paths
 from tunelab.export.codec import carry_codec
-from tunelab.export.plan import MANIFEST, ExportFailed, ExportInputError, ExportPlan, plan_export
+from tunelab.export.plan import MANIFEST, ExportError, ExportFailed, ExportInputError, ExportPlan, plan_export
 
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin", "adapters.safetensors")
 # What a tokenizer (or a vision-language model's processor, which holds one) may have been
@@ -53,10 +55,20 @@ def export_run(store: Any, run_id: int, fmt: str = "adapter", *, dest: str | Non
     Raises ExportError subclasses or PathNotAllowed."""
     plan = plan_export(store.get_run(run_id), run_id, fmt, dest, dtype,
                        folder_owners=lambda folder: store.runs_sharing_output_dir(folder, except_run_id=run_id), quant=quant)
+    return _carried_out(plan, in_process=False)
+
+
+def carry_out_in_process(plan: ExportPlan) -> ExportResult:
+    """Carry out `plan` in this process, for a caller that has torch imported already (the
+    training worker): the merge runs here, on the CPU, with the same code and result as the child."""
+    return _carried_out(plan, in_process=True)
+
+
+def _carried_out(plan: ExportPlan, in_process: bool) -> ExportResult:
     try:
-        return _carry_out(plan)
+        return _carry_out(plan, in_process)
     except OSError as exc:
-        raise ExportFailed(f"exporting run {run_id} into {plan.dest} failed: {exc.strerror or exc} ({exc.filename or plan.dest})") from exc
+        raise ExportFailed(f"exporting run {plan.run_id} into {plan.dest} failed: {exc.strerror or exc} ({exc.filename or plan.dest})") from exc
 
 
 def _staging_folder(dest: Path) -> Path:
@@ -71,12 +83,14 @@ def _staging_folder(dest: Path) -> Path:
     return staging
 
 
-def _carry_out(plan: ExportPlan) -> ExportResult:
+def _carry_out(plan: ExportPlan, in_process: bool = False) -> ExportResult:
     staging = _staging_folder(plan.dest)
     try:
         if plan.format == "adapter":
             _copy_adapter(plan.source, staging)
             carry_codec(plan.source, staging)
+        elif in_process:
+            _run_here(plan, staging)
         else:
             _run_child(plan, staging)
         files = sorted(p.name for p in staging.iterdir())
@@ -103,13 +117,32 @@ def _real_file(path: Path) -> bool:
     return path.is_file() and not path.is_symlink()
 
 
+def _request(plan: ExportPlan, staging: Path) -> dict[str, Any]:
+    """What `child.export` is told: the plan, with the staging folder as its destination."""
+    return {"format": plan.format, "kind": plan.kind, "source": str(plan.source), "base_model": plan.base_model,
+            "trust_remote_code": plan.trust_remote_code, "dtype": plan.dtype, "quant": plan.quant, "dest": str(staging),
+            "run_id": plan.run_id, "base_weights": str(plan.base_weights) if plan.base_weights else None}
+
+
+def _run_here(plan: ExportPlan, staging: Path) -> None:
+    """`child.export` in this process. The child's CUDA_VISIBLE_DEVICES="" cannot be had once
+    torch is imported; `child` itself keeps everything on the CPU (PEFT is told torch_device=cpu)."""
+    from tunelab.export import child
+
+    try:
+        child.export(_request(plan, staging))
+    except ExportError:
+        raise
+    except OSError:
+        raise  # a disk that is full or read-only: reported with its path by the caller
+    except Exception as exc:  # noqa: BLE001 - the same message the child's answer would carry
+        raise ExportFailed(f"exporting run {plan.run_id} as {plan.format} failed: {type(exc).__name__}: {exc}") from exc
+
+
 def _run_child(plan: ExportPlan, staging: Path) -> None:
     with tempfile.TemporaryDirectory(prefix="tunelab-export-") as scratch:
         result_file = Path(scratch) / "result.json"
-        request = {"format": plan.format, "kind": plan.kind, "source": str(plan.source), "base_model": plan.base_model,
-                   "trust_remote_code": plan.trust_remote_code, "dtype": plan.dtype, "quant": plan.quant, "dest": str(staging),
-                   "run_id": plan.run_id, "result": str(result_file),
-                   "base_weights": str(plan.base_weights) if plan.base_weights else None}
+        request = {**_request(plan, staging), "result": str(result_file)}
         request_file = Path(scratch) / "request.json"
         request_file.write_text(json.dumps(request))
         # The merge runs on the CPU; hiding the GPUs keeps libraries (PEFT loads adapter

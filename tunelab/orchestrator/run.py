@@ -54,7 +54,7 @@ class ActiveRun:
         self.run_id = run_id
         self.cfg = cfg
         self.started_at = time.time()
-        self._payload = payload
+        self._payload = {**payload, "run_id": run_id}  # the worker names its run (export_after's manifest)
         self._env = env
         self._target = target
         self._mp = mp_context

@@ -15,7 +15,7 @@ PHASES = ("idle", "loading_model", "loading_dataset", "configuring", "training",
           "completed", "stopped", "error")
 FINAL_PHASES = frozenset({"completed", "stopped", "error"})
 # Worker `status.stage` -> phase. Tokenizing is part of getting the data ready; saving
-# is the run wrapping up.
+# and exporting (export_after) are the run wrapping up.
 STAGE_TO_PHASE = {
     "loading_model": "loading_model",
     "loading_dataset": "loading_dataset",
@@ -23,6 +23,7 @@ STAGE_TO_PHASE = {
     "configuring": "configuring",
     "training": "training",
     "saving": "finalizing",
+    "exporting": "finalizing",
 }
 LIVE_NUMBERS = ("total_steps", "epoch", "loss", "learning_rate", "grad_norm", "eval_loss", "num_tokens",
                 "elapsed_seconds", "eta_seconds", "peak_memory_gb", "peak_memory_reserved_gb")

@@ -21,7 +21,9 @@ from typing import Any
 from tunelab import events
 from tunelab.checkpoints import InvalidCheckpoint, validate_checkpoint
 
-STAGES = ("loading_model", "loading_dataset", "formatting", "configuring", "training", "saving")
+STAGES = ("loading_model", "loading_dataset", "formatting", "configuring", "training", "saving", "exporting")
+# Stages after training, which a stop does not prevent: the run has trained already.
+AFTER_TRAINING = ("saving", "exporting")
 
 
 class RunSettingError(ValueError):
@@ -62,7 +64,7 @@ class WorkerContext:
         `facts` ride along in the status event (e.g. the memory held as training begins)."""
         if stage not in STAGES:
             raise ValueError(f"unknown stage {stage!r}")
-        if stage != "saving" and self.stop is not None:
+        if stage not in AFTER_TRAINING and self.stop is not None:
             raise StopRequested(save=self.stop == "save")
         self.current_stage = stage
         self.emit(events.make(events.STATUS, message=message, stage=stage, **facts))

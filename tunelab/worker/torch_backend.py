@@ -8,7 +8,8 @@ sentence-transformers' own; for speech-to-text transformers' Seq2SeqTrainer) wit
 progress and stop callbacks, train, save.
 How the run ends:
   normal    the adapter (or full model) and tokenizer are saved in `output_dir`, next to
-            the Trainer's final `checkpoint-<last step>`; `complete{output_dir}`.
+            the Trainer's final `checkpoint-<last step>`; with `export_after`, rank 0 then
+            exports it in this process (worker/export_after.py); `complete{output_dir}`.
   stop+save the Trainer saves `checkpoint-<current step>` and stops; the checkpoint is
             validated before `complete{output_dir, "stopped at step N; ..."}` is sent.
   cancel    nothing more is saved; `complete{output_dir: None, "cancelled"}`.
@@ -92,7 +93,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     ctx.stage("training", f"Training from step {_step_of(resume)}" if resume else "Training",
               memory_before_training_gb=memory_now_gb(), peak_before_training_gb=peak_memory_gb()[0])
     trainer.train(resume_from_checkpoint=resume or None)
-    _finish(ctx, trainer, stopper, family, loaded, output_dir)
+    _finish(ctx, config, trainer, stopper, family, loaded, output_dir)
 
 
 def _prefetch_data(config: dict[str, Any], family: Any, base: Any, output_dir: Path) -> Any:
@@ -165,7 +166,8 @@ def _step_of(checkpoint: str) -> str:
     return Path(checkpoint).name.removeprefix("checkpoint-")
 
 
-def _finish(ctx: WorkerContext, trainer: Any, stopper: Any, family: Any, loaded: Any, output_dir: Path) -> None:
+def _finish(ctx: WorkerContext, config: dict[str, Any], trainer: Any, stopper: Any, family: Any, loaded: Any,
+            output_dir: Path) -> None:
     from tunelab.worker import ranks
 
     step = trainer.state.global_step
@@ -181,7 +183,12 @@ def _finish(ctx: WorkerContext, trainer: Any, stopper: Any, family: Any, loaded:
     family.save_final(trainer, loaded, output_dir)
     ranks.barrier()
     final_save = output_dir / f"checkpoint-{step}"  # the Trainer saves at the last step
-    ctx.complete(str(output_dir), f"completed {step} steps{_final_loss(trainer)}", final_save if final_save.is_dir() else None)
+    message = f"completed {step} steps{_final_loss(trainer)}"
+    if ranks.rank() == 0:  # every rank has saved (the barrier); one exports, if export_after asks
+        from tunelab.worker.export_after import export_after_training
+
+        message += export_after_training(ctx, config, trainer, output_dir)
+    ctx.complete(str(output_dir), message, final_save if final_save.is_dir() else None)
 
 
 def _final_loss(trainer: Any) -> str:

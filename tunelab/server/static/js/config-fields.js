@@ -150,6 +150,7 @@ export const ADVANCED_FIELDS = [
   f("output_dir", "Output folder", "text", "", { section: "Hardware and output", help: "Empty = a new folder under the outputs root." }),
   f("allow_output_outside_root", "Allow output outside the root", "bool", false, { section: "Hardware and output" }),
   f("resume_from", "Resume from", "text", "", { section: "Hardware and output", help: "A checkpoint folder or a run id." }),
+  f("export_after", "Export when done", "select", "", { section: "Hardware and output", options: [["", "no"], "merged", "adapter"], help: "Export the run as it completes, in the training process: merged (base + adapter in one model) into export-merged, or the adapter into export-adapter. A failed export leaves the run completed." }),
 ];
 
 export const ALL_FIELDS = [...BASIC_FIELDS, ...ADVANCED_FIELDS];
