@@ -37,6 +37,11 @@ def errors_of(**overrides):
         ({"column_mapping": {"question": "q"}}, "column_mapping", "map onto one of"),
         ({"backend": "mlx", "use_loftq": True}, "use_loftq", "mlx"),
         ({"backend": "mlx", "training_type": "qlora"}, "training_type", "mlx"),
+        ({"export_after": "gguf"}, "export_after", "tunelab export RUN --format gguf"),
+        ({"export_after": "onnx"}, "export_after", "use one of merged, adapter"),
+        ({"export_after": "adapter", "training_type": "full"}, "export_after", "set export_after=merged"),
+        ({"export_after": "merged", "backend": "mlx"}, "export_after", "backend=torch"),
+        ({"export_after": "merged", "format": "pairs"}, "export_after", "sentence-transformers"),
     ],
 )
 def test_bad_config_names_field_and_fix(overrides, field, words):
@@ -51,6 +56,13 @@ def test_string_booleans_and_none_for_default():
     assert cfg.packing is True and cfg.use_dora is False and cfg.train_on_completions is False
     assert cfg.seed == 3407 and cfg.lora_r == 16
     assert cfg.max_grad_norm == 0.0  # negative clip value means "no clipping"
+
+
+def test_export_after_is_normalised_and_allowed_where_the_export_would_be():
+    assert parse_config({**BASE, "export_after": " Merged "}).export_after == "merged"
+    assert parse_config({**BASE, "export_after": ""}).export_after is None
+    # A full run has nothing to merge: its merged export is its weights in the half type, as `tunelab export` writes.
+    assert parse_config({**BASE, "export_after": "merged", "training_type": "full"}).export_after == "merged"
 
 
 def test_qlora_implies_4bit_and_full_forces_it_off():

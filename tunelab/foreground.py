@@ -38,6 +38,7 @@ class RunOutcome:
     first_loss: float | None
     last_loss: float | None
     steps_seen: int
+    message: str | None = None  # the worker's last word (e.g. "completed 5 steps; ...; exported merged to ...")
 
     @property
     def exit_code(self) -> int:
@@ -103,6 +104,7 @@ class _InterruptHandler:
 def watch_run(orchestrator, run_id: int, console: Console, on_event: Callable[[dict], None] | None = None) -> RunOutcome:
     """Show live progress of `run_id` until it is finalized; return its stored outcome."""
     inbox: "queue.Queue[dict]" = queue.Queue()
+    final: dict[str, Any] = {}
     unsubscribe = orchestrator.subscribe(inbox.put)
     try:
         with _InterruptHandler(orchestrator, run_id, console), ProgressView(console) as view:
@@ -122,12 +124,13 @@ def watch_run(orchestrator, run_id: int, console: Console, on_event: Callable[[d
                     on_event(event)
                 view.show(event)
                 if event.get("type") in ("complete", "error") and event.get("final"):
+                    final = event
                     break
         orchestrator.wait_idle(30)
     finally:
         unsubscribe()
     run = orchestrator.store.get_run(run_id) or {"status": "error", "error_message": "run row missing"}
-    return RunOutcome(run_id, run, view.first_loss, view.last_loss, view.steps_seen)
+    return RunOutcome(run_id, run, view.first_loss, view.last_loss, view.steps_seen, final.get("status_message"))
 
 
 def print_outcome(outcome: RunOutcome, console: Console) -> None:
@@ -137,6 +140,8 @@ def print_outcome(outcome: RunOutcome, console: Console) -> None:
     console.print(f"run {outcome.run_id}: [{colour}]{escape(printable(status))}[/]{_where(run)}")
     if run.get("error_message"):
         console.print(Text(printable(run["error_message"], keep_lines=True), style="red"))
+    elif status == "completed" and outcome.message:  # what an export_after made of the run, among others
+        console.print(Text(printable(outcome.message)), soft_wrap=True)
     if run.get("output_dir"):
         console.print(Text(f"output: {printable(run['output_dir'])}"))
 

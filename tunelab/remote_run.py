@@ -219,7 +219,7 @@ class RemoteRun:
             run = self._record(run_id) or {"status": last.get("status") or "error", "final_step": last.get("final_step"),
                                            "total_steps": last.get("total_steps"), "error_message": last.get("error"),
                                            "output_dir": last.get("output_dir")}
-        return RunOutcome(run_id, run, view.first_loss, view.last_loss, view.steps_seen)
+        return RunOutcome(run_id, run, view.first_loss, view.last_loss, view.steps_seen, last.get("status_message"))
 
     def _read_stream(self, run_id: int, inbox: "queue.Queue[dict[str, Any]]", done: threading.Event) -> None:
         """Feed `inbox` with the run's events until its final one, or a `lost` event

@@ -20,12 +20,16 @@ import yaml
 TUNELAB = [sys.executable, "-m", "tunelab.cli"]
 # One fixed prompt whose logits are compared across the base model, the adapter and exports.
 PROMPT = "Add the two numbers.\n3 and 4"
+# A file of the user's in the folder the `full_run` fixture's `export_after` would write:
+# the export is refused, and the run must complete all the same (test_export_after.py).
+FOREIGN_FILE = "export-merged/notes.txt"
 
 
 @dataclass(frozen=True)
 class TrainedRun:
     home: Path
     run: dict[str, Any]
+    output: str = ""  # what `tunelab train` printed
 
     @property
     def run_id(self) -> int:
@@ -45,8 +49,9 @@ def run_cli(args: list[str], home: Path, timeout: float = 240) -> subprocess.Com
     return subprocess.run(TUNELAB + [str(a) for a in args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def train_run(home: Path, demo_assets, **overrides: Any) -> TrainedRun:
-    """A short real training run through the CLI; fails the test if it does not complete."""
+def train_run(home: Path, demo_assets, cli_args: tuple[str, ...] = (), **overrides: Any) -> TrainedRun:
+    """A short real training run through the CLI (`cli_args` after `train CONFIG`); fails
+    the test if it does not complete."""
     config = {"model_name": str(demo_assets.model_dir), "local_datasets": [str(demo_assets.alpaca)],
               "max_steps": 5, "max_seq_length": 96, "batch_size": 2, "gradient_accumulation_steps": 1,
               # A high rate, so five steps move the weights far enough to tell them from the base.
@@ -54,11 +59,11 @@ def train_run(home: Path, demo_assets, **overrides: Any) -> TrainedRun:
     home.mkdir(parents=True, exist_ok=True)
     config_file = home.parent / f"{home.name}.yaml"
     config_file.write_text(yaml.safe_dump(config))
-    trained = run_cli(["train", config_file], home)
+    trained = run_cli(["train", config_file, *cli_args], home)
     assert trained.returncode == 0, trained.stdout + trained.stderr
     runs = json.loads(run_cli(["runs", "--json"], home).stdout)
     assert runs and runs[0]["status"] == "completed", runs
-    return TrainedRun(home, runs[0])
+    return TrainedRun(home, runs[0], trained.stdout)
 
 
 def prompt_ids(model_dir: Path) -> Any:
