@@ -3,8 +3,9 @@
 One job, run three ways side by side (alternating, bench/sidebyside.py): load a local model,
 tokenize a 10,000-row chat dataset, train N LoRA steps, save, merge-export.
 
-  tunelab        `tunelab train cfg.yaml --local`, then `tunelab export 1 --format merged`
-                 (a fresh TUNELAB_HOME per run, so it is run 1 and no server is used)
+  tunelab        `tunelab train cfg.yaml --local --export merged`: the training worker
+                 merges and saves the export itself, right after the final save (a fresh
+                 TUNELAB_HOME per run, so it is run 1 and no server is used)
   plain TRL      `python bench/plain_trl.py` with save_adapter and merged_dir (load, tokenize
                  in SFTTrainer, train, save the adapter, merge_and_unload + save_pretrained)
   LLaMA-Factory  `llamafactory-cli train train.yaml`, then `llamafactory-cli export export.yaml`,
@@ -106,8 +107,7 @@ def tunelab_arm(job: Job, scratch: Path) -> dict[str, Any]:
     cfg.write_text(to_yaml(tunelab_config(job, str(out_dir))))
     env = base_env(TUNELAB_HOME=str(home))
     cli = str(Path(sys.executable).with_name("tunelab"))
-    train = timed([cli, "train", str(cfg), "--local"], scratch, "tunelab-train", env)
-    export = timed([cli, "export", "1", "--format", "merged"], scratch, "tunelab-export", env)
+    train = timed([cli, "train", str(cfg), "--local", "--export", "merged"], scratch, "tunelab-train", env)
     lines = train["lines"]
     # `tunelab train` shows a live progress view, not its stage messages, when not on a
     # terminal: its phases come from the store (the run's start, each step's time since
@@ -118,15 +118,24 @@ def tunelab_arm(job: Job, scratch: Path) -> dict[str, Any]:
     saved = out_dir / f"checkpoint-{job.steps}" / "adapter_model.safetensors"
     last_step = saved.stat().st_mtime if saved.exists() and stored["elapsed"] else None
     first_step = last_step - (stored["elapsed"][-1] - stored["elapsed"][0]) if last_step else None
-    marks = [("CLI start → run recorded", stored["started"]), ("worker: import, load, tokenize, set up, first step", first_step),
-             ("train (steps 2..N)", last_step), ("save + finalize", stored["ended"])]
+    # The export starts once the final save's last file is written and ends as its manifest
+    # is (`created_at`, just before the rename into place).
     merged = out_dir / "export-merged"
-    return {"wall": (train["ended"] - train["started"]) + (export["ended"] - export["started"]),
-            "phases": {**phases(train["started"], train["ended"], marks),
-                       "export (merge + save)": export["ended"] - export["started"]},
-            "rss_mb": max(train["peak_rss_mb"], export["peak_rss_mb"]), "train_rss_mb": train["peak_rss_mb"],
+    manifest = merged / "tunelab-export.json"
+    exported = json.loads(manifest.read_text())["created_at"] if manifest.exists() else None
+    marks = [("CLI start → run recorded", stored["started"]), ("worker: import, load, tokenize, set up, first step", first_step),
+             ("train (steps 2..N)", last_step), ("save", final_save_time(out_dir)), ("export (merge + save)", exported),
+             ("finalize", stored["ended"])]
+    return {"wall": train["ended"] - train["started"], "phases": phases(train["started"], train["ended"], marks),
+            "rss_mb": train["peak_rss_mb"], "train_rss_mb": train["peak_rss_mb"],
             "losses": stored["losses"], "merged": merged.exists() and any(merged.glob("*.safetensors")),
             "lines": lines}
+
+
+def final_save_time(out_dir: Path) -> float | None:
+    """When the final save's last file (adapter, tokenizer) was written: the newest file in the run folder itself."""
+    times = [entry.stat().st_mtime for entry in out_dir.iterdir() if entry.is_file()] if out_dir.is_dir() else []
+    return max(times) if times else None
 
 
 def tunelab_stored(home: Path) -> dict[str, Any]:
@@ -294,9 +303,9 @@ UNMET_NOTE = ("Both tools train with the same Trainer loop underneath, so the st
               "and dominate the job; tunelab can only win on the fixed costs around them. Those are of the same size "
               "in both: interpreter start and imports (~8-13 s each), tokenizing 10,000 rows (~10 s each, tunelab "
               "renders the chat template row by row), trainer set-up and the first step (~12 s in tunelab's worker), "
-              "and a separate export process that imports torch, transformers and PEFT again (~17-19 s each) to merge "
-              "an adapter the training process already held in memory. What would help: merge-export inside the "
-              "worker right after training (a setting or `tunelab train --export merged`), batched tokenization "
+              "and, in LLaMA-Factory (and tunelab before `--export merged`), a separate export process that imports "
+              "torch, transformers and PEFT again (~17-19 s) to merge an adapter the training process already held; "
+              "tunelab now merges in its training worker (see the export phase above). What would help: batched tokenization "
               "(one fast-tokenizer call per batch of rendered rows, num_proc on several cores), and fewer passes "
               "over the tokenized rows in the trainer's set-up.")
 
