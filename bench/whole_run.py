@@ -96,8 +96,10 @@ def timed(argv: list[str], scratch: Path, name: str, env: dict[str, str]) -> dic
 
 
 def base_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNELAB_")}
-    return {**env, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **extra}
+    """The environment every tool runs in: offline; TOKENIZERS_PARALLELISM left unset, so
+    each tool uses its fast tokenizer's threads as it does by default."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TUNELAB_") and k != "TOKENIZERS_PARALLELISM"}
+    return {**env, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", **extra}
 
 
 def tunelab_arm(job: Job, scratch: Path) -> dict[str, Any]:
