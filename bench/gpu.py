@@ -9,8 +9,10 @@ after --run-limit seconds). The model has
 TinyLlama's shape (hidden 2048, 22 layers, 32 heads / 4 key-value heads, MLP 5632,
 vocab 32,000: 1.1B parameters), random weights, built once on the GPU and cached in
 bench/out/cache. Data: the skewed-length rows of the CPU benchmarks (lognormal, median
-64 tokens, up to 1,024), batch 8, max length 1,024. Both arms use their defaults on
-CUDA (bf16, gradient checkpointing) with identical settings.
+64 tokens, up to 1,024), batch 8, max length 1,024. Both arms train in bf16 with identical
+settings; gradient checkpointing is what `tunelab train` would choose for the run on this
+GPU (tunelab.orchestrator.memory_check.fit_memory: off where the memory estimate fits
+without it, else on), given to both arms, and reported.
 
 MFU = tokens/s x FLOPs per token / the GPU's peak dense bf16 FLOP/s. FLOPs per token are
 4·N for LoRA (forward 2N, backward through the frozen weights 2N; no weight gradients)
@@ -225,6 +227,10 @@ def main() -> None:
                     **shared)
         theirs = dict(model=str(folder), data=data, max_length=1024, trl_defaults=True, cuda=cuda,
                       dtype="bfloat16", **shared)
+        if cuda:
+            checkpointing, note = checkpointing_as_tunelab_decides(ours, args.gpu)
+            ours["gradient_checkpointing"] = theirs["activation_checkpointing"] = checkpointing
+            figures[f"gradient checkpointing, {layout}"] = {"on": checkpointing, "why": note}
         try:
             runs = alternate([("tunelab", lambda: tunelab_run(ours, env=pin, timeout_s=args.run_limit)),
                               ("plain TRL", lambda: plain_run(theirs, env=pin, timeout_s=args.run_limit))], reps)
@@ -280,6 +286,29 @@ def main() -> None:
                                                "checks": checks}, indent=1))
     if not all(checks.values()):
         raise SystemExit(1)
+
+
+def checkpointing_as_tunelab_decides(settings: dict, gpu: str) -> tuple[bool, str]:
+    """Whether a `tunelab train` of `settings` pinned to `gpu` trains with gradient
+    checkpointing (the orchestrator's memory check: off where the estimate fits without it
+    in the GPU's free memory, read from nvidia-smi, which opens no CUDA context), and why."""
+    from tunelab.config import parse_config
+    from tunelab.hardware import list_gpus
+    from tunelab.orchestrator.memory_check import fit_memory
+
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    try:
+        gpus = list_gpus()
+    finally:
+        if before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
+    cfg, notes = fit_memory(parse_config(settings), gpus[:1], 1, 1)
+    off = cfg.gradient_checkpointing is False
+    why = " ".join(notes) or ("the memory estimate needs it on this GPU" if gpus else "no GPU reported its free memory: the CUDA default (on)")
+    return not off, why
 
 
 def cuda_visible() -> bool:

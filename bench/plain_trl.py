@@ -75,6 +75,8 @@ def main(settings: dict) -> None:
                                              target_modules=TARGETS, bias="none"))
     precision = {} if settings.get("trl_defaults") else {"bf16": bool(settings.get("bf16")),
                                                          "activation_checkpointing": False}
+    if "activation_checkpointing" in settings:  # decided by the caller (bench/gpu.py: as tunelab would)
+        precision["activation_checkpointing"] = bool(settings["activation_checkpointing"])
     # The baselines a user would try before packing: length-grouped batches, padding-free batches.
     layout = {"train_sampling_strategy": settings["sampling"]} if "sampling" in settings else {}
     if settings.get("padding_free"):

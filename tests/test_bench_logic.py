@@ -14,6 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 
 import json  # noqa: E402
+import os  # noqa: E402
 import math  # noqa: E402
 
 from gpu import match_peak  # noqa: E402
@@ -189,3 +190,28 @@ def test_matching_lines_and_reading_losses():
     assert first_match(lines, r"loss") == 2.0 and first_match(lines, r"loss", after=2.5) == 3.0
     assert last_match(lines, r"'loss'|\"loss\"") == 3.0 and first_match(lines, "absent") is None
     assert losses_in(lines) == [9.03, 8.5]
+
+
+def test_the_gpu_bench_checkpoints_as_tunelab_would_on_that_gpu(tmp_path, monkeypatch):
+    """bench/gpu.py gives both arms the checkpointing a `tunelab train` of the run would get:
+    off on a GPU with room for every layer's activations, on where there is not (a stand-in
+    nvidia-smi reports the free memory)."""
+    from gpu import checkpointing_as_tunelab_decides
+
+    model = tmp_path / "llama-7b"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
+        "num_hidden_layers": 32, "num_key_value_heads": 32, "vocab_size": 32000, "tie_word_embeddings": False}))
+    smi = tmp_path / "nvidia-smi"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    settings = dict(model_name=str(model), local_datasets=[str(tmp_path / "x.jsonl")], batch_size=2,
+                    gradient_accumulation_steps=1, max_seq_length=1024)
+    for free_mib, expected in ((80000, False), (18000, True)):
+        smi.write_text(f"#!/bin/sh\necho '0, GPU-0000, 81920, {free_mib}, NVIDIA Test 0'\n")
+        smi.chmod(0o755)
+        on, why = checkpointing_as_tunelab_decides(settings, "0")
+        assert on is expected, why
+        assert ("trains without it" in why) is (not expected)
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ
