@@ -139,7 +139,14 @@ def gpu_section(gpu: dict | None, note: str) -> list[str]:
              "`python bench/gpu.py` measures tokens/s and MFU of LoRA on a random-init ~1B Llama, tunelab's worker "
              "against plain TRL (each arm pinned to one GPU), padded and packed, with the same steps, tokens and "
              "losses checked between the arms, peak torch.cuda.max_memory_allocated per arm, and the memory "
-             "estimate of the packed run against its measured peak.", ""]
+             "estimate of the packed run against its measured peak.", "",
+             "What runs on CUDA there: the real worker in bf16, with the gradient checkpointing `tunelab train` "
+             "would pick for the run on that GPU (off where the memory estimate fits without it; the same setting "
+             "is given to the TRL arm, and the table names it and why); packed runs attend per example with "
+             "FlashAttention-2's variable-length kernel where flash-attn is installed on an Ampere or newer GPU, "
+             "else PyTorch's flex attention with a block mask (the table's \"tunelab setup\" row is the worker's "
+             "own setup line, naming the kernel the run got); TRL's fused LM head as TRL runs it on CUDA (tunelab's "
+             "CPU head is off there). On a machine with several GPUs it adds DDP scaling efficiency.", ""]
     if gpu is None:
         return lines + [f"Not measured in this run: {note or 'bench/gpu.py did not run'}.", ""]
     lines += [f"Measured on {gpu.get('device', '?')}; peak FLOP/s: {gpu.get('peak', '?')}; "
