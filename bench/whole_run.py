@@ -300,16 +300,15 @@ def summarize(job: Job, runs: dict[str, list[dict[str, Any]]], profile: dict[str
                   obstacle=f"LLaMA-Factory not measured: {lf_missing}" if lf_missing else UNMET_NOTE)
 
 
-# Why 0.5x is out of reach as things stand (from the phases above; see the details for this run's figures).
-UNMET_NOTE = ("Both tools train with the same Trainer loop underneath, so the steps themselves cost about the same "
-              "and dominate the job; tunelab can only win on the fixed costs around them. Those are of the same size "
-              "in both: interpreter start and imports (~8-13 s each), tokenizing 10,000 rows (~10 s each, tunelab "
-              "renders the chat template row by row), trainer set-up and the first step (~12 s in tunelab's worker), "
-              "and, in LLaMA-Factory (and tunelab before `--export merged`), a separate export process that imports "
-              "torch, transformers and PEFT again (~17-19 s) to merge an adapter the training process already held; "
-              "tunelab now merges in its training worker (see the export phase above). What would help: batched tokenization "
-              "(one fast-tokenizer call per batch of rendered rows, num_proc on several cores), and fewer passes "
-              "over the tokenized rows in the trainer's set-up.")
+# Shown only when a run misses 0.5x: where the time goes, from the phases above.
+UNMET_NOTE = ("The three tools train with the same Trainer loop underneath, so tunelab wins on the fixed costs around "
+              "the steps and on cheaper CPU steps (padding-free batches, the direct LM head). Its fixed costs are "
+              "already cut: the data is tokenized a batch of rows per fast-tokenizer call on a thread while the model "
+              "loads, TRL's second pass over the tokenized rows is skipped, and `--export merged` merges in the training "
+              "process instead of a second process that imports torch again. What remains is the interpreter start and "
+              "the imports of torch, transformers, PEFT and TRL (~10 s, paid by every tool); a miss comes from a loaded "
+              "machine (compare the spreads) or from more steps than the fixed costs, where the ratio tends to the steps' "
+              "own ratio.")
 
 
 def median_phases(rs: list[dict[str, Any]]) -> dict[str, float]:
