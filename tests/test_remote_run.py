@@ -9,7 +9,8 @@ import sys
 import time
 
 from tunelab import remote_run
-from tunelab.config import parse_config, secrets_from_environment
+from tunelab.config import parse_config
+from tunelab.config_resume import secrets_from_environment
 
 
 def test_no_file_no_server(home):

@@ -17,7 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from tunelab.config import ConfigError, RunConfig, load_config_file
+from tunelab.config import ConfigError, RunConfig
+from tunelab.config_files import load_config_file
 from tunelab.layout import recorded_world_size, strategy_for
 from tunelab.node_flags import node_flags
 from tunelab.foreground import EXIT_BAD_CONFIG, EXIT_ERROR, print_outcome, watch_run
@@ -388,65 +389,11 @@ def demo(
                                                   "or csm (a tiny Sesame CSM with its Mimi codec inside)."),
 ) -> None:
     """Fine-tune a built-in tiny model on generated sample data, offline, end to end."""
-    from tunelab.demo import demo_config, ensure_demo_assets, print_demo_summary
+    from tunelab.demo_cli import demo_rewards, demo_run_config, print_demo_evals
+    from tunelab.demo import print_demo_summary
 
-    if modality not in ("text", "vision", "embedding", "speech", "tts"):
-        raise _config_failure(ConfigError.single("--modality", f"'{modality}' is not a demo; use text, vision, embedding, speech or tts"))
-    if method not in ("sft", "dpo", "orpo", "simpo", "kto", "grpo"):
-        raise _config_failure(ConfigError.single("--method", f"'{method}' is not a demo method; use sft, dpo, orpo, simpo, kto or grpo"))
-    if tts_family not in ("orpheus", "csm") or (tts_family != "orpheus" and modality != "tts"):
-        raise _config_failure(ConfigError.single("--tts-family", f"'{tts_family}' is not a tts demo model; use orpheus or csm, with --modality tts"))
-    if method != "sft" and (modality != "text" or backend != "torch"):
-        raise _config_failure(ConfigError.single("--method", f"the {method} demo trains the text model with backend torch; drop --modality and --backend"))
-    if steps is None:
-        from tunelab.speech_demo import SPEECH_DEMO_STEPS
-
-        steps = SPEECH_DEMO_STEPS if modality == "speech" else 60
-    console.print("preparing the demo model and data (built once, then cached)…")
     try:
-        if modality != "text" and backend != "torch":
-            raise ConfigError.single("--backend", f"the {modality} demo trains with backend torch; drop --backend")
-        if modality == "vision":
-            from tunelab.vision_demo import ensure_vision_demo_assets, vision_demo_config
-
-            cfg = vision_demo_config(ensure_vision_demo_assets(), steps=steps)
-        elif modality == "embedding":
-            from tunelab.embedding_demo import embedding_demo_config, ensure_embedding_demo_assets
-
-            cfg = embedding_demo_config(ensure_embedding_demo_assets(), steps=steps)
-        elif modality == "speech":
-            from tunelab.speech_demo import MissingSynthesiser, ensure_speech_demo_assets, speech_demo_config
-
-            try:
-                cfg = speech_demo_config(ensure_speech_demo_assets(), steps=steps)
-            except MissingSynthesiser as exc:
-                raise ConfigError.single("--modality", str(exc)) from exc
-        elif modality == "tts":
-            from tunelab.speech_demo import MissingSynthesiser, ensure_speech_demo_assets
-            from tunelab.tts_demo import ensure_tts_demo_assets, tts_demo_config
-
-            try:
-                clips = ensure_speech_demo_assets().transcripts
-            except MissingSynthesiser as exc:
-                raise ConfigError.single("--modality", str(exc)) from exc
-            if tts_family == "csm":
-                from tunelab.csm_demo import csm_demo_config, ensure_csm_demo_assets
-
-                cfg = csm_demo_config(ensure_csm_demo_assets(clips), clips, steps=steps)
-            else:
-                cfg = tts_demo_config(ensure_tts_demo_assets(clips), clips, steps=steps)
-        elif method == "grpo":
-            from tunelab.grpo_demo import grpo_demo_config
-
-            cfg = grpo_demo_config(ensure_demo_assets(), steps)
-        elif method != "sft":
-            from tunelab.preference_demo import preference_demo_config
-
-            cfg = preference_demo_config(ensure_demo_assets(), method, steps)
-        else:
-            # 5% held out and measured at the end, so `tunelab eval` has an eval split to compare base and fine-tune on.
-            held_out = {"eval_steps": steps, "eval_holdout": 0.05} if backend == "torch" else {}
-            cfg = demo_config(ensure_demo_assets(), backend=backend, steps=steps, **held_out)
+        cfg = demo_run_config(backend, steps, modality, method, tts_family, console)
     except ConfigError as exc:
         raise _config_failure(exc)
     orchestrator = _orchestrator()
@@ -455,31 +402,10 @@ def demo(
     except ConfigError as exc:
         raise _config_failure(exc)
     outcome = watch_run(orchestrator, run_id, console)
-    rewards = []
-    if method == "grpo":
-        from tunelab.grpo_demo import reward_summary as grpo_summary
-
-        rewards = grpo_summary(orchestrator.store.get_metric_extras(run_id))
-    elif method != "sft":
-        from tunelab.preference_demo import reward_summary
-
-        rewards = reward_summary(orchestrator.store.get_metric_extras(run_id))
+    rewards = demo_rewards(method, orchestrator.store, run_id)
     orchestrator.shutdown()
     print_demo_summary(outcome, console, rewards)
-    if modality == "embedding":
-        from tunelab.embedding_demo import eval_history
-
-        evals = eval_history(outcome.run.get("output_dir"))
-        if evals:
-            console.print(f"nDCG@10:    {evals[0][1]:.3f} (step {evals[0][0]}) -> {evals[-1][1]:.3f} (step {evals[-1][0]}) on held-out pairs")
-    if modality == "speech":
-        from tunelab.embedding_demo import eval_history
-        from tunelab.speech_demo import N_SCORED
-
-        evals = eval_history(outcome.run.get("output_dir"), "eval_wer")
-        if evals:
-            console.print(f"WER:        {evals[0][1]:.3f} (step {evals[0][0]}) -> {evals[-1][1]:.3f} (step {evals[-1][0]}) "
-                          f"on {N_SCORED} of the training clips")
+    print_demo_evals(outcome, modality, console)
     raise typer.Exit(outcome.exit_code)
 
 

@@ -1,30 +1,34 @@
 """RunConfig: every setting of one fine-tuning run, its defaults and its validation.
 
-This module alone decides what a valid run is. It loads from YAML/JSON files and API
-bodies alike, turns pydantic errors into `ConfigError` (a list of field + message,
-each saying how to fix it), and splits secrets from the `public` form that is stored.
-It never imports torch: hardware facts come in through `check_machine`.
+This module alone decides what a valid run is, for YAML/JSON files and API bodies alike,
+and splits secrets from the `public` form that is stored. It never imports torch:
+hardware facts come in through `check_machine`. Its helpers, one job each:
+  config_text     the name, path and secret field types (plain text, sane lengths)
+  config_errors   FieldError / ConfigError, and pydantic's errors turned into them
+  config_checks   cross-field refusals: the finetune_* switches, the mlx backend's limits
+  config_files    a config from a YAML/JSON file and --set overrides, and back to YAML
+  config_resume   a stored run's config made runnable again, with its secrets
 """
 
 from __future__ import annotations
 
-import difflib
-import json
 import platform
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping
+from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tunelab.preference_settings import BETA_HELP, OBJECTIVE_HELP, Objective, objective_errors
 from tunelab.grpo_settings import (MAX_COMPLETION_LENGTH_HELP, NUM_GENERATIONS_HELP, REWARDS_HELP, TEMPERATURE_HELP, RewardSpec,
                                    grpo_errors)
 from tunelab.embedding_settings import EMBEDDING_LOSS_HELP, MATRYOSHKA_HELP, EmbeddingLoss, loss_fits, loss_format_error, normalise_matryoshka_dims
+# FINETUNE_SWITCHES, MLX_LR_SCHEDULERS, ConfigError, FieldError and the text field types are
+# also this module's interface: the rest of tunelab imports them from here.
+from tunelab.config_checks import FINETUNE_SWITCHES, MLX_LR_SCHEDULERS, finetune_switch_errors, mlx_limits  # noqa: F401
+from tunelab.config_errors import ConfigError, ErrorList, FieldError, errors_from_validation, rebuilt_error, unknown_key_error  # noqa: F401
 from tunelab.export_after_settings import EXPORT_AFTER_HELP, export_after_errors, export_after_format
 from tunelab.layout import layout_errors
-from tunelab.text import char_name, first_unsafe_char, printable
+from tunelab.config_text import DisplayName, Name, PathText, Secret
 
 TrainingType = Literal["lora", "qlora", "full", "continued_pretraining"]
 DataFormat = Literal["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs",
@@ -48,15 +52,7 @@ SECRET_ENVIRONMENT = {
 CANONICAL_COLUMNS = ("instruction", "input", "output", "text", "conversations", "messages", "system", "images", "image",
                      "anchor", "positive", "negative", "sentence1", "sentence2", "score", "query", "document", "label",
                      "prompt", "chosen", "rejected", "completion", "reference")
-# Learning-rate schedules the mlx backend implements (the torch backend takes any HF name).
-MLX_LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
 DEFAULT_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-# Lengths checked before any filesystem call: longer names make the OS raise
-# ENAMETOOLONG from a mere exists(), far from where the name was given.
-NAME_MAX_CHARS = 256
-PATH_MAX_CHARS = 4096
-PATH_PART_MAX_BYTES = 255
-DISPLAY_NAME_MAX_CHARS = 200
 # Upper bounds on counts: far above any real run, low enough that a typo cannot make a
 # worker allocate without limit.
 MAX_BATCH_SIZE = 4096
@@ -65,67 +61,6 @@ MAX_EPOCHS = 10_000
 MAX_STEPS = 100_000_000
 MAX_ROWS = 10**12
 MAX_SEED = 2**32 - 1
-
-
-def _safe_chars(text: str) -> None:
-    found = first_unsafe_char(text)
-    if found is not None:
-        pos, ch = found
-        raise ValueError(f"contains {char_name(ch)}, a control or bidi-override character, at position {pos}; "
-                         "remove it: names and paths must be plain text")
-
-
-def _name(text: str) -> str:
-    """A short name: hub id part, split, role, column, project, ..."""
-    _safe_chars(text)
-    if len(text) > NAME_MAX_CHARS:
-        raise ValueError(f"is {len(text)} characters long; a name may have at most {NAME_MAX_CHARS}")
-    return text
-
-
-def _path(text: str) -> str:
-    """A file path, hub id or URI: at most PATH_MAX_CHARS, each part at most 255 bytes."""
-    _safe_chars(text)
-    if len(text) > PATH_MAX_CHARS:
-        raise ValueError(f"is {len(text)} characters long; a path may have at most {PATH_MAX_CHARS}")
-    for part in text.split("/"):
-        size = len(part.encode("utf-8", "surrogatepass"))
-        if size > PATH_PART_MAX_BYTES:
-            raise ValueError(f"has a part of {size} bytes ('{printable(part, 40)}'); each folder or file name "
-                             f"may have at most {PATH_PART_MAX_BYTES} bytes")
-    return text
-
-
-def _secret(value: SecretStr) -> SecretStr:
-    """A token or key: plain text of sane length. Messages never quote the value."""
-    text = value.get_secret_value()
-    _safe_chars(text)
-    if len(text) > PATH_MAX_CHARS:
-        raise ValueError(f"is {len(text)} characters long; a token or key may have at most {PATH_MAX_CHARS}")
-    return value
-
-
-Name = Annotated[str, AfterValidator(_name)]
-PathText = Annotated[str, AfterValidator(_path)]
-DisplayName = Annotated[str, Field(max_length=DISPLAY_NAME_MAX_CHARS), AfterValidator(_name)]
-Secret = Annotated[SecretStr, AfterValidator(_secret)]
-
-
-class FieldError(BaseModel):
-    field: str
-    message: str
-
-
-class ConfigError(ValueError):
-    """A config that cannot run; `errors` names each bad field and its fix."""
-
-    def __init__(self, errors: list[FieldError]):
-        self.errors = errors
-        super().__init__("; ".join(f"{e.field}: {e.message}" for e in errors))
-
-    @classmethod
-    def single(cls, field: str, message: str) -> "ConfigError":
-        return cls([FieldError(field=field, message=message)])
 
 
 class S3Source(BaseModel):
@@ -330,7 +265,7 @@ class RunConfig(BaseModel):
                 errs.append(("load_in_4bit", f"training_type={self.training_type} trains every weight and 4-bit weights cannot be trained; set load_in_4bit=false, or use training_type=qlora to train an adapter on a 4-bit base"))
         if self.training_type == "qlora" and not self.load_in_4bit:
             object.__setattr__(self, "load_in_4bit", True)
-        errs.extend(_finetune_switch_errors(self))
+        errs.extend(finetune_switch_errors(self))
         errs.extend(objective_errors(self))
         errs.extend(grpo_errors(self))
         if self.format != "auto" and self.embedding_loss != "auto" and not loss_fits(self.embedding_loss, self.format):
@@ -344,11 +279,11 @@ class RunConfig(BaseModel):
         if self.report_to == "wandb" and not self.wandb_project:
             object.__setattr__(self, "wandb_project", "tunelab")
         if self.resolved_backend == "mlx":
-            errs.extend(_mlx_limits(self))
+            errs.extend(mlx_limits(self))
         errs.extend(layout_errors(self))
         errs.extend(export_after_errors(self))
         if errs:
-            raise _ErrorList(errs)
+            raise ErrorList(errs)
         return self
 
     @model_validator(mode="wrap")
@@ -370,11 +305,11 @@ class RunConfig(BaseModel):
             cleaned[key] = value
         if not unknown:
             return handler(cleaned)
-        problems = [_unknown_key_error(key, data[key], list(cls.model_fields)) for key in unknown]
+        problems = [unknown_key_error(key, data[key], list(cls.model_fields)) for key in unknown]
         try:
             handler(cleaned)
         except ValidationError as exc:
-            problems = [_rebuilt(err) for err in exc.errors()] + problems
+            problems = [rebuilt_error(err) for err in exc.errors()] + problems
         raise ValidationError.from_exception_data(cls.__name__, problems)
 
     # --- derived facts -------------------------------------------------------------
@@ -431,96 +366,6 @@ class RunConfig(BaseModel):
         return [s for s in found if s]
 
 
-class _ErrorList(ValueError):
-    """Several (field, message) pairs raised from one validator, kept apart per field."""
-
-    def __init__(self, pairs: list[tuple[str, str]]):
-        self.pairs = pairs
-        super().__init__("; ".join(f"{f}: {m}" for f, m in pairs))
-
-
-FINETUNE_SWITCHES = ("finetune_vision_layers", "finetune_language_layers", "finetune_attention_modules", "finetune_mlp_modules")
-
-
-def _finetune_switch_errors(cfg: RunConfig) -> list[tuple[str, str]]:
-    """The finetune_* switches choose the adapted layers; a choice that leaves none, or
-    that contradicts an explicit target_modules list, is refused here."""
-    errs = []
-    if not (cfg.finetune_vision_layers or cfg.finetune_language_layers):
-        errs.append(("finetune_language_layers", "finetune_vision_layers and finetune_language_layers are both false, which trains nothing; turn one on"))
-    if not (cfg.finetune_attention_modules or cfg.finetune_mlp_modules):
-        errs.append(("finetune_mlp_modules", "finetune_attention_modules and finetune_mlp_modules are both false, which trains nothing; turn one on"))
-    if cfg.embedding_learning_rate is not None and not cfg.finetune_language_layers:
-        errs.append(("embedding_learning_rate", "finetune_language_layers=false freezes the embeddings and output head, so their own learning rate would never apply; remove embedding_learning_rate or turn finetune_language_layers on"))
-    off = [name for name in FINETUNE_SWITCHES if not getattr(cfg, name)]
-    if cfg.target_modules and off:
-        errs.append((off[0], f"target_modules names the adapted modules itself, so {', '.join(off)} would be ignored; remove target_modules or leave the finetune_* switches on"))
-    return errs
-
-
-def _mlx_limits(cfg: RunConfig) -> list[tuple[str, str]]:
-    """What the mlx backend cannot do, refused here so a run never fails on it mid-way."""
-    errs = []
-    if cfg.load_in_4bit or cfg.training_type == "qlora":
-        errs.append(("training_type", "the mlx backend has no bitsandbytes QLoRA; use training_type=lora or backend=torch"))
-    if cfg.use_loftq:
-        errs.append(("use_loftq", "LoftQ needs PEFT; it is not available with backend=mlx"))
-    if cfg.gpu_ids:
-        errs.append(("gpu_ids", "the mlx backend does not select CUDA devices; remove gpu_ids"))
-    for name in ("num_gpus", "num_processes", "nodes", "ray_address"):
-        if getattr(cfg, name) and not (name == "num_processes" and cfg.num_processes == 1):
-            errs.append((name, f"the mlx backend trains in one process; remove {name} or use backend=torch"))
-    if cfg.packing:
-        errs.append(("packing", "packing is not available with backend=mlx; set packing=false"))
-    if cfg.embedding_learning_rate is not None:
-        errs.append(("embedding_learning_rate", "the mlx backend trains with one learning rate; remove embedding_learning_rate or use backend=torch"))
-    if cfg.report_to != "none":
-        errs.append(("report_to", "the mlx backend reports only to tunelab; set report_to=none"))
-    if cfg.lr_scheduler_type not in MLX_LR_SCHEDULERS:
-        errs.append(("lr_scheduler_type", f"'{cfg.lr_scheduler_type}' is not available with backend=mlx; use one of {list(MLX_LR_SCHEDULERS)}"))
-    # Any AdamW flavour maps onto MLX's AdamW; 8-bit and other optimizers have no MLX twin.
-    if not cfg.optim.startswith("adamw") or "bit" in cfg.optim:
-        errs.append(("optim", f"'{cfg.optim}' is not available with backend=mlx, which trains with AdamW; set optim=adamw_torch"))
-    return errs
-
-
-def _unknown_key_error(key: Any, value: Any, known: list[str]) -> dict[str, Any]:
-    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
-    hint = f"did you mean '{close[0]}'?" if close else "remove it; see `tunelab fields` for the settings"
-    message = f"unknown setting '{printable(key, 80)}'; {hint}"
-    return {"type": PydanticCustomError("unknown_setting", message.replace("{", "{{").replace("}", "}}")),
-            "loc": (key,), "input": value}
-
-
-def _rebuilt(err: dict[str, Any]) -> dict[str, Any]:
-    """A reported error in the form ValidationError.from_exception_data takes again."""
-    if err["type"] == "value_error":  # keeps ctx["error"], e.g. an _ErrorList of several fields
-        return {"type": "value_error", "loc": err["loc"], "input": err["input"], "ctx": err["ctx"]}
-    message = err["msg"].replace("{", "{{").replace("}", "}}")
-    return {"type": PydanticCustomError(err["type"], message), "loc": err["loc"], "input": err["input"]}
-
-
-def errors_from_validation(exc: ValidationError) -> list[FieldError]:
-    """Turn pydantic's errors into one FieldError per bad field, with readable messages."""
-    out: list[FieldError] = []
-    for err in exc.errors():
-        ctx_error = (err.get("ctx") or {}).get("error")
-        if isinstance(ctx_error, _ErrorList):
-            out.extend(FieldError(field=f, message=m) for f, m in ctx_error.pairs)
-            continue
-        # A location may be a user's own dict key: shown escaped and short, never raw.
-        loc = ".".join(printable(p, 80) for p in err["loc"]) or "config"
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "missing":
-            msg = "is required"
-        elif err["type"] == "extra_forbidden":
-            msg = "unknown setting; remove it"
-        elif err["type"] == "finite_number":
-            msg = "must be a finite number (NaN and Infinity are not numbers a run can use)"
-        out.append(FieldError(field=loc, message=msg))
-    return out
-
-
 def parse_config(data: dict[str, Any]) -> RunConfig:
     """Validate a mapping into a RunConfig, raising ConfigError on any problem."""
     if not isinstance(data, dict):
@@ -529,107 +374,6 @@ def parse_config(data: dict[str, Any]) -> RunConfig:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(errors_from_validation(exc)) from None
-
-
-def stored_settings(stored: Mapping[str, Any]) -> dict[str, Any]:
-    """A stored (public) config's settings, without the record of which secrets it used."""
-    return {k: v for k, v in stored.items() if k != SECRETS_USED_KEY}
-
-
-def resume_config(stored: dict[str, Any], given: dict[str, Any] | None, environ: Mapping[str, str]) -> RunConfig:
-    """A stored (public) config made runnable again: each secret the run used comes from
-    `given` (same shape as a config: hf_token, wandb_token, s3.{keys}) or else from its
-    environment variable. A secret found in neither is a ConfigError naming it."""
-    given = given or {}
-    data = stored_settings(stored)
-    if isinstance(data.get("s3"), dict):
-        data["s3"] = dict(data["s3"])
-    missing = []
-    for name in stored.get(SECRETS_USED_KEY) or []:
-        section, _, key = name.rpartition(".")
-        value = (given.get(section) or {}).get(key) if section else given.get(key)
-        value = value or environ.get(SECRET_ENVIRONMENT.get(name, ""))
-        target = data.get(section) if section else data
-        if not value or not isinstance(target, dict):
-            missing.append(name)
-            continue
-        target[key] = value
-    if missing:
-        raise ConfigError([
-            FieldError(field=name, message=f"the run used {name}, which tunelab never stores; give it again with the "
-                       f"resume (request body {name}) or set {SECRET_ENVIRONMENT.get(name, 'it')} in the environment")
-            for name in missing
-        ])
-    return parse_config(data)
-
-
-def secrets_from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
-    """The secrets the environment holds (HF_TOKEN, WANDB_API_KEY, AWS_*), shaped like a
-    resume request's body, so a client can hand its own environment's secrets on."""
-    found: dict[str, Any] = {}
-    for name, variable in SECRET_ENVIRONMENT.items():
-        value = environ.get(variable)
-        if not value:
-            continue
-        section, _, key = name.rpartition(".")
-        (found.setdefault(section, {}) if section else found)[key] = value
-    return found
-
-
-def parse_override(text: str) -> tuple[str, Any]:
-    """`key=value` from the CLI; the value is read as YAML so numbers and lists work."""
-    if "=" not in text:
-        raise ConfigError.single("--set", f"'{text}' is not key=value; write e.g. --set learning_rate=1e-4")
-    key, raw = text.split("=", 1)
-    try:
-        value = yaml.safe_load(raw) if raw else None
-    except yaml.YAMLError:
-        value = raw
-    return key.strip(), value
-
-
-def _set_override(data: dict[str, Any], key: str, value: Any) -> None:
-    """`key=value`, or `section.key=value` into a nested setting (nodes.node_rank=1, s3.bucket=b),
-    keeping the section's other keys from the file."""
-    section, dot, inner = key.partition(".")
-    if dot and inner and section in RunConfig.model_fields:
-        nested = data.get(section)
-        data[section] = {**(nested if isinstance(nested, dict) else {}), inner: value}
-    else:
-        data[key] = value
-
-
-def load_config_file(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
-    """Load YAML or JSON from a file, apply `key=value` overrides, validate."""
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError.single("config", f"cannot read {path}: {exc.strerror}; check the path") from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError.single("config", f"{path} is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from None
-    data = data or {}
-    if not isinstance(data, dict):
-        raise ConfigError.single("config", f"{path} must hold a mapping of setting: value")
-    for item in overrides or []:
-        key, value = parse_override(item)
-        _set_override(data, key, value)
-    # Relative data paths in a config file are relative to the file, like most tools do.
-    for key in ("local_datasets", "local_eval_datasets"):
-        if isinstance(data.get(key), list):
-            data[key] = [str((path.parent / p).resolve()) if not Path(p).is_absolute() else p for p in data[key]]
-    rewards = data.get("rewards")
-    for spec in rewards if isinstance(rewards, list) else []:
-        if isinstance(spec, dict) and isinstance(spec.get("path"), str) and not Path(spec["path"]).is_absolute():
-            spec["path"] = str((path.parent / spec["path"]).resolve())  # a reward file, like the data
-    return parse_config(data)
-
-
-def dump_config_yaml(cfg: RunConfig) -> str:
-    """The public config as YAML, without defaults-only noise or secrets."""
-    return yaml.safe_dump(cfg.public(), sort_keys=False)
 
 
 def check_machine(cfg: RunConfig, cuda_device_count: int) -> None:

@@ -30,7 +30,8 @@ import httpx
 from rich.console import Console
 
 from tunelab import paths
-from tunelab.config import ConfigError, FieldError, RunConfig, secrets_from_environment
+from tunelab.config import ConfigError, FieldError, RunConfig
+from tunelab.config_resume import secrets_from_environment
 from tunelab.foreground import EXIT_ERROR, RunOutcome, _InterruptHandler
 from tunelab.progress_view import ProgressView
 from tunelab.server.discovery import read_server_file, server_file

@@ -19,7 +19,8 @@ from typing import Any
 
 from tunelab import events as ev
 from tunelab import hardware, layout
-from tunelab.config import ConfigError, resume_config
+from tunelab.config import ConfigError
+from tunelab.config_resume import resume_config
 from tunelab.orchestrator.errors import PersistError
 from tunelab.orchestrator.memory_check import fit_memory
 from tunelab.orchestrator.resume import check_world_size

@@ -30,7 +30,8 @@ from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from tunelab import paths
-from tunelab.config import RunConfig, parse_config, stored_settings
+from tunelab.config import RunConfig, parse_config
+from tunelab.config_resume import stored_settings
 from tunelab.grpo_settings import uses_reward_code
 from tunelab.paths import PathNotAllowed
 from tunelab.server.errors import ApiError
