@@ -32,11 +32,7 @@ SUSTAINED_PER_S, SUSTAINED_S = 12_000, 3
 LAG_P95_BOUND_S, LAG_MAX_BOUND_S = 0.100, 0.250
 
 UNMET_NOTES = {
-    "event_throughput": "The server process does the pump (unpickling, state, metric buffer: ~45,000 events/s on its "
-                        "own) and the SSE stream (JSON, sse-starlette, one socket write per event) under one GIL, on "
-                        "a machine whose two cores also run the worker and the client. The stream's per-event "
-                        "`asyncio.wait_for` was replaced by a direct read of queued events (1.24 -> 0.5 s of server "
-                        "CPU per 10,000 events). Next step if needed: batching several events into one write.",
+    "event_throughput": "Measured with the new method for the first time this stop: 2,910 events/s at the client (the 2026-11-30 run, which had no lag check, saw 13,205), and at 12,000 steps/s the lag bound fails. A read-through of every change to the per-event path since 2026-11-30 (pump, run state, metric buffer, store, fan-out, SSE stream, auth) found nothing that costs more than a few µs per event (the largest: `clean_extra` on each event's extra metrics), so the drop is not explained yet; the run was on an otherwise idle machine. Not yet tried: the 2026-11-30 server side by side with this one in one run (`server_proc.launch(command=...)` takes one), server CPU seconds per 10,000 events as a figure other load cannot move, and one SSE write per batch of queued progress events.",
     "event_latency": "Latency is the pump's blocking read plus the event loop's turn; a run whose worker keeps both "
                      "cores busy delays both.",
 }

@@ -28,8 +28,7 @@ ANSWER_TARGET_S = 1.5
 RSS_TARGET_MB = 150.0
 
 UNMET_NOTES = {
-    "serve_answer": "Start-up imports FastAPI, pydantic, uvicorn and the routes; the prewarmed worker starts after the "
-                    "socket is bound but competes for the CPU while it imports.",
+    "serve_answer": "1.78 s to the first /api/health answer, against 0.43 s on 2026-11-30: a regression not traced yet. Importing the CLI and the server is 1.2 s of it (`python -X importtime -c 'import tunelab.server.main'`: tunelab.config with pydantic 0.29 s, FastAPI 0.36 s, uvicorn 0.12 s); the rest is the app's start (store and migrations, the orchestrator and its queue scheduler) with the prewarmed worker importing torch on the same two cores. Next: time each start-up step and defer what the first answer does not need.",
     "idle_rss": "The server imports no training library (checked); its memory is FastAPI, pydantic, uvicorn, SQLite "
                 "and the plot code.",
 }

@@ -50,6 +50,9 @@ RUN_TIMEOUT_S = 1800
 TARGET = 1.35  # the estimate within 35% of the measured growth (either way), at the median
 
 
+UNMET_NOTES = {"memory_estimate": "LoRA runs are under-estimated by 38-50% since the CPU path changed last stop: their micro-batches are padding-free with per-example attention (`packed_attention`) and the loss comes from the direct LM head, while `memory_plan`'s activation and logits terms still model padded sdpa batches and TRL's head. Those terms are most of a LoRA run's training memory and a small share of a full run's, which is why the full runs stay within 20%. Next: re-derive both terms from the tensors each path saves for backward, measured per layer."}
+
+
 def model_folder() -> Path:
     """The random-init model, saved once (fp32) with the larger bench tokenizer (vocab 8,192)."""
     folder = CACHE / "memory-llama-21m"
@@ -136,4 +139,4 @@ def measure(quick: bool) -> list[Result]:
 
 
 if __name__ == "__main__":
-    standalone("memory_estimate", measure)
+    standalone("memory_estimate", measure, UNMET_NOTES)
