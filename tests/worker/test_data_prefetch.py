@@ -45,3 +45,14 @@ def test_a_missing_file_is_raised_by_both(tokenizer, tmp_path):
         with pytest.raises(Exception) as err:
             ask()
         assert "missing.jsonl" in str(err.value)
+
+
+def test_only_families_that_prepare_rows_as_text_prefetch():
+    """Text-to-speech is a text family with its own data path (codec tokens): it must not
+    be prefetched as text rows (it was, and its runs failed on their data)."""
+    from tunelab.worker.model_family import SpeechFamily, TextFamily, VisionFamily
+    from tunelab.worker.tts_family import TtsFamily
+
+    assert TextFamily().prefetches_data
+    assert not TtsFamily().prefetches_data
+    assert not VisionFamily().prefetches_data and not SpeechFamily().prefetches_data

@@ -77,8 +77,13 @@ class _Family:
 class TextFamily(_Family):
     name = "text"
     padding_free_on_cpu = True
-    prefetches_data = True
     _tokenizer: Any = None
+
+    @property
+    def prefetches_data(self) -> bool:  # type: ignore[override]
+        # Only where the rows are prepared as here: a subclass with its own `prepare`
+        # (text-to-speech, over codec tokens) needs its model before its data.
+        return type(self).prepare is TextFamily.prepare
 
     def load_tokenizer(self, config: dict[str, Any]) -> Any:
         self._tokenizer = model_setup.load_tokenizer(config)

@@ -99,7 +99,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
 def _prefetch_data(config: dict[str, Any], family: Any, base: Any, output_dir: Path) -> Any:
     """For a text family's own (sft) run: its tokenizer now, and the data loading and
     tokenizing on a thread while the model loads (see data_prefetch.py); else None."""
-    if family is not base or not base.prefetches_data:
+    if family is not base or not getattr(base, "prefetches_data", False):  # families without the attribute: no
         return None
     from tunelab.worker.data_prefetch import DataPrefetch
 
