@@ -131,10 +131,8 @@ def _run_here(plan: ExportPlan, staging: Path) -> None:
 
     try:
         child.export(_request(plan, staging))
-    except ExportError:
-        raise
-    except OSError:
-        raise  # a disk that is full or read-only: reported with its path by the caller
+    except (ExportError, OSError):
+        raise  # already says what is wrong (an OSError: with its path, by the caller)
     except Exception as exc:  # noqa: BLE001 - the same message the child's answer would carry
         raise ExportFailed(f"exporting run {plan.run_id} as {plan.format} failed: {type(exc).__name__}: {exc}") from exc
 
