@@ -12,14 +12,22 @@ seconds behind is not keeping up, even if nothing is lost. Latency: 100 steps/s 
 one torch process per core multiplies matrices (`cpu_load.training_load`: real training
 load on every core, besides the scripted worker's own busy core); latency is the same
 arrival-minus-timestamp.
+
+Two figures show where the time goes, measured in the same run: the bare transport
+(`event_transport.bare_rate`: the same worker's queue read by a loop that only unpickles,
+the ceiling of the whole path on this machine) and the server's CPU seconds per 10,000
+events (its user + system time over a burst, a figure other load moves less than a rate).
 """
 
 from __future__ import annotations
 
 import time
 
+import psutil
+
 from assets import demo_assets
 from cpu_load import training_load
+from event_transport import bare_rate
 from results import Result, standalone
 from server_proc import Server, launch, sse_events
 from sidebyside import spread
@@ -76,11 +84,17 @@ def measure(quick: bool) -> list[Result]:
     reps = 2 if quick else 3
     flood_steps, paced_steps = 10_000, (300 if quick else 1000)
     sustained_steps = SUSTAINED_PER_S * SUSTAINED_S
-    rates, lags, lag95s, p99s, p50s, complete, sustained_ok = [], [], [], [], [], True, True
+    rates, bare, cpu, lags, lag95s, p99s, p50s = [], [], [], [], [], [], []
+    complete = sustained_ok = True
     server = launch({"TUNELAB_WORKER_TARGET": "event_workers:scripted", "TUNELAB_PREWARM": "0"}, demo.root)
     try:
+        server_process = psutil.Process(server.process.pid)
         for _ in range(reps):
+            bare.append(bare_rate(flood_steps))
+            before = server_process.cpu_times()
             steps, arrived, _, run_id = live_run(server, {**base, "max_steps": flood_steps})
+            after = server_process.cpu_times()
+            cpu.append((after.user + after.system - before.user - before.system) * 10_000 / flood_steps)
             rates.append((len(steps) - 1) / (arrived[-1] - arrived[0]))
             complete &= steps == list(range(1, flood_steps + 1)) and stored_steps(server, run_id) == flood_steps
 
@@ -106,6 +120,10 @@ def measure(quick: bool) -> list[Result]:
                ratio=spread([r / THROUGHPUT_TARGET for r in rates]), target=1.0, higher_is_better=True,
                command=command,
                details=[f"bursts of {flood_steps} events, live: {spread(rates).text(0)} events/s at the client",
+                        f"the bare transport alone (the same worker's queue read by a loop that only unpickles, in "
+                        f"turn with the bursts): {spread(bare).text(0)} events/s; the whole path carries "
+                        f"{spread([r / b for r, b in zip(rates, bare)]).text(2)} of it",
+                        f"server CPU (user + system) per 10,000 events of a burst: {spread(cpu).text(2)} s",
                         f"{SUSTAINED_PER_S} steps/s for {SUSTAINED_S} s: all delivered and stored: {sustained_ok}; "
                         f"lag 95th percentile {spread([x * 1000 for x in lag95s]).text(0)} ms, maximum "
                         f"{spread([x * 1000 for x in lags]).text(0)} ms (bounds {LAG_P95_BOUND_S * 1000:.0f} ms and "

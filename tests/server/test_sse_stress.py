@@ -146,3 +146,25 @@ def test_event_ids_name_the_run_and_an_id_from_another_run_replays_the_new_one_w
         assert "<run_id>:<step>" in refused.json()["error"]["message"]
     refused = client.get("/api/train/progress", params={"last_event_id": "x:1"})
     assert refused.status_code == 422 and refused.json()["error"]["field"] == "last_event_id"
+
+
+def test_a_flood_goes_out_in_batched_writes_holding_every_step_once(flood_orchestrator, demo_assets):
+    """What the response writes: events that are ready share one chunk, so a flood takes
+    far fewer writes than steps, and the chunks parse back into every step once, in order."""
+    async def scenario() -> list[bytes]:
+        stream = ProgressStream(flood_orchestrator, None, heartbeat_seconds=5)
+        writes = stream._writes()
+        chunks = [await anext(writes)]
+        assert b"retry:" in chunks[0]  # sent alone, at once: the client knows it is subscribed
+        flood_orchestrator.start(flood_body(demo_assets, 3000))
+        async for chunk in writes:
+            chunks.append(chunk)
+        return chunks
+
+    chunks = asyncio.run(scenario())
+    text = b"".join(chunks).decode()
+    steps = [int(line.split(":")[-1]) for line in text.splitlines() if line.startswith("id:")]
+    assert steps == list(range(1, 3001))
+    kinds = [line.removeprefix("event: ") for line in text.splitlines() if line.startswith("event:")]
+    assert kinds[-1] == "complete"
+    assert len(chunks) < 3000 / 4  # batched: many events a write under the flood

@@ -14,7 +14,9 @@ that run from its first step (the id it holds says nothing about the new run). A
 N". To leave no gap and send no step twice at the seam, the
 stream subscribes *before* it reads the replay, then drops live steps it already sent.
 A client too slow to keep up is dropped, not buffered without end: it reconnects with
-its last id and the replay fills the hole.
+its last id and the replay fills the hole. Events that are already waiting go out in one
+write (up to BATCH_EVENTS): under a flood of fast steps one write per event, each through
+the middleware and a send timeout, cost more server time than the rest of the event path.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
@@ -36,6 +40,10 @@ QUEUE_LIMIT = 4096
 SEND_TIMEOUT_S = 30.0
 FINAL_PHASES = frozenset({"completed", "stopped", "error", "cancelled"})  # cancelled: withdrawn while queued
 FORWARDED_TYPES = frozenset({"progress", "status", "stall", "complete", "error"})
+# Events held for one write at most; a flood is sent in writes of this many.
+BATCH_EVENTS = 256
+# Yielded by the stream when it is about to wait (or its client must hear now): send what is held.
+_FLUSH = object()
 
 
 def _encode(data: dict[str, Any]) -> str:
@@ -123,8 +131,31 @@ class ProgressStream:
 
     def response(self) -> EventSourceResponse:
         # ping=0: heartbeats are real events sent only when idle, not sse-starlette comments.
-        return EventSourceResponse(self.events(), ping=0, send_timeout=SEND_TIMEOUT_S,
+        return EventSourceResponse(self._writes(), ping=0, send_timeout=SEND_TIMEOUT_S,
                                    headers={"X-Accel-Buffering": "no"})
+
+    async def events(self) -> AsyncIterator[ServerSentEvent]:
+        """The stream one event at a time."""
+        async with aclosing(self._stream()) as stream:
+            async for item in stream:
+                if item is not _FLUSH:
+                    yield item
+
+    async def _writes(self) -> AsyncIterator[bytes]:
+        """The stream as the response writes it: every event that is ready, encoded into one
+        chunk, sent when the stream is about to wait or BATCH_EVENTS are held."""
+        held: list[bytes] = []
+        async with aclosing(self._stream()) as stream:
+            async for item in stream:
+                if item is not _FLUSH:
+                    held.append(item.encode())
+                    if len(held) < BATCH_EVENTS:
+                        continue
+                if held:
+                    yield b"".join(held)
+                    held = []
+        if held:
+            yield b"".join(held)
 
     def _offer(self, event: dict[str, Any]) -> None:
         """Runs on the event loop; never blocks the pump."""
@@ -133,19 +164,35 @@ class ProgressStream:
         except asyncio.QueueFull:
             self.overflowed = True
 
-    async def events(self) -> AsyncIterator[ServerSentEvent]:
+    async def _stream(self) -> AsyncIterator[Any]:
+        """ServerSentEvents, with _FLUSH wherever what came before must reach the client now."""
         loop = asyncio.get_running_loop()
+        # Events cross from the pump thread through this deque; the loop is woken (a write
+        # to its self-pipe) only when no hand-over is already on its way, not once per event.
+        arrived: deque[dict[str, Any]] = deque()
+        hand_over_due = False
+
+        def hand_over() -> None:  # on the event loop
+            nonlocal hand_over_due
+            hand_over_due = False  # first: an event appended from here on schedules another
+            while arrived:
+                self._offer(arrived.popleft())
 
         def deliver(event: dict[str, Any]) -> None:  # called on the pump thread
+            nonlocal hand_over_due
             if event.get("type") in FORWARDED_TYPES:
-                try:
-                    loop.call_soon_threadsafe(self._offer, event)
-                except RuntimeError:
-                    pass  # the loop is closing: the server is shutting down
+                arrived.append(event)
+                if not hand_over_due:
+                    hand_over_due = True
+                    try:
+                        loop.call_soon_threadsafe(hand_over)
+                    except RuntimeError:
+                        pass  # the loop is closing: the server is shutting down
 
         unsubscribe = self.orchestrator.subscribe(deliver)
         try:
             yield ServerSentEvent(retry=RETRY_MS)
+            yield _FLUSH  # the client may wait for this line to know it is subscribed
             async for sse in self._replay_then_live():
                 yield sse
         finally:
@@ -170,6 +217,8 @@ class ProgressStream:
             yield final_event(final_from_snapshot(snapshot))
             return
         while not self.overflowed:
+            if self.queue.empty():
+                yield _FLUSH  # nothing more is ready: send what is held before waiting
             event = await self._next_event()
             if event is None:
                 yield ServerSentEvent(_encode({"ts": time.time()}), event="heartbeat")
