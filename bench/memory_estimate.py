@@ -35,7 +35,8 @@ from sidebyside import spread
 
 SHAPE = dict(hidden_size=512, intermediate_size=1376, num_hidden_layers=4, num_attention_heads=8,
              num_key_value_heads=8, vocab_size=8192, max_position_embeddings=2048)
-TRAINING_TERMS = ("gradients", "optimizer", "activations", "logits", "ddp_buckets", "autocast_weight_copies", "dora_norm_buffer")
+TRAINING_TERMS = ("gradients", "optimizer", "activations", "logits", "ddp_buckets", "autocast_weight_copies", "dora_norm_buffer",
+                  "heap_retention")
 # (training_type, batch, seq, checkpointing)
 CONFIGS = (("lora", 4, 256, False), ("lora", 4, 256, True), ("lora", 8, 512, False),
            ("full", 4, 256, False), ("full", 4, 256, True), ("full", 2, 512, False))
