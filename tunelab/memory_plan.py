@@ -23,8 +23,8 @@ worker actually builds (model_setup.py):
   4,096 tokens x 32,768 vocabulary entries at a time; elsewhere tunelab's direct head,
   at most 32M logits of labelled positions at a time.
 - on a CPU, resident memory rather than tensors: glibc's malloc serves the step's
-  activation-sized blocks from its heap (past the first free its mmap threshold rises to
-  32 MiB) and keeps what they free for reuse, so the process holds about 3/4 of the
+  activation-sized blocks from its heap (after the first free its mmap threshold rises, up
+  to 32 MiB) and keeps what they free for reuse, so the process holds about 3/4 of the
   step's activations and logits again beyond the live tensors. With one micro-batch per
   step the gradients are None during the forward (the trainer sets them to None after
   each step): they are made in backward as the activations go, in memory those free, so
@@ -74,8 +74,11 @@ DIRECT_HEAD_BYTES = 17
 # On a CPU, resident memory beyond the live tensors that glibc's heap keeps, as a share of
 # the step's activations and logits. bench/memory_estimate.py's LoRA runs (21M Llama,
 # fp32, 4 x 256 to 8 x 512 tokens, checkpointing on and off) grew 0.61-0.99 x those terms
-# beyond them; the same runs with MALLOC_MMAP_THRESHOLD_=131072 (every block over 128 KiB
-# mapped and unmapped, nothing kept) grew by the terms alone (301 vs 291 MiB, 156 vs 185).
+# beyond them; the same steps run alone (the worker's attention and direct head) with
+# MALLOC_MMAP_THRESHOLD_=131072 (every block over 128 KiB mapped and unmapped, nothing
+# kept) grew by the terms alone (301 vs 291 MiB, 156 vs 185). With 0.75 the bench's six
+# configs land within 1.19x (two runs). Not measured beyond its sizes (a 21M model): a
+# large model's blocks over 32 MiB are mapped and given back, so it may keep less.
 CPU_HEAP_RETENTION = 0.75
 
 
