@@ -77,6 +77,28 @@ def test_activations_and_logits_by_batch_and_sequence(llama):
     assert tiled.term("logits") == 4096 * 32000 * (2 + 4)  # 16,384 tokens, one 4,096-token tile at a time
 
 
+def test_on_a_cpu_the_direct_head_and_the_heap_are_counted(llama):
+    on_cpu = dict(cuda=False, precision="fp32", batch_size=1, max_seq_length=2048, gradient_checkpointing=False)
+    lora = estimate(llama, Settings(**on_cpu))
+    steps = lora.term("activations") + lora.term("logits")
+    assert lora.term("activations") == 2048 * (32 * 76_912 + 4 * 4096) * 4
+    # tunelab's direct head: 1,048 positions at a time (32M logits / 32,000), 17 bytes a logit.
+    assert lora.term("logits") == 1048 * 32000 * 17
+    # glibc's heap keeps 3/4 of the step's blocks; the freed adapter gradients are reused first;
+    # the gradients themselves are made in memory backward frees, so none count beyond it.
+    assert lora.term("heap_retention") == int(0.75 * steps) - 4 * LORA_7B
+    assert lora.term("gradients") == 0 and lora.trainable_params == LORA_7B
+    accumulated = estimate(llama, Settings(**{**on_cpu, "gradient_accumulation_steps": 2}))
+    assert accumulated.term("gradients") == 4 * LORA_7B  # kept between micro-batches: whole
+    assert accumulated.term("heap_retention") == int(0.75 * steps)
+    # Full fine-tuning of a short batch: the gradients outweigh the step, so the peak is theirs.
+    full = estimate(llama, Settings(**{**on_cpu, "training_type": "full", "max_seq_length": 16}))
+    assert full.term("heap_retention") == 0
+    assert full.term("gradients") + full.term("activations") + full.term("logits") == 4 * PARAMS_7B
+    on_gpu = estimate(llama, Settings(training_type="full", max_seq_length=16))
+    assert on_gpu.term("heap_retention") == 0 and on_gpu.term("gradients") == 4 * PARAMS_7B
+
+
 def test_fsdp_shards_what_ddp_replicates(llama):
     single = estimate(llama, Settings(training_type="full"))
     ddp = estimate(llama, Settings(training_type="full", world_size=4, strategy="ddp"))
