@@ -39,7 +39,7 @@ from tunelab.server import (roles, routes_chat, routes_datasets, routes_eval, ro
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.guards import RequestGuard
-from tunelab.server.schemas import Health
+from tunelab.server.schemas import Health, error_schemas
 from tunelab.store import Store
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -244,7 +244,10 @@ def _document_bearer_auth(app: FastAPI) -> None:
         if app.openapi_schema is not None:
             return app.openapi_schema
         schema = build_schema()
-        schema.setdefault("components", {})["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        components = schema.setdefault("components", {})
+        # The error shape every route refers to (see schemas.error_responses), in FastAPI's sorted order.
+        components["schemas"] = dict(sorted({**error_schemas(), **components.get("schemas", {})}.items()))
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         for path, operations in schema.get("paths", {}).items():
             if path in PUBLIC_PATHS:
                 continue
