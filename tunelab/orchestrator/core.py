@@ -93,8 +93,9 @@ class Orchestrator(RunStarter, QueueRunner, RunStopper, RunReader):
             self._scheduler.start()
 
     def start_prewarm(self) -> None:
-        """Start the first warm worker now (in the background), if prewarming is on."""
-        if self._warm is not None:
+        """Start the first warm worker now (in the background), if prewarming is on. Not
+        while a run trains (one the queue started first): its end starts one, as always."""
+        if self._warm is not None and not self._live_runs():
             self._warm.refill()
 
     # --- devices held ------------------------------------------------------------------
