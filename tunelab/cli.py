@@ -2,6 +2,9 @@
 
 Bad input exits with code 2 and a message naming the field — never a traceback.
 Heavy libraries are never imported here; training happens in a child process.
+Each command imports what it alone uses (rich, the config, the orchestrator, httpx) inside
+itself: every command pays for this module's imports, and `tunelab serve` must answer soon
+after its launch (a prewarmed worker imports this module again, as its `__mp_main__`).
 """
 
 from __future__ import annotations
@@ -9,39 +12,44 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
-from tunelab.config import ConfigError, RunConfig
-from tunelab.config_files import load_config_file
-from tunelab.layout import recorded_world_size, strategy_for
-from tunelab.node_flags import node_flags
-from tunelab.foreground import EXIT_BAD_CONFIG, EXIT_ERROR, print_outcome, watch_run
+from tunelab.exit_codes import EXIT_BAD_CONFIG, EXIT_ERROR
 from tunelab.keys_cli import keys_app
-from tunelab.queue_cli import queue_app
+from tunelab.lazy_console import LazyConsole
+from tunelab.node_flags import node_flags
 from tunelab.paths import PathNotAllowed
-from tunelab.runs_view import sparkline, when as _when
+from tunelab.queue_cli import queue_app
 from tunelab.text import printable
+
+if TYPE_CHECKING:
+    from tunelab.config import ConfigError, RunConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="tunelab: a local fine-tuning lab for LLMs.")
 app.add_typer(keys_app, name="keys")
 app.add_typer(queue_app, name="queue")
-console = Console()
-err_console = Console(stderr=True)
+# Handed to other modules as console.real(): rich's own code needs the Console itself.
+console = LazyConsole()
+err_console = LazyConsole(stderr=True)
+
+
+def _escaped(text: object) -> str:
+    """`text` printable and safe inside rich markup."""
+    from rich.markup import escape
+
+    return escape(printable(text))
+
 
 def _fail(code: int, message: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/] {escape(printable(message))}")
+    err_console.print(f"[red]error:[/] {_escaped(message)}")
     return typer.Exit(code)
 
 
 def _config_failure(exc: ConfigError) -> typer.Exit:
     for err in exc.errors:
-        err_console.print(f"[red]config error[/] [bold]{escape(printable(err.field))}[/]: {escape(printable(err.message))}")
+        err_console.print(f"[red]config error[/] [bold]{_escaped(err.field)}[/]: {_escaped(err.message)}")
     return typer.Exit(EXIT_BAD_CONFIG)
 
 
@@ -55,6 +63,8 @@ def _orchestrator():
 
 def _start_and_watch(orchestrator, start) -> int:
     """Start a run via `start()` and follow it in the foreground; returns the exit code."""
+    from tunelab.config import ConfigError
+    from tunelab.foreground import print_outcome, watch_run
     from tunelab.orchestrator import NotResumable, RunActive
 
     try:
@@ -65,8 +75,8 @@ def _start_and_watch(orchestrator, start) -> int:
         raise _fail(EXIT_BAD_CONFIG, f"{exc.field}: {exc}")
     except (RunActive, NotResumable) as exc:
         raise _fail(EXIT_ERROR, str(exc))
-    outcome = watch_run(orchestrator, run_id, console)
-    print_outcome(outcome, console)
+    outcome = watch_run(orchestrator, run_id, console.real())
+    print_outcome(outcome, console.real())
     orchestrator.shutdown()
     return outcome.exit_code
 
@@ -77,20 +87,22 @@ def _server_for(local: bool):
         return None
     from tunelab.remote_run import find_server
 
-    return find_server(lambda line: console.print(f"[dim]{escape(printable(line))}[/]"))
+    return find_server(lambda line: console.print(f"[dim]{_escaped(line)}[/]"))
 
 
 def _submit_and_watch(server, submit) -> int:
     """Start a run on `server` via `submit(remote)` and follow it; returns the exit code."""
+    from tunelab.config import ConfigError
+    from tunelab.foreground import print_outcome
     from tunelab.remote_run import RemoteRefused, submit_and_follow
 
     try:
-        outcome = submit_and_follow(server, console, submit)
+        outcome = submit_and_follow(server, console.real(), submit)
     except ConfigError as exc:
         raise _config_failure(exc)
     except RemoteRefused as exc:
         raise _fail(exc.exit_code, str(exc))
-    print_outcome(outcome, console)
+    print_outcome(outcome, console.real())
     return outcome.exit_code
 
 
@@ -116,6 +128,9 @@ def train(
     """Train in the foreground. Ctrl-C stops and saves; a second Ctrl-C cancels. With a
     server running on this home, the run goes to it (its warm worker starts at once).
     With --nnodes, run the same command on every machine with its own --node-rank."""
+    from tunelab.config import ConfigError
+    from tunelab.config_files import load_config_file
+
     flags = node_flags(num_gpus=num_gpus, num_processes=num_processes, nnodes=nnodes, node_rank=node_rank,
                        master_addr=master_addr, master_port=master_port, rdzv_endpoint=rdzv_endpoint,
                        join_timeout=join_timeout)
@@ -137,7 +152,7 @@ def _train_as_worker_node(cfg: RunConfig) -> int:
     from tunelab.worker_node import run_worker_node
 
     try:
-        code = run_worker_node(cfg, lambda line: console.print(f"[dim]{escape(printable(line))}[/]"))
+        code = run_worker_node(cfg, lambda line: console.print(f"[dim]{_escaped(line)}[/]"))
     except PathNotAllowed as exc:
         raise _fail(EXIT_BAD_CONFIG, f"{exc.field}: {exc}")
     if code != 0:
@@ -184,6 +199,10 @@ def runs(
 @app.command()
 def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--json")) -> None:
     """One run: status, config, final loss, loss sparkline, the last value of each extra metric and output folder."""
+    from rich.text import Text
+
+    from tunelab.layout import recorded_world_size, strategy_for
+    from tunelab.runs_view import sparkline, when as _when
     from tunelab.store import Store
 
     store = Store()
@@ -331,7 +350,7 @@ def eval_(
     raise typer.Exit(eval_command(run, dict(checkpoint=checkpoint, perplexity=perplexity, generations=generations,
                                             prompts_file=prompts, max_prompts=max_prompts, max_new_tokens=max_new_tokens,
                                             tasks=[t for t in (tasks or "").split(",") if t.strip()], task_path=task_path,
-                                            limit=limit), show, as_json, console, _fail))
+                                            limit=limit), show, as_json, console.real(), _fail))
 
 
 @app.command()
@@ -367,6 +386,10 @@ def token() -> None:
 @app.command()
 def fields() -> None:
     """Every run setting with its default and meaning."""
+    from rich.table import Table
+
+    from tunelab.config import RunConfig
+
     table = Table("field", "default", "meaning")
     for name, info in RunConfig.model_fields.items():
         default = "required" if info.is_required() else repr(info.get_default(call_default_factory=True))
@@ -389,11 +412,13 @@ def demo(
                                                   "or csm (a tiny Sesame CSM with its Mimi codec inside)."),
 ) -> None:
     """Fine-tune a built-in tiny model on generated sample data, offline, end to end."""
-    from tunelab.demo_cli import demo_rewards, demo_run_config, print_demo_evals
+    from tunelab.config import ConfigError
     from tunelab.demo import print_demo_summary
+    from tunelab.demo_cli import demo_rewards, demo_run_config, print_demo_evals
+    from tunelab.foreground import watch_run
 
     try:
-        cfg = demo_run_config(backend, steps, modality, method, tts_family, console)
+        cfg = demo_run_config(backend, steps, modality, method, tts_family, console.real())
     except ConfigError as exc:
         raise _config_failure(exc)
     orchestrator = _orchestrator()
@@ -401,11 +426,11 @@ def demo(
         run_id = orchestrator.start(cfg)
     except ConfigError as exc:
         raise _config_failure(exc)
-    outcome = watch_run(orchestrator, run_id, console)
+    outcome = watch_run(orchestrator, run_id, console.real())
     rewards = demo_rewards(method, orchestrator.store, run_id)
     orchestrator.shutdown()
-    print_demo_summary(outcome, console, rewards)
-    print_demo_evals(outcome, modality, console)
+    print_demo_summary(outcome, console.real(), rewards)
+    print_demo_evals(outcome, modality, console.real())
     raise typer.Exit(outcome.exit_code)
 
 

@@ -94,7 +94,9 @@ class NodesConfig(BaseModel):
 class RunConfig(BaseModel):
     """Everything one run needs. Field docs double as the CLI/API reference."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+    # defer_build: its validator is made by the first config parsed, not by every import
+    # (`tunelab serve` answers sooner; the API's StartRequest is built by FastAPI anyway).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False, defer_build=True)
 
     # --- model
     model_name: PathText = Field(min_length=1, description="Hub id (org/name) or a local model folder.")

@@ -22,12 +22,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.text import Text
 
+from tunelab.exit_codes import EXIT_BAD_CONFIG, EXIT_ERROR, EXIT_OK, EXIT_STOPPED  # noqa: F401 - also this module's interface
 from tunelab.progress_view import ProgressView
 from tunelab.text import printable
 
 from tunelab.orchestrator.watchdog import shutdown_grace_s
 
-EXIT_OK, EXIT_ERROR, EXIT_BAD_CONFIG, EXIT_STOPPED = 0, 1, 2, 130
 EXIT_BY_STATUS = {"completed": EXIT_OK, "stopped": EXIT_STOPPED, "error": EXIT_ERROR}
 
 

@@ -10,13 +10,12 @@ import sys
 import time
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from tunelab.lazy_console import LazyConsole
 from tunelab.keys import ROLES, KeyRefused, check_name, check_role, new_secret, secret_hash
 
 keys_app = typer.Typer(no_args_is_help=True, help="Named API keys with roles (admin, member, viewer) for a shared server.")
-console = Console()
+console = LazyConsole()
 
 
 def _store():
@@ -60,6 +59,8 @@ def list_keys() -> None:
     if not rows:
         print("no keys: the server accepts only its token (`tunelab token`); `tunelab keys create NAME --role member` adds one")
         return
+    from rich.table import Table
+
     table = Table("name", "role", "created", "revoked")
     for row in rows:
         revoked = row["revoked_at"]

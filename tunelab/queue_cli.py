@@ -18,18 +18,13 @@ import json
 import sys
 from typing import Any, Callable
 
-import httpx
 import typer
-from rich import box
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from tunelab.runs_view import when
+from tunelab.lazy_console import LazyConsole
 from tunelab.text import printable
 
 queue_app = typer.Typer(no_args_is_help=True, help="The runs waiting for devices: list, reorder, prioritise, cancel.")
-console = Console()
+console = LazyConsole()
 EXIT_REFUSED = 1
 
 
@@ -81,6 +76,8 @@ class HttpQueue:
     """The queue of the server running on this home."""
 
     def __init__(self, server: Any):
+        import httpx  # only here: every tunelab command imports this module
+
         headers = {"Authorization": f"Bearer {server.token}"} if server.token else {}
         self.client = httpx.Client(base_url=server.url, headers=headers, timeout=30.0)
         self.where = f"the server at {server.url}"
@@ -132,6 +129,8 @@ class StoreQueue:
 
 
 def _queue_and_close(work: Callable[[Any], Any]) -> Any:
+    import httpx
+
     server = _server()
     if server is not None:
         queue = HttpQueue(server)
@@ -158,8 +157,14 @@ def _run(work: Callable[[Any], Any]) -> Any:
         raise _refused(str(exc)) from None
 
 
-def queue_table(rows: list[dict[str, Any]]) -> Table:
-    """Position, run, owner, priority, requested devices and name of each queued run."""
+def queue_table(rows: list[dict[str, Any]]) -> Any:
+    """Position, run, owner, priority, requested devices and name of each queued run (a rich Table)."""
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    from tunelab.runs_view import when
+
     table = Table("position", "run", "owner", "priority", "devices", "name", "queued at",
                   box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for r in rows:

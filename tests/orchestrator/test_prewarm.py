@@ -137,6 +137,17 @@ def test_shutdown_ends_the_waiting_child(store):
     assert orch.prewarm_status() == {"enabled": True, "pid": None, "ready": False}
 
 
+def test_prewarm_later_waits_for_start_prewarm(store):
+    orch = Orchestrator(store, worker_target="warm_workers:reports_identity", prewarm=MARKER, prewarm_later=True)
+    try:
+        assert orch.prewarm_status() == {"enabled": True, "pid": None, "ready": False}  # nothing spawned yet
+        orch.start_prewarm()
+        warm = ready_pid(orch)
+    finally:
+        orch.shutdown()
+    assert gone(warm)
+
+
 PARENT_SCRIPT = textwrap.dedent("""
     import sys, time
     from tunelab import paths

@@ -1,11 +1,17 @@
-"""What the server does at start and while idle: orphaned runs closed, a small process,
-and a progress stream that opens with `retry:` and keeps the connection alive."""
+"""What the server does at start and while idle: orphaned runs closed, the prewarmed worker
+started once the app is ready to serve, a small process, and a progress stream that opens
+with `retry:` and keeps the connection alive."""
 
 from __future__ import annotations
 
+import time
+
 import psutil
+from fastapi.testclient import TestClient
 
 from sse_helpers import iter_sse
+from tunelab.orchestrator.prewarm import PREWARM_ENV
+from tunelab.server.app import create_app
 from tunelab.store import ORPHAN_MESSAGE, Store
 
 IDLE_RSS_LIMIT_MB = 150
@@ -27,6 +33,21 @@ def test_runs_left_running_by_a_previous_server_are_closed_at_start(start_server
     assert crashed_run["final_step"] == 2 and crashed_run["final_loss"] == 2.25
     assert crashed_run["can_resume"] is False  # no checkpoint on disk
     assert client.get(f"/api/runs/{cancelled}").json()["status"] == "stopped"
+
+
+def test_the_warm_worker_starts_with_the_lifespan_not_inside_create_app(home, monkeypatch):
+    # Its torch import would compete with the server's own start-up for the cores.
+    monkeypatch.delenv(PREWARM_ENV, raising=False)
+    app = create_app(prewarm=True, static_dir=None)
+    orchestrator = app.state.orchestrator
+    assert orchestrator.prewarm_status() == {"enabled": True, "pid": None, "ready": False}
+    with TestClient(app):
+        deadline = time.monotonic() + 60
+        while orchestrator.prewarm_status()["pid"] is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        warm = orchestrator.prewarm_status()["pid"]
+        assert warm is not None
+    assert not psutil.pid_exists(warm) or psutil.Process(warm).status() == psutil.STATUS_ZOMBIE  # ended with the server
 
 
 def test_idle_server_is_small(live_server):

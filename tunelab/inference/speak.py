@@ -21,7 +21,6 @@ from typing import Any, Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from tunelab import paths
-from tunelab.export.codec import codec_beside
 from tunelab.inference.devices import choose_device
 from tunelab.inference.settings import MAX_NEW_TOKENS_LIMIT, load_timeout_s, max_time_s
 from tunelab.inference.speak_csm import is_csm_target
@@ -54,6 +53,8 @@ def speak_run(store: Any, run_id: int, options: SpeakOptions, progress: Callable
         raise TargetInputError("text", "the text is only blanks; give the words to speak")
     target = resolve_target(store.get_run(run_id), run_id, options.checkpoint, speech=True)
     csm = is_csm_target(target.child_request())  # its Mimi codec is inside its weights
+    from tunelab.export.codec import codec_beside  # here: the export package is not the server's to load at start
+
     codec = None if csm else codec_beside(target.weights)
     if codec is None and not csm:  # found before a model loads
         raise TargetRefused(f"{target.weights} and its run folder hold no codec/ folder (the SNAC codec a TTS run saves "

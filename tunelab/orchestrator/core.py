@@ -52,10 +52,12 @@ log = logging.getLogger("tunelab.orchestrator")
 class Orchestrator(RunStarter, QueueRunner, RunStopper, RunReader):
     def __init__(self, store: Store, *, worker_target: str | Callable[..., Any] = DEFAULT_WORKER,
                  before_spawn: Callable[[], Any] | None = None, mp_context: str = "spawn",
-                 prewarm: bool | Sequence[str] | None = None, queueing: bool = True):
+                 prewarm: bool | Sequence[str] | None = None, prewarm_later: bool = False, queueing: bool = True):
         """`prewarm`: keep one worker with its heavy imports done, waiting for the next run
         (see prewarm.py). True preloads the default backend's libraries, a list of module
         names preloads those, None follows TUNELAB_PREWARM (off when unset).
+        `prewarm_later`: the first warm worker waits for `start_prewarm()` (a server calls
+        it once it is ready to answer, so the worker's imports do not compete with its own).
         `queueing`: queue starts whose devices are busy and run the history's queue (a
         server); False refuses them instead and leaves the queue alone (the CLI's own run)."""
         if mp_context == "fork":
@@ -82,12 +84,19 @@ class Orchestrator(RunStarter, QueueRunner, RunStopper, RunReader):
         if prewarm_wanted(False) if prewarm is None else prewarm:
             modules = None if prewarm is None or prewarm is True else list(prewarm)
             self._warm = WarmWorkers(self._mp, auto_gpu_env, modules)
-            self._warm.refill()
+            if not prewarm_later:
+                self._warm.refill()
         self._wake = threading.Event()
         self._scheduler: threading.Thread | None = None
         if queueing:  # its first pass picks up what a previous server life left queued
             self._scheduler = threading.Thread(target=self._schedule_loop, name="tunelab-scheduler", daemon=True)
             self._scheduler.start()
+
+    def start_prewarm(self) -> None:
+        """Start the first warm worker now (in the background), if prewarming is on. Not
+        while a run trains (one the queue started first): its end starts one, as always."""
+        if self._warm is not None and not self._live_runs():
+            self._warm.refill()
 
     # --- devices held ------------------------------------------------------------------
     def _live_runs(self) -> list[ActiveRun]:

@@ -11,13 +11,13 @@ says why. A Ray cluster's or the mlx backend's devices are not this machine's to
 from __future__ import annotations
 
 import logging
-
-import psutil
+from typing import TYPE_CHECKING
 
 from tunelab import hardware
 from tunelab.config import RunConfig
-from tunelab.memory_fit import Budget, check_fit, checkpointing_off
-from tunelab.memory_plan import EstimateUnavailable, read_model_config, settings_for, shape_from_config
+
+if TYPE_CHECKING:
+    from tunelab.memory_fit import Budget
 
 log = logging.getLogger("tunelab.orchestrator")
 
@@ -25,6 +25,11 @@ log = logging.getLogger("tunelab.orchestrator")
 def budget_for(chosen: list[hardware.Gpu], processes: int) -> Budget | None:
     """One device's budget: the least free GPU among `chosen`, else this machine's RAM
     shared by `processes` CPU processes; None when a GPU's free memory is unknown (MIG)."""
+    # Imported at the first start, not with the orchestrator: a server's start-up does not need them.
+    import psutil
+
+    from tunelab.memory_fit import Budget
+
     if chosen:
         if any(g.free_mb is None for g in chosen):
             return None
@@ -44,6 +49,9 @@ def fit_memory(cfg: RunConfig, chosen: list[hardware.Gpu], world_size: int, proc
     it) and the notes for its events; ConfigError when it cannot fit."""
     if cfg.memory_fit == "off" or cfg.resolved_backend != "torch" or cfg.ray_address:
         return cfg, ()
+    from tunelab.memory_fit import check_fit, checkpointing_off
+    from tunelab.memory_plan import EstimateUnavailable, read_model_config, settings_for, shape_from_config
+
     try:
         shape = shape_from_config(read_model_config(cfg.model_name))
     except EstimateUnavailable as exc:

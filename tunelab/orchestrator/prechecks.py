@@ -16,8 +16,6 @@ import importlib.util
 import json
 import os
 import threading
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from tunelab.config import ConfigError, FieldError, RunConfig
@@ -161,6 +159,9 @@ def _in_hub_cache(repo_id: str) -> bool:
 
 def hub_reachable(timeout: float = HUB_TIMEOUT_S) -> bool:
     """True when the hub answers a HEAD request (any HTTP status) within `timeout`."""
+    import urllib.error  # here: only a start from the hub asks, and the server's start-up need not pay
+    import urllib.request
+
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     answered = threading.Event()
 

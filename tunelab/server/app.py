@@ -39,7 +39,7 @@ from tunelab.server import (roles, routes_chat, routes_datasets, routes_eval, ro
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.guards import RequestGuard
-from tunelab.server.schemas import Health
+from tunelab.server.schemas import Health, error_schemas
 from tunelab.store import Store
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -102,7 +102,7 @@ def create_app(
     store and orchestrator; pass your own to share them (you then shut them down).
     `home` sets TUNELAB_HOME for this process, and so for the workers it spawns.
     `prewarm` keeps a worker with its imports done for the next run (an owned
-    orchestrator only; TUNELAB_PREWARM=0/1 overrides it). `allow_remote_code` and
+    orchestrator only, from the lifespan's start on; TUNELAB_PREWARM=0/1 overrides it). `allow_remote_code` and
     `allow_output_anywhere` let API callers set trust_remote_code and
     allow_output_outside_root; `allow_ray`, ray_address; `allow_multi_node`, nodes; `allow_reward_code`, a python reward. `allowed_hosts`: the Host names answered (None: any;
     `serve` passes loopback names for a loopback bind)."""
@@ -121,11 +121,15 @@ def create_app(
         locks = paths.locks_dir(store.path)
         store.close_orphans(latest_valid_checkpoint, lambda lock: owner_is_alive(locks, lock),
                             host=socket.gethostname())
-        orchestrator = Orchestrator(store, prewarm=prewarm_wanted(prewarm), before_spawn=inference.unload_gpu,
-                                    **_worker_target_override())
+        # The warm worker's torch import would take a core from the server's own start-up:
+        # it starts once the server is ready to answer (the lifespan's start).
+        orchestrator = Orchestrator(store, prewarm=prewarm_wanted(prewarm), prewarm_later=True,
+                                    before_spawn=inference.unload_gpu, **_worker_target_override())
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if owns_orchestrator:
+            orchestrator.start_prewarm()
         yield
         await asyncio.to_thread(inference.close)
         if owns_orchestrator:
@@ -240,7 +244,10 @@ def _document_bearer_auth(app: FastAPI) -> None:
         if app.openapi_schema is not None:
             return app.openapi_schema
         schema = build_schema()
-        schema.setdefault("components", {})["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        components = schema.setdefault("components", {})
+        # The error shape every route refers to (see schemas.error_responses), in FastAPI's sorted order.
+        components["schemas"] = dict(sorted({**error_schemas(), **components.get("schemas", {})}.items()))
+        components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
         for path, operations in schema.get("paths", {}).items():
             if path in PUBLIC_PATHS:
                 continue

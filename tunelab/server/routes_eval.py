@@ -19,7 +19,7 @@ from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, Field
 
 from tunelab.store.evals import list_evals
-from tunelab.evaluate.runner import EvalFailed, EvalInputError, EvalNotFound, EvalOptions, EvalRefused, run_eval
+from tunelab.evaluate.options import EvalFailed, EvalInputError, EvalNotFound, EvalOptions, EvalRefused
 from tunelab.server.roles import caller_of
 from tunelab.server.errors import ApiError
 from tunelab.server.schemas import error_responses
@@ -65,6 +65,8 @@ def evaluate(request: Request, run_id: RunId, body: EvalOptions | None = None) -
                   role=caller_of(request).role)
     if not _one_eval_at_a_time.acquire(blocking=False):
         raise ApiError(409, "eval_running", "another evaluation is running; try again when it has finished")
+    from tunelab.evaluate.runner import run_eval  # the runner comes with the first evaluation, not the server's start
+
     try:
         records = run_eval(store, run_id, body, confined=True)
     except EvalNotFound:

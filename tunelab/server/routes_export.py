@@ -15,7 +15,6 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from tunelab.export import ExportFailed, ExportInputError, ExportRefused, export_run
 from tunelab.server.errors import ApiError
 from tunelab.server.roles import caller_of
 from tunelab.server.schemas import error_responses
@@ -58,6 +57,9 @@ class ExportAnswer(BaseModel):
 def export(request: Request, run_id: RunId, body: ExportRequest | None = None) -> ExportAnswer:
     """Export a completed run (or a stopped run's checkpoint). Blocks until the export is
     written; merging a large model can take minutes."""
+    # The exporter is imported by the first export, not with the server (its start-up is timed).
+    from tunelab.export import ExportFailed, ExportInputError, ExportRefused, export_run
+
     body = body or ExportRequest()
     run = request.app.state.store.get_run(run_id)
     if run is not None and body.format != "adapter":

@@ -17,8 +17,6 @@ from pydantic import BaseModel, Field
 
 from tunelab import hardware, layout, paths
 from tunelab.config import ConfigError, parse_config
-from tunelab.memory_fit import check_fit
-from tunelab.memory_plan import EstimateUnavailable, estimate, read_model_config, settings_for, shape_from_config
 from tunelab.orchestrator.gpus import choose_gpus
 from tunelab.orchestrator.memory_check import budget_for
 from tunelab.server.schemas import error_responses
@@ -59,6 +57,9 @@ class MemoryEstimate(BaseModel):
 @router.post("/estimate", response_model=MemoryEstimate, responses=error_responses(422))
 def memory_estimate(body: dict[str, Any] = Body(description="A run's settings, as /api/train/start takes them.")) -> MemoryEstimate:
     """Peak memory per device for these settings, term by term, and whether it fits here."""
+    from tunelab.memory_fit import check_fit  # with the estimator: on first use, not at the server's start
+    from tunelab.memory_plan import EstimateUnavailable, estimate, read_model_config, settings_for, shape_from_config
+
     data = dict(body)
     if not (data.get("dataset") or data.get("local_datasets") or data.get("s3")):
         data["dataset"] = NO_DATA
