@@ -56,20 +56,7 @@ def idle_memory(cli: str, prewarm: bool) -> tuple[float, dict[str, float], list[
         server.stop()
 
 
-def bytecode_like_an_install() -> None:
-    """Write tunelab's bytecode before the clock runs, as pip does when it installs a
-    package. Without it, under PYTHONDONTWRITEBYTECODE (set on the machines these benches
-    run on) every launch compiles each module edited since its .pyc was last written, a
-    cost no installed copy pays."""
-    import compileall
-
-    import tunelab
-
-    compileall.compile_dir(str(Path(tunelab.__file__).parent), quiet=1)
-
-
 def measure(quick: bool) -> list[Result]:
-    bytecode_like_an_install()
     reps = 2 if quick else 4
     cli = shutil.which("tunelab", path=str(Path(sys.executable).parent)) or "tunelab"
     answers, memory, cold, heavy = [], [], [], []

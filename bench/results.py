@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import bytecode
 from sidebyside import Spread
 
 
@@ -70,6 +71,7 @@ def standalone(name: str, measure: Callable[[bool], list[Result]], unmet_notes: 
     parser.add_argument("--quick", action="store_true", help="fewer steps and repetitions")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
+    bytecode.like_an_install()
     started = time.monotonic()
     results = measure(args.quick)
     for result in results:
