@@ -21,6 +21,7 @@ from multiprocessing.context import BaseContext
 from typing import Any, Callable
 
 from tunelab import events as ev
+from tunelab.orchestrator.bare_main import main_not_rerun
 
 DEFAULT_WORKER = "tunelab.worker.entry:run_worker"
 # How long a terminated worker gets to exit before it is killed.
@@ -103,7 +104,8 @@ def spawn_worker(mp_context: BaseContext, target: str, payload: dict[str, Any], 
     stops = mp_context.Queue()
     # Not a daemon: daemonic processes may not have children (data loaders do).
     process = mp_context.Process(target=child_main, args=(target, env, payload, events, stops), name=name)
-    process.start()
+    with main_not_rerun(target):  # the worker needs nothing from the parent's script (bare_main.py)
+        process.start()
     # The parent never writes events. Closing its copy of the pipe's write end means a
     # worker killed halfway through writing a message shows up as end-of-file for the
     # reader, instead of a read that waits forever for bytes no one will send.
