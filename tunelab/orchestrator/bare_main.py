@@ -13,11 +13,15 @@ main read as such while a child starts, unless the target itself lives in the sc
 from __future__ import annotations
 
 import sys
+import threading
 from contextlib import contextmanager
 from importlib.machinery import ModuleSpec
 from typing import Iterator
 
 _MISSING = object()
+# Two threads starting children at once (a run and the prewarm's refill) must not restore
+# each other's swapped spec: one swap at a time.
+_SWAP = threading.Lock()
 
 
 @contextmanager
@@ -28,13 +32,14 @@ def main_not_rerun(target: str) -> Iterator[None]:
     if main is None or target.partition(":")[0] in ("__main__", "__mp_main__"):
         yield
         return
-    before = main.__dict__.get("__spec__", _MISSING)
-    # multiprocessing.spawn skips a main whose spec is named "__main__" (or "pkg.__main__").
-    main.__spec__ = ModuleSpec("__main__", None)
-    try:
-        yield
-    finally:
-        if before is _MISSING:
-            del main.__spec__
-        else:
-            main.__spec__ = before
+    with _SWAP:
+        before = main.__dict__.get("__spec__", _MISSING)
+        # multiprocessing.spawn skips a main whose spec is named "__main__" (or "pkg.__main__").
+        main.__spec__ = ModuleSpec("__main__", None)
+        try:
+            yield
+        finally:
+            if before is _MISSING:
+                del main.__spec__
+            else:
+                main.__spec__ = before

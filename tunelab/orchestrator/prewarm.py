@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from typing import Any, Callable, Sequence
 
+from tunelab.orchestrator.bare_main import main_not_rerun
 from tunelab.orchestrator.child import TERMINATE_WAIT_S, WorkerHandle, child_main, hide_server_secrets
 
 log = logging.getLogger("tunelab.orchestrator")
@@ -194,7 +195,8 @@ class WarmWorkers:
         snapshot = dict(os.environ)
         process = self._mp.Process(target=warm_child_main, args=(env, self._modules, child_end, events, stops),
                                    name="tunelab-worker-warm")
-        process.start()
+        with main_not_rerun(f"{__name__}:warm_child_main"):  # as for any worker (bare_main.py)
+            process.start()
         child_end.close()
         # As in spawn_worker: the parent never writes events, and must see EOF if the
         # worker dies mid-message; the stop queue's feeder must not hold up our exit.

@@ -101,7 +101,7 @@ def _tokenize(rows: Any, fmt: str, tokenizer: Any, config: dict[str, Any], what:
     with tokenizer_threads.all_cores():
         tokenized = rows.map(tokenize, batched=True, batch_size=TOKENIZE_BATCH_ROWS, remove_columns=rows.column_names,
                              desc=f"Tokenizing {what} data")
-    counts = tokenized["trained_tokens"]
+    counts = tokenized["trained_tokens"][:]  # a list at once: iterating the column reads it row by row (~0.7 s for 10,000)
     unlabelled = sum(1 for n in counts if n == 0)
     if counts and unlabelled > MAX_UNLABELLED_SHARE * len(counts):
         raise DataFormatError(
