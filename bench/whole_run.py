@@ -301,7 +301,7 @@ def summarize(job: Job, runs: dict[str, list[dict[str, Any]]], profile: dict[str
 
 
 # Shown only when a run misses 0.5x: where the time goes, from the phases above.
-UNMET_NOTE = "0.514 at 30 steps; 0.435 at 10 steps (`--quick`, measured this stop). The fixed costs are down to what every tool pays (interpreter start and imports, ~10 s), with tokenizing and set-up overlapping the model's load and the export in the training process; what is left is the steps: tunelab's 29 steps took 12.8 s against LLaMA-Factory's 23.2 s (0.55), so the more steps a job has, the nearer the ratio comes to 0.55. Next: start the tokenizing before the model family is detected (the profile still waits 4.7 s for it after the load), and the step ratio itself."
+UNMET_NOTE = "About 1.7 s short at 30 steps. tunelab's steps take 0.55 of LLaMA-Factory's time and its export 1.2 s against 12.9 s; what is left is the worker's start: importing torch, transformers, PEFT and TRL and loading the model took 13.1 s in the profile run, against 10.0 s for LLaMA-Factory's whole import of the same libraries. The tokenizing thread renders each chat template in Python, so it competes with those imports for the interpreter lock. Tried on 2026-12-02: the spawned worker no longer re-runs the `tunelab` console script (the whole CLI, 0.6-1.8 s) and reads the trained-token counts in one call (0.7 s -> 1 ms), both landed; tokenizing at the worker's very start, before torch is imported, on a thread (not landed: with both cores busy the model load grew by as much as the wait for the tokens shrank, since both threads need the one lock). Next: tokenize in a separate process, so the second core does it while the first imports."
 
 
 def median_phases(rs: list[dict[str, Any]]) -> dict[str, float]:
