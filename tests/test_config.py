@@ -43,6 +43,8 @@ def errors_of(**overrides):
         ({"export_after": "adapter", "training_type": "full"}, "export_after", "set export_after=merged"),
         ({"export_after": "merged", "backend": "mlx"}, "export_after", "backend=torch"),
         ({"export_after": "merged", "format": "pairs"}, "export_after", "sentence-transformers"),
+        ({"s3": {"bucket": "b", "access_key_id": "AKIA1"}}, "s3", "secret_access_key is not: give both"),
+        ({"s3": {"bucket": "b", "secret_access_key": "s"}}, "s3", "access_key_id is not: give both"),
     ],
 )
 def test_bad_config_names_field_and_fix(overrides, field, words):

@@ -75,6 +75,17 @@ class S3Source(BaseModel):
     secret_access_key: Secret | None = None
     session_token: Secret | None = None
 
+    @model_validator(mode="after")
+    def _keys_in_pairs(self) -> "S3Source":
+        # One half of a key pair would make boto3 refuse to build a client at all, deep in
+        # the worker; say here which half is missing.
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            given, missing = (("access_key_id", "secret_access_key") if self.secret_access_key is None
+                              else ("secret_access_key", "access_key_id"))
+            raise ValueError(f"{given} is set but {missing} is not: give both, or neither to use the machine's "
+                             "own AWS credentials")
+        return self
+
 
 class NodesConfig(BaseModel):
     """Several machines without a cluster manager: torchrun's own multi-node settings.

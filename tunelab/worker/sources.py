@@ -180,14 +180,15 @@ def download_s3_prefix(s3: dict[str, Any], folder: Path) -> list[Path]:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    client = boto3.client(
-        "s3", region_name=s3.get("region"), endpoint_url=s3.get("endpoint_url"),
-        aws_access_key_id=s3.get("access_key_id"), aws_secret_access_key=s3.get("secret_access_key"),
-        aws_session_token=s3.get("session_token"),
-    )
     bucket, prefix = s3["bucket"], s3.get("prefix") or ""
     fetched, skipped = [], []
     try:
+        # Inside the try: building the client can refuse the settings too (credentials, region).
+        client = boto3.client(
+            "s3", region_name=s3.get("region"), endpoint_url=s3.get("endpoint_url"),
+            aws_access_key_id=s3.get("access_key_id"), aws_secret_access_key=s3.get("secret_access_key"),
+            aws_session_token=s3.get("session_token"),
+        )
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             for obj in page.get("Contents", []):
                 key = obj["Key"]
