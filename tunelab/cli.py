@@ -4,7 +4,7 @@ Bad input exits with code 2 and a message naming the field — never a traceback
 Heavy libraries are never imported here; training happens in a child process.
 Each command imports what it alone uses (rich, the config, the orchestrator, httpx) inside
 itself: every command pays for this module's imports, and `tunelab serve` must answer soon
-after its launch (a prewarmed worker imports this module again, as its `__mp_main__`).
+after its launch.
 """
 
 from __future__ import annotations
