@@ -172,13 +172,28 @@ def test_the_stopping_notice_lasts_exactly_as_long_as_the_stop(server, open_page
     page.get_by_role("button", name="Start training").click()
     expect(page.locator("#run-phase")).to_have_text("training", timeout=RUN_START_MS)
     wait_points(page, 3)
+    # A stop of the tiny model can end within a poll of `expect`, so the page itself
+    # records the notice's life: whether it came, and what the run's phase read when it
+    # went (observers run once the page's own change is complete).
+    page.evaluate("""() => {
+        window.stopNotice = { came: false, wentAtPhase: null };
+        const isIt = (node) => node.textContent.includes("Stopping at the next step");
+        new MutationObserver((changes) => {
+            for (const change of changes) {
+                if ([...change.addedNodes].some(isIt)) window.stopNotice.came = true;
+                if ([...change.removedNodes].some(isIt)) {
+                    window.stopNotice.wentAtPhase = document.getElementById("run-phase").textContent;
+                }
+            }
+        }).observe(document.getElementById("notices"), { childList: true });
+    }""")
 
     page.get_by_role("button", name="Stop…").click()
-    page.get_by_role("dialog", name="Stop this run?").get_by_role("button", name="Stop and save").click()
-    stopping = page.locator("#notices .notice", has_text="Stopping at the next step")
-    expect(stopping).to_be_visible()
     page.clock.pause_at(page.evaluate("Date.now()") / 1000 + 1)
     # The stream's `complete` event brings the end; no timer of the page runs from here on.
+    page.get_by_role("dialog", name="Stop this run?").get_by_role("button", name="Stop and save").click()
     expect(page.locator("#run-phase")).to_have_text("stopped", timeout=RUN_START_MS)
+    stopping = page.locator("#notices .notice", has_text="Stopping at the next step")
     expect(stopping).to_have_count(0)
+    assert page.evaluate("window.stopNotice") == {"came": True, "wentAtPhase": "stopped"}
     page.clock.resume()

@@ -287,8 +287,12 @@ export class RunPanel {
       try {
         await api.stop(choice === "save", this.runId);
         this.#endStopNotice();
-        const message = choice === "save" ? "Stopping at the next step and saving a checkpoint…" : "Cancelling the run…";
-        this.dismissStopNotice = notify(message, "info", { sticky: true });
+        // A quick stop can end before this answer arrives: the stream has then said
+        // so already, and a sticky notice raised now would outlive the run for good.
+        if (this.running) {
+          const message = choice === "save" ? "Stopping at the next step and saving a checkpoint…" : "Cancelling the run…";
+          this.dismissStopNotice = notify(message, "info", { sticky: true });
+        }
       } catch (err) {
         notify(`Stop refused: ${err.message}`, "error");
       }
