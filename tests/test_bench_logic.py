@@ -215,3 +215,16 @@ def test_the_gpu_bench_checkpoints_as_tunelab_would_on_that_gpu(tmp_path, monkey
         assert on is expected, why
         assert ("trains without it" in why) is (not expected)
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
+
+
+def test_a_missed_whole_run_says_its_shortfall_in_its_own_figures():
+    """The note under a missed 0.5x is computed from the run it follows, not a past run's."""
+    from whole_run import shortfall_note
+
+    train, export = "train (steps 2..N)", "export (merge + save)"
+    note = shortfall_note(0.52, 30, 60.0, {train: 12.0, export: 1.5}, {train: 20.0, export: 11.0, "import": 9.0},
+                          {"import transformers + load model": 11.3})
+    assert note.startswith("About 1.2 s short at 30 steps")
+    assert "LLaMA-Factory's median 60.0 s" in note
+    assert "steps take 0.60 of" in note and "export 1.5 s against 11.0 s" in note
+    assert "took 11.3 s in the profile run, against 9.0 s" in note
