@@ -196,19 +196,20 @@ def browser():
 
 @pytest.fixture
 def open_page(browser, server: LiveServer):
-    """Open the page as `tunelab serve`'s link does; JavaScript errors fail the test."""
+    """Open the page as `tunelab serve`'s link does (with the server's token, or `token`:
+    an API key's secret); JavaScript errors fail the test."""
     contexts = []
     errors: list[str] = []
 
     def opener(width: int = 1280, height: int = 900, color_scheme: str = "light", with_token: bool = True,
-               base_url: str | None = None):
+               base_url: str | None = None, token: str | None = None):
         context = browser.new_context(viewport={"width": width, "height": height}, color_scheme=color_scheme,
                                       accept_downloads=True)
         contexts.append(context)
         page = context.new_page()
         page.set_default_timeout(30_000)
         page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.goto((base_url or server.url) + (f"#token={server.token}" if with_token else ""))
+        page.goto((base_url or server.url) + (f"#token={token or server.token}" if with_token else ""))
         return page
 
     yield opener

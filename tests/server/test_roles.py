@@ -30,6 +30,7 @@ RUN = "{run_id}"
 # (method, path): (status for token, admin, alice (owner), bob (other member), viewer, revoked key)
 TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("GET", "/api/health"): (200, 200, 200, 200, 200, 200),
+    ("GET", "/api/me"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/inference"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/runs"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/runs/{run_id}"): (200, 200, 200, 200, 200, 401),
@@ -132,6 +133,10 @@ def test_every_caller_gets_its_expected_status_on_every_route(start_server, demo
             elif status == 403:
                 assert str(run_id) in response.text if caller == "bob" else "viewer" in response.text, response.text
     assert wrong == [], "\n".join(wrong)
+    # Who each caller is, as the page learns it: a key's own name, role and run owner.
+    assert clients["token"].get("/api/me").json() == {"name": "local", "role": "admin", "owner": None}
+    for caller in ("admin", "alice", "viewer"):
+        assert clients[caller].get("/api/me").json() == {"name": caller, "role": KEY_ROLES[caller], "owner": caller}
     assert (store_row := Store(home / "tunelab.db").get_run(run_id))["status"] == "running"
     assert store_row["owner"] == "alice" and "owner" not in store_row["config"]
 

@@ -33,9 +33,9 @@ from tunelab.orchestrator import Orchestrator
 from tunelab.orchestrator.ownership import owner_is_alive
 from tunelab.inference.host import InferenceHost
 from tunelab.orchestrator.prewarm import prewarm_wanted
-from tunelab.server import (roles, routes_chat, routes_datasets, routes_eval, routes_export, routes_inference, routes_memory,
-                            routes_models, routes_queue, routes_run_live, routes_runs, routes_samples, routes_speak,
-                            routes_train)
+from tunelab.server import (roles, routes_chat, routes_datasets, routes_eval, routes_export, routes_inference, routes_me,
+                            routes_memory, routes_models, routes_queue, routes_run_live, routes_runs, routes_samples,
+                            routes_speak, routes_train)
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.guards import RequestGuard
@@ -175,6 +175,7 @@ def create_app(
     app.include_router(routes_eval.router)
     app.include_router(routes_speak.router)
     app.include_router(routes_models.router)
+    app.include_router(routes_me.router)
     app.include_router(routes_chat.router)
     app.include_router(routes_inference.router)
     app.include_router(routes_inference.status_router)

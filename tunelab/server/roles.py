@@ -36,6 +36,7 @@ ALLOWED_ROLES = {PUBLIC: ("admin", "member", "viewer"), READ: ("admin", "member"
                  USE: ("admin", "member"), OWN_RUN: ("admin", "member"), OWN_ACTIVE: ("admin", "member")}
 RULES: dict[tuple[str, str], str] = {
     ("GET", "/api/health"): PUBLIC,
+    ("GET", "/api/me"): READ,  # who the caller is: the page offers only what its role may do
     ("POST", "/api/train/start"): USE,
     ("POST", "/api/train/stop"): OWN_ACTIVE,
     ("POST", "/api/train/reset"): OWN_ACTIVE,

@@ -93,6 +93,7 @@ export function newRequestId() {
 }
 
 export const api = {
+  me: () => request("GET", "/api/me"),
   status: () => request("GET", "/api/train/status"),
   metrics: () => request("GET", "/api/train/metrics"),
   start: (config, startRequestId) => request("POST", "/api/train/start", { ...config, start_request_id: startRequestId }),

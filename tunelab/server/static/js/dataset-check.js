@@ -7,6 +7,7 @@
 
 import { api } from "./api.js";
 import { el } from "./dom.js";
+import { cannotUse, guard } from "./rights.js";
 
 // The fields the preview route takes (DatasetPreviewRequest in tunelab/server/schemas.py).
 const PREVIEW_FIELDS = [
@@ -38,7 +39,7 @@ export function setUpDatasetCheck(configForm) {
       out.replaceChildren(el("p", "preview-error", `Cannot read the dataset: ${err.message}`));
       if (err.fields.length) configForm.showErrors(err.fields);
     } finally {
-      button.disabled = false;
+      guard(button, cannotUse());
     }
   });
 }

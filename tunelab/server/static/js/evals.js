@@ -9,6 +9,7 @@ import { request } from "./api.js";
 import { fmtNumber, fmtTime } from "./format.js";
 import { notify } from "./notice.js";
 import { el } from "./dom.js";
+import { cannotUse, guard } from "./rights.js";
 
 const path = (id) => `/api/runs/${encodeURIComponent(id)}`;
 
@@ -100,6 +101,7 @@ export function evalSection(run, name) {
   const button = el("button", "secondary", "Evaluate");
   button.type = "button";
   button.setAttribute("aria-label", `Evaluate ${name}`);
+  guard(button, cannotUse());
   button.addEventListener("click", async () => {
     button.disabled = true;
     button.textContent = "Evaluating…";
@@ -111,7 +113,7 @@ export function evalSection(run, name) {
     } catch (err) {
       notify(`Cannot evaluate ${name}: ${err.message}`, "error");
     } finally {
-      button.disabled = false;
+      guard(button, cannotUse());
       button.textContent = "Evaluate";
     }
   });

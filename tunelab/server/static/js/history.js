@@ -11,6 +11,7 @@ import { api } from "./api.js";
 import { evalSection } from "./evals.js";
 import { fmtDuration, fmtInt, fmtNumber, fmtTime, sparkline } from "./format.js";
 import { notify } from "./notice.js";
+import { cannotManage, guard } from "./rights.js";
 import { speakSection } from "./speak.js";
 import { button, el } from "./dom.js";
 
@@ -126,9 +127,12 @@ export class HistoryPanel {
     const spark = el("div", "run-spark");
     spark.append(sparkline(run.loss_sparkline, { label: `${name} loss` }));
 
+    // Rename, resume, export and delete are its owner's (or an admin's): disabled for others, saying why.
+    const refused = cannotManage(run);
+    const owned = (node) => guard(node, refused);
     const actions = el("div", "run-actions");
-    actions.append(button("Rename", "quiet", `Rename ${name}`, () => this.#rename(run)));
-    if (run.can_resume) actions.append(button("Resume", "secondary", `Resume ${name}`, () => this.#resume(run)));
+    actions.append(owned(button("Rename", "quiet", `Rename ${name}`, () => this.#rename(run))));
+    if (run.can_resume) actions.append(owned(button("Resume", "secondary", `Resume ${name}`, () => this.#resume(run))));
     // A text-to-speech run answers with audio: Speak takes the place of Chat (and of Evaluate, which reads text).
     const speaks = hasWeights(run) && run.modality === "tts";
     const speech = speaks ? speakSection(run, name) : null;
@@ -139,12 +143,12 @@ export class HistoryPanel {
         actions.append(button("Chat", "secondary", `Chat with ${name}`, () => this.onChat(run, false)));
         actions.append(button("Compare with base", "quiet", `Compare ${name} with its base`, () => this.onChat(run, true)));
       }
-      actions.append(button("Export", "quiet", `Export ${name}`, () => this.onExport(run)));
+      actions.append(owned(button("Export", "quiet", `Export ${name}`, () => this.onExport(run))));
     }
     // Evaluation loads the weights as chat does, so it is offered to the same runs.
     const evals = hasWeights(run) && !speaks && !NO_CHAT_MODALITIES.has(run.modality) ? evalSection(run, name) : null;
     if (evals) actions.append(evals.button);
-    actions.append(button("Delete", "quiet danger-text", `Delete ${name}`, () => this.#delete(run)));
+    actions.append(owned(button("Delete", "quiet danger-text", `Delete ${name}`, () => this.#delete(run))));
 
     item.append(pick, title, badge, facts, spark, actions);
     if (evals) item.append(evals.details);

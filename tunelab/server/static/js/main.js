@@ -16,7 +16,9 @@ import { loadModelPicker } from "./model-picker.js";
 import { notify } from "./notice.js";
 import { PlaygroundPanel } from "./playground.js";
 import { QueuePanel } from "./queue-panel.js";
+import { cannotUse, guard } from "./rights.js";
 import { RunPanel } from "./run-panel.js";
+import { signIn } from "./signed-in.js";
 import { setUpTheme } from "./theme.js";
 
 const $ = (id) => document.getElementById(id);
@@ -97,6 +99,7 @@ function setUpStart() {
   let pending = null;
   $("config-form").addEventListener("submit", async (event) => {
     event.preventDefault();
+    if (cannotUse()) return;  // a key that only reads: Start is disabled, saying why
     const { config, errors } = configForm.read();
     if (errors.length) {
       configForm.showErrors(errors);
@@ -120,7 +123,7 @@ function setUpStart() {
       if (err.status === 422 && err.fields.length) configForm.showErrors(err.fields);
       else if (err.status !== 401) notify(`Not started: ${err.message}`, "error");
     } finally {
-      button.disabled = false;
+      guard(button, cannotUse());
     }
   });
 }
@@ -149,7 +152,10 @@ function setUpToken() {
   else ask("This page needs the server's API token. `tunelab serve` prints a link that carries it; `tunelab token` prints the token itself.");
 }
 
-function load() {
+/** Who is signed in first: the panels offer only what that role may do. */
+async function load() {
+  if (!(await signIn())) return;  // the token was refused: the token dialog asks again
+  for (const id of ["start-run", "check-dataset", "chat-send"]) guard($(id), cannotUse());
   runPanel.start();
   queuePanel.start();
   history.refresh();

@@ -13,6 +13,7 @@ import { streamChat } from "./chat-stream.js";
 import { runName } from "./history.js";
 import { notify } from "./notice.js";
 import { el } from "./dom.js";
+import { cannotUse, guard } from "./rights.js";
 
 const $ = (id) => document.getElementById(id);
 // [input id, request field, label, lowest, highest, whole number?]; bounds as the server checks them.
@@ -129,7 +130,8 @@ export class PlaygroundPanel {
 
   async #send() {
     const text = $("chat-input").value.trim();
-    if (!text || this.controller || !this.target) return;
+    // Enter submits the form itself, past the disabled Send of a key that only reads.
+    if (!text || this.controller || !this.target || cannotUse()) return;
     const sampling = this.#sampling();
     if (!sampling) return;
     const system = $("chat-system").value.trim();
@@ -181,7 +183,7 @@ export class PlaygroundPanel {
   }
 
   #busy(busy) {
-    $("chat-send").disabled = busy;
+    guard($("chat-send"), cannotUse(), busy);
     $("chat-stop").disabled = !busy;
   }
 }

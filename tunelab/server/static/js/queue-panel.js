@@ -12,6 +12,7 @@
 import { request } from "./api.js";
 import { fmtInt, fmtTime } from "./format.js";
 import { notify } from "./notice.js";
+import { cannotManage, cannotPrioritise, cannotSwap, guard } from "./rights.js";
 import { button, el } from "./dom.js";
 
 const POLL_MS = 2000;
@@ -98,8 +99,9 @@ export class QueuePanel {
     const facts = this.#facts([["Owner", run.owner || "–"], ["Devices", (run.devices || []).join(", ") || "–"],
       ["Step", steps], ["Started", fmtTime(run.started_at)]]);
     const actions = el("div", "run-actions");
-    actions.append(button("Stop", "danger", `Stop ${nameOf(run)}`, () => this.#act(
-      () => queueApi.stop(run.id, true), `Stopping ${nameOf(run)} at its next step; its checkpoint is kept.`)));
+    actions.append(guard(button("Stop", "danger", `Stop ${nameOf(run)}`, () => this.#act(
+      () => queueApi.stop(run.id, true), `Stopping ${nameOf(run)} at its next step; its checkpoint is kept.`)),
+    cannotManage(run)));
     item.append(el("span", "queue-mark", "▶"), title, badge, facts, progress, actions);
     return item;
   }
@@ -118,10 +120,10 @@ export class QueuePanel {
     // The server keeps priority first: a run moves only among the runs of its own priority.
     const up = button("Move up", "quiet", `Move ${name} up`, () => this.#act(
       () => queueApi.change(run.id, { position: run.queue_position - 1 }), `Moved ${name} up.`));
-    up.disabled = !before || before.queue_priority !== run.queue_priority;
+    guard(up, before && cannotSwap(run, before), !before || before.queue_priority !== run.queue_priority);
     const down = button("Move down", "quiet", `Move ${name} down`, () => this.#act(
       () => queueApi.change(run.id, { position: run.queue_position + 1 }), `Moved ${name} down.`));
-    down.disabled = !after || after.queue_priority !== run.queue_priority;
+    guard(down, after && cannotSwap(run, after), !after || after.queue_priority !== run.queue_priority);
     const setPriority = button("Set priority", "quiet", `Set the priority of ${name}`, () => {
       const value = Number(priority.value);
       if (!Number.isInteger(value)) {
@@ -132,10 +134,12 @@ export class QueuePanel {
     });
     // save: true withdraws a queued run all the same; should it have started since this list
     // was drawn, it stops with a checkpoint instead of losing its folder.
-    const cancel = button("Cancel", "quiet danger-text", `Cancel ${name}`, () => this.#act(
+    const cancel = guard(button("Cancel", "quiet danger-text", `Cancel ${name}`, () => this.#act(
       () => queueApi.stop(run.id, true), (answer) => (answer.outcome === "cancelled"
         ? `Cancelled ${name}; it will not start.`
-        : `${name} had started: it stops at its next step and keeps a checkpoint.`)));
+        : `${name} had started: it stops at its next step and keeps a checkpoint.`))), cannotManage(run));
+    guard(priority, cannotPrioritise());
+    guard(setPriority, cannotPrioritise());
     actions.append(up, down, priority, setPriority, cancel);
     item.append(el("span", "queue-mark", `#${run.queue_position}`), title, badge, facts, el("span"), actions);
     return item;

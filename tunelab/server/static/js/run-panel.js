@@ -16,6 +16,7 @@ import { LineChart } from "./charts.js";
 import { SamplePlayer } from "./samples.js";
 import { fmtDuration, fmtInt, fmtMemory, fmtNumber } from "./format.js";
 import { notify } from "./notice.js";
+import { cannotManage, guard } from "./rights.js";
 import { MOVING_AVERAGE_WINDOW, RunSeries } from "./run-series.js";
 
 const FINAL_PHASES = new Set(["completed", "stopped", "error"]);
@@ -44,6 +45,7 @@ export class RunPanel {
     this.onRunChanged = onRunChanged;
     this.series = new RunSeries();
     this.runId = null;
+    this.run = null; // the run's history row, once read: its owner decides who may stop or clear it
     this.phase = "idle";
     this.running = false;
     this.stream = null;
@@ -115,19 +117,23 @@ export class RunPanel {
     if (!keepStream) this.#closeStream();
     this.#endStopNotice();
     this.runId = runId;
+    this.run = null;
     this.series.clear();
     this.#drawSoon();
     this.#showName(runId);
     if (runId !== null) this.onRunChanged();
   }
 
-  /** The status has no run name; the history has, so ask it once per run. */
+  /** The status has no run name nor owner; the history has, so ask it once per run. */
   async #showName(runId) {
     $("run-name").textContent = runId === null ? "" : `Run #${runId}`;
     if (runId === null) return;
     try {
       const run = await api.getRun(runId);
-      if (this.runId === runId && run.display_name) $("run-name").textContent = `${run.display_name} (#${runId})`;
+      if (this.runId !== runId) return;
+      this.run = run;
+      this.#showPhase(this.phase);
+      if (run.display_name) $("run-name").textContent = `${run.display_name} (#${runId})`;
     } catch {
       // The number alone is still a fine name; a deleted run is not worth a message.
     }
@@ -217,7 +223,10 @@ export class RunPanel {
     const badge = $("run-phase");
     badge.dataset.phase = phase;
     badge.textContent = phase.replace(/_/g, " ");
-    $("stop-run").disabled = !this.running;
+    // Stopping or clearing another key's run is its owner's (or an admin's): disabled, saying why.
+    const refused = this.runId === null ? null : cannotManage(this.run);
+    guard($("stop-run"), refused, !this.running);
+    guard($("clear-run"), refused);
     $("clear-run").hidden = !FINAL_PHASES.has(phase);
   }
 

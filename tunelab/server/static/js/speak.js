@@ -8,6 +8,7 @@
 import { api } from "./api.js";
 import { notify } from "./notice.js";
 import { el } from "./dom.js";
+import { cannotUse, guard } from "./rights.js";
 
 export function speakSection(run, name) {
   const details = el("details", "run-speak");
@@ -20,6 +21,7 @@ export function speakSection(run, name) {
   text.setAttribute("aria-label", `Text for ${name} to speak`);
   const go = el("button", "secondary", "Speak");
   go.type = "submit";
+  guard(go, cannotUse());
   const audio = el("audio");
   audio.controls = true;
   audio.hidden = true;
@@ -42,7 +44,7 @@ export function speakSection(run, name) {
       error.textContent = err.message;
       notify(`Cannot speak with ${name}: ${err.message}`, "error");
     } finally {
-      go.disabled = false;
+      guard(go, cannotUse());
       go.textContent = "Speak";
     }
   });
@@ -50,6 +52,7 @@ export function speakSection(run, name) {
   const button = el("button", "secondary", "Speak");
   button.type = "button";
   button.setAttribute("aria-label", `Speak with ${name}`);
+  guard(button, cannotUse());
   button.addEventListener("click", () => {
     details.open = true;
     text.focus();
