@@ -115,7 +115,7 @@ def test_a_member_manages_its_own_runs_only_and_priorities_are_an_admins(server,
     expect(stop).to_be_disabled()
     expect(stop).to_have_attribute("title", re.compile("belongs to the key 'alice'"))
     expect(bob.get_by_role("button", name="Delete alice training")).to_be_disabled()
-    expect(bob.get_by_label("Priority of bob waiting")).to_be_disabled()
+    expect(bob.get_by_role("spinbutton", name="Priority of bob waiting")).to_be_disabled()
     set_priority = bob.get_by_role("button", name="Set the priority of bob waiting")
     expect(set_priority).to_be_disabled()
     expect(set_priority).to_have_attribute("title", "only an admin sets priorities")

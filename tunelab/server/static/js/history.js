@@ -4,7 +4,8 @@
  * comparison; chat, compare with its base and export, for a run with weights to use;
  * evaluate, with the run's evaluations folding out below it; for a text-to-speech run,
  * speak in place of chat and evaluate). The selection survives
- * paging and refreshes.
+ * paging and refreshes. An action the signed-in key may not take on a run (another
+ * member's, or any for a viewer) is disabled, the reason on hover (rights.js).
  */
 
 import { api } from "./api.js";

@@ -1,7 +1,8 @@
 /**
  * The page's entry point: theme, token, and the wiring between the configure form, the
  * current run panel, the history and the comparison. Nothing is fetched until a token
- * is known; a 401 anywhere asks for the token again.
+ * is known; a 401 anywhere asks for the token again. Who the token or key is comes first,
+ * so every panel offers only what its role may do.
  */
 
 import { adoptTokenFromUrl, api, forgetToken, getToken, newRequestId, onUnauthorized, setToken } from "./api.js";

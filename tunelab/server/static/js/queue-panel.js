@@ -6,7 +6,8 @@
  * The list is GET /api/queue, polled while the page is visible; changes go through
  * POST /api/runs/{id}/queue (place, priority) and POST /api/runs/{id}/stop with save: true
  * (stop with a checkpoint; a queued run is withdrawn). The server decides who may change what (a member
- * only its own runs) and says why when it refuses; the refusal is shown as a notice.
+ * only its own runs, priorities an admin) and says why when it refuses, shown as a notice; the
+ * controls the signed-in key may not use are disabled beforehand, the reason on hover (rights.js).
  */
 
 import { request } from "./api.js";
