@@ -6,6 +6,7 @@ naming the reason, with nothing recorded."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import scripted_workers as sw
 from orch_helpers import finished, scripted_config
 
 from tunelab import hardware, paths
-from tunelab.config import ConfigError
+from tunelab.config import ConfigError, check_machine
 from tunelab.orchestrator import Orchestrator
 from tunelab.orchestrator.gpus import choose_gpus
 from tunelab.orchestrator.ownership import DeviceBusy, RunClaim, device_holder, lock_file
@@ -54,8 +55,6 @@ def test_every_device_id_form_gets_one_stable_distinct_file_in_the_locks_folder(
     # Another process (a server, a `tunelab train`, a chat child) names the same file.
     code = ("import sys, json; from pathlib import Path; from tunelab.orchestrator.ownership import lock_file; "
             "print(json.dumps([lock_file(Path(sys.argv[1]), d).name for d in json.loads(sys.argv[2])]))")
-    import json
-
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path), json.dumps(DEVICE_FORMS)],
                           capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == [p.name for p in names]
@@ -115,8 +114,6 @@ def test_several_gpus_are_chosen_among_whole_gpus_only(mig_machine, monkeypatch)
     assert [(g.pin, g.is_mig) for g in gpus] == [("MIG-1111aaaa-0000", True), ("0", False), ("1", False)]
     assert [g.pin for g in choose_gpus(scripted_config(num_gpus=2), gpus)] == ["1", "0"]
     with pytest.raises(ConfigError, match="num_gpus=3 needs 3 whole GPUs and this machine has 2"):
-        from tunelab.config import check_machine
-
         check_machine(scripted_config(num_gpus=3), len(gpus), hardware.mig_slices(gpus))
 
 
