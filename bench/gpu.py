@@ -18,7 +18,10 @@ MFU = tokens/s x FLOPs per token / the GPU's peak dense bf16 FLOP/s. FLOPs per t
 4·N for LoRA (forward 2N, backward through the frozen weights 2N; no weight gradients)
 and would be 6·N for full fine-tuning; N counts the weights used in matrix multiplies
 (everything but the input embedding). Tokens are real (non-padding) tokens, so padding
-shows up as lost MFU.
+shows up as lost MFU. The headline tokens/s and MFU count every step after the warm-up;
+beside them, labelled, the same without the slowest 10% of steps (the CPU benchmarks'
+figure, where other processes interrupt steps; on a GPU of its own a slow step is the
+run's own).
 
 Each arm runs pinned to one GPU (CUDA_VISIBLE_DEVICES, --gpu), and the parent never
 touches CUDA: the model is built, and the GPU looked up, in a child of its own, so the
@@ -49,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assets import CACHE, larger_assets
-from runs import plain_run, tunelab_run
+from runs import TRIM, plain_run, tunelab_run
 from sidebyside import alternate, ratios, spread
 
 TIME_LIMIT_S = 7 * 60
@@ -57,6 +60,7 @@ RUN_LIMIT_S = 150  # one arm's run, from launch to its last step
 WARMUP_STEPS = 5
 # bf16 kernels differ between the arms (attention, fused ops), so losses agree closely, not exactly.
 LOSS_TOLERANCE = 0.02
+TRIMMED_LABEL = f"slowest {TRIM:.0%} of steps dropped"
 
 
 @dataclass(frozen=True)
@@ -124,8 +128,9 @@ SHAPE_SMOKE = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, n
 
 def build_model(shape: dict, folder: Path, cuda: bool) -> dict:
     """Save a random-init Llama of `shape` (bf16) with the bench tokenizer; return N and,
-    with CUDA, the device's name, memory and SMs. Runs in a child (`--build`), so the CUDA
-    memory and context it uses are gone before the first arm starts."""
+    with CUDA, the device's name, memory, SMs and compute capability. Runs in a child
+    (`build_in_child`), so the CUDA memory and context it uses are gone before the first
+    arm starts."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -145,13 +150,17 @@ def build_model(shape: dict, folder: Path, cuda: bool) -> dict:
     facts = {"n": total - embedding}
     if cuda:
         props = torch.cuda.get_device_properties(0)
-        facts.update(name=props.name, memory_gib=props.total_memory / 2**30, sms=props.multi_processor_count)
+        facts.update(name=props.name, memory_gib=props.total_memory / 2**30, sms=props.multi_processor_count,
+                     capability=[props.major, props.minor])
     return facts
 
 
-def build_in_child(smoke: bool, folder: Path, gpu: str | None) -> dict:
+def build_in_child(shape: dict, folder: Path, gpu: str | None, cuda: bool) -> dict:
+    """`build_model` in a child interpreter (on the GPU `gpu`, else the inherited
+    CUDA_VISIBLE_DEVICES; on the CPU without `cuda`); its facts."""
     env = {**os.environ, **({"CUDA_VISIBLE_DEVICES": gpu} if gpu is not None else {})}
-    argv = [sys.executable, __file__, "--build", str(folder)] + (["--cpu-smoke"] if smoke else [])
+    argv = ([sys.executable, __file__, "--build", str(folder), "--build-shape", json.dumps(shape)]
+            + ([] if cuda else ["--cpu-smoke"]))
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=RUN_LIMIT_S * 2)
     if done.returncode != 0:
         raise SystemExit(f"building the model failed: {done.stderr[-2000:]}")
@@ -187,13 +196,14 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny model on the CPU: checks the script only")
     parser.add_argument("--build", help=argparse.SUPPRESS)  # internal: build the model in this child, print facts
+    parser.add_argument("--build-shape", help=argparse.SUPPRESS)  # internal: the model's shape (JSON)
     args = parser.parse_args()
     started = time.monotonic()
 
     if args.build:
         import torch
 
-        shape = SHAPE_SMOKE if args.cpu_smoke else SHAPE_1B
+        shape = json.loads(args.build_shape)
         print(json.dumps(build_model(shape, Path(args.build), torch.cuda.is_available() and not args.cpu_smoke)))
         return
     cuda = False if args.cpu_smoke else cuda_visible()
@@ -207,7 +217,7 @@ def main() -> None:
     folder = CACHE / ("gpu-smoke" if args.cpu_smoke else "gpu-llama-1b")
     pin = {"CUDA_VISIBLE_DEVICES": args.gpu} if cuda else {}
     print("building the model (once, in a child)…", flush=True)
-    facts = build_in_child(args.cpu_smoke, folder, args.gpu if cuda else None)
+    facts = build_in_child(SHAPE_SMOKE if args.cpu_smoke else SHAPE_1B, folder, args.gpu if cuda else None, cuda)
     n = facts["n"]
     peak, peak_note = peak_flops(args.peak_tflops, facts)
     device = f"{facts['name']} (CUDA_VISIBLE_DEVICES={args.gpu})" if cuda else "CPU (smoke run)"
@@ -240,17 +250,17 @@ def main() -> None:
             continue
         skip = min(WARMUP_STEPS, steps - 2)
         for arm, logs in runs.items():
-            speeds = [log.tokens_per_s(skip) for log in logs]
             figures[f"{arm}, {layout}"] = {
-                "tokens_per_s": spread(speeds).median, "spread": [min(speeds), max(speeds)],
-                "mfu": spread(speeds).median * 4 * n / peak if peak else None,
+                **throughput(logs, skip, n, peak),
                 "peak_allocated_gib": max(log.facts.get("peak_memory_gb", 0.0) for log in logs) if cuda else None,
             }
         figures[f"tunelab setup, {layout}"] = {"setup": next(
             (m for m in runs["tunelab"][0].facts.get("statuses", []) if m.startswith("Setting up")), "?")}
         figures[f"tunelab ÷ plain TRL, {layout}"] = {
-            "ratio": ratios([log.tokens_per_s(skip) for log in runs["tunelab"]],
-                            [log.tokens_per_s(skip) for log in runs["plain TRL"]]).median}
+            "ratio": ratios([log.tokens_per_s(skip, trim=0) for log in runs["tunelab"]],
+                            [log.tokens_per_s(skip, trim=0) for log in runs["plain TRL"]]).median,
+            "ratio_trimmed": ratios([log.tokens_per_s(skip) for log in runs["tunelab"]],
+                                    [log.tokens_per_s(skip) for log in runs["plain TRL"]]).median}
         work = same_work(runs["tunelab"], runs["plain TRL"])
         figures[f"same work, {layout}"] = work
         checks[f"{layout}: same steps in both arms"] = work["same_steps"]
@@ -270,13 +280,13 @@ def main() -> None:
             print(f"  {name:<32} estimated {row['estimated_gib']:.2f} GiB vs {row['measured_gib']:.2f} GiB "
                   f"max_memory_allocated ({row['error'] * 100:+.0f}%)")
         elif "efficiency" in row:
-            print(f"  {name:<32} {row['efficiency']:.3f}  ({row['tokens_per_s_many']:,.0f} vs {row['tokens_per_s_one']:,.0f} tokens/s)")
+            print(f"  {name:<32} {row['efficiency']:.3f}  ({row['tokens_per_s_many']:,.0f} vs {row['tokens_per_s_one']:,.0f} "
+                  f"tokens/s; {TRIMMED_LABEL}: {row['efficiency_trimmed']:.3f})")
         elif "ratio" in row:
-            print(f"  {name:<32} {row['ratio']:.3f}")
+            print(f"  {name:<32} {row['ratio']:.3f}  ({TRIMMED_LABEL}: {row['ratio_trimmed']:.3f})")
         elif "tokens_per_s" in row:
-            mfu = f"{row['mfu'] * 100:.1f}%" if row["mfu"] is not None else "n/a"
             memory = f"{row['peak_allocated_gib']:.2f} GiB" if row["peak_allocated_gib"] is not None else "n/a"
-            print(f"  {name:<32} {row['tokens_per_s']:>10,.0f} tokens/s   MFU {mfu}   peak allocated {memory}")
+            print(f"  {name:<32} {describe_throughput(row)}   peak allocated {memory}")
         else:
             print(f"  {name:<32} {row}")
     for name, ok in checks.items():
@@ -286,6 +296,27 @@ def main() -> None:
                                                "checks": checks}, indent=1))
     if not all(checks.values()):
         raise SystemExit(1)
+
+
+def throughput(logs: list, skip: int, n: int, peak: float | None) -> dict:
+    """Median tokens/s (and MFU) over the runs of one arm: every step after `skip` (the
+    headline), and beside it the same without the slowest 10% of steps (`trimmed_`)."""
+    figures = {}
+    for prefix, trim in (("", 0.0), ("trimmed_", TRIM)):
+        speeds = [log.tokens_per_s(skip, trim=trim) for log in logs]
+        median = spread(speeds).median
+        figures.update({f"{prefix}tokens_per_s": median, f"{prefix}spread": [min(speeds), max(speeds)],
+                        f"{prefix}mfu": median * 4 * n / peak if peak else None})
+    return figures
+
+
+def describe_throughput(row: dict) -> str:
+    """'T tokens/s   MFU M   (slowest 10% of steps dropped: T' tokens/s, MFU M')'."""
+    def mfu(value: float | None) -> str:
+        return f"{value * 100:.1f}%" if value is not None else "n/a"
+
+    return (f"{row['tokens_per_s']:>10,.0f} tokens/s   MFU {mfu(row['mfu'])}   ({TRIMMED_LABEL}: "
+            f"{row['trimmed_tokens_per_s']:,.0f} tokens/s, MFU {mfu(row['trimmed_mfu'])})")
 
 
 def checkpointing_as_tunelab_decides(settings: dict, gpu: str) -> tuple[bool, str]:
@@ -349,8 +380,10 @@ def scaling(folder: Path, data: str, steps: int, batch_size: int, gpus: int, lim
     many = tunelab_run({**base, "num_processes": gpus}, env={"CUDA_VISIBLE_DEVICES": ",".join(map(str, range(gpus)))},
                        timeout_s=limit_s)
     skip = min(WARMUP_STEPS, steps - 2)
-    single, together = one.tokens_per_s(skip), many.tokens_per_s(skip)
-    return {"efficiency": together / (gpus * single), "tokens_per_s_one": single, "tokens_per_s_many": together}
+    single, together = one.tokens_per_s(skip, trim=0), many.tokens_per_s(skip, trim=0)
+    trimmed = many.tokens_per_s(skip) / (gpus * one.tokens_per_s(skip))
+    return {"efficiency": together / (gpus * single), "tokens_per_s_one": single, "tokens_per_s_many": together,
+            "efficiency_trimmed": trimmed}
 
 
 if __name__ == "__main__":

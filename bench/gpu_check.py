@@ -15,16 +15,24 @@ only when every item that ran passed.
 item, skipping what needs CUDA ("skipped: needs CUDA") and, to stay near a minute on two
 cores, the DoRA and packed items (same code as the LoRA item; tests/worker covers both on
 CPU); its figures mean nothing, it checks the script and the path. tests/test_gpu_check.py
-runs it.
+runs it, and runs the CUDA branch too, on the CPU with a stand-in device, up to the first
+training item (where a real GPU is needed).
+
+This process never opens a CUDA context (the runs' workers are its children and get the
+whole GPU): CUDA is probed, and the model built, in child interpreters (bench/gpu.py's
+`cuda_visible` and `build_in_child`), and the device's name, memory, SMs and compute
+capability come back from the build.
 
 MFU = tokens/s x 4·N / the GPU's peak dense bf16 FLOP/s (LoRA-family runs: forward 2N,
 backward through the frozen weights 2N; N = the weights in matrix multiplies), as in
-bench/gpu.py, whose model builder and peak table this reuses.
+bench/gpu.py, whose model builder and peak table this reuses. Tokens/s count every step
+after the first WARMUP_STEPS, none dropped.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import math
 import os
@@ -101,8 +109,15 @@ class Check:
         self.orchestrator = Orchestrator(self.store)
         self.watcher = RunWatcher()
         self.orchestrator.subscribe(self.watcher)
-        self.model, self.data, self.n_params, self.max_length, self.batch = prepare_model(cuda, home)
-        self.peak, self.peak_note = peak_flops(args.peak_tflops) if cuda else (None, "CPU: no MFU")
+        self.model, self.data, facts, self.max_length, self.batch = prepare_model(cuda, home)
+        self.n_params: int = facts.get("n", 0)
+        self.device = describe_device(facts) if cuda else "CPU (dry run)"
+        if cuda:
+            from gpu import peak_flops
+
+            self.peak, self.peak_note = peak_flops(args.peak_tflops, facts)
+        else:
+            self.peak, self.peak_note = None, "CPU: no MFU"
         self.lora_run: int | None = None
 
     def config(self, **overrides: Any) -> dict[str, Any]:
@@ -141,27 +156,25 @@ class Check:
         self.store.close()
 
 
-def prepare_model(cuda: bool, home: Path) -> tuple[Path, Path, int, int, int]:
-    """(model folder, data file, N, max length, batch): the ~0.5B Llama on CUDA, the demo's on CPU."""
+def prepare_model(cuda: bool, home: Path) -> tuple[Path, Path, dict[str, Any], int, int]:
+    """(model folder, data file, facts, max length, batch): the ~0.5B Llama on CUDA, built
+    in a child whose facts give N and the device; the demo's model on the CPU (no facts)."""
     if cuda:
         from assets import CACHE, larger_assets
-        from gpu import build_model
+        from gpu import build_in_child
 
-        n = build_model(SHAPE_HALF_B, CACHE / "gpu-check-llama-0.5b", cuda=True)
-        import torch
-
-        torch.cuda.empty_cache()  # the model was built here; the runs need the memory
-        return CACHE / "gpu-check-llama-0.5b", larger_assets().skewed, n, 1024, 8
+        folder = CACHE / "gpu-check-llama-0.5b"
+        facts = build_in_child(SHAPE_HALF_B, folder, None, cuda=True)
+        return folder, larger_assets().skewed, facts, 1024, 8
     from tunelab.demo import ensure_demo_assets
 
     assets = ensure_demo_assets(home / "demo-assets")
-    return assets.model_dir, assets.alpaca, 0, 128, 4
+    return assets.model_dir, assets.alpaca, {}, 128, 4
 
 
-def peak_flops(override: float | None) -> tuple[float | None, str]:
-    from gpu import peak_flops as from_table
-
-    return from_table(override)
+def describe_device(facts: dict[str, Any]) -> str:
+    capability = ".".join(map(str, facts.get("capability") or [])) or "?"
+    return f"{facts['name']} ({facts['memory_gib']:.0f} GiB, compute capability {capability})"
 
 
 def finished_ok(row: dict[str, Any], steps: int) -> Outcome | None:
@@ -252,7 +265,7 @@ def describe(figures: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="tunelab's CUDA path, end to end, in one command")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny demo model, reduced plan")
-    parser.add_argument("--steps", type=int, help="steps per training item (default 30; 4 with --dry-run)")
+    parser.add_argument("--steps", type=int, help="steps per training item (default 30; 3 with --dry-run)")
     parser.add_argument("--peak-tflops", type=float, help="the GPU's peak dense bf16 TFLOP/s, if not in bench/gpu.py's table")
     parser.add_argument("--home", help="tunelab home for the check's runs (default: a fresh folder under bench/out)")
     parser.add_argument("--json", help="also write the results to this file")
@@ -260,19 +273,19 @@ def main(argv: list[str] | None = None) -> int:
     args.steps = args.steps or (3 if args.dry_run else 30)
     started = time.monotonic()
 
-    import torch
+    from gpu import cuda_visible
 
-    cuda = torch.cuda.is_available() and not args.dry_run
+    cuda = not args.dry_run and cuda_visible()
     if not cuda and not args.dry_run:
         print("bench/gpu_check.py needs a CUDA GPU and torch sees none; use --dry-run to check it on a CPU", file=sys.stderr)
         return 2
-    device = (f"{torch.cuda.get_device_name(0)} (compute capability {'.'.join(map(str, torch.cuda.get_device_capability(0)))})"
-              if cuda else "CPU (dry run)")
-    print(f"tunelab GPU check on {device}; torch {torch.__version__}", flush=True)
+    print(f"tunelab GPU check; torch {importlib.metadata.version('torch')}"
+          + ("; building the model in a child…" if cuda else ""), flush=True)
     (BENCH / "out").mkdir(exist_ok=True)
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix="gpu-check-", dir=BENCH / "out"))
     check = Check(args, home, cuda)
-    print(f"model {check.model} ({check.n_params / 1e9:.2f}B matmul weights)" if cuda else f"model {check.model}",
+    device = check.device
+    print(f"on {device}: model {check.model}" + (f" ({check.n_params / 1e9:.2f}B matmul weights)" if cuda else ""),
           f"| {check.peak_note} | {args.steps} steps per item, batch {check.batch}, max length {check.max_length}", flush=True)
 
     results: list[dict[str, Any]] = []

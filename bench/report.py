@@ -104,7 +104,8 @@ def write(path: Path, results: list[Result], *, command: str, seconds: float, lo
         "Every ratio is measured side by side in one run: the arms alternate (A B, B A, ...), each repetition "
         "gives one ratio, and the table shows the median with the lowest and highest in brackets. Throughput "
         "leaves out the slowest 10% of steps of every run (the ones another process interrupted); a cost of "
-        "tunelab's own is paid on every step and stays in.",
+        "tunelab's own is paid on every step and stays in. (On a GPU, `bench/gpu.py` reports every step as its "
+        "headline, with this trimmed figure beside it, labelled.)",
         "",
         f"**{met} of {len(results)} targets met{measured_note}.**",
         "",
@@ -140,6 +141,8 @@ def gpu_section(gpu: dict | None, note: str) -> list[str]:
              "against plain TRL (each arm pinned to one GPU), padded and packed, with the same steps, tokens and "
              "losses checked between the arms, peak torch.cuda.max_memory_allocated per arm, and the memory "
              "estimate of the packed run against its measured peak.", "",
+             "Its headline tokens/s and MFU count every step after the warm-up; beside them, labelled \"slowest 10% "
+             "of steps dropped\", the trimmed figure the CPU tables use. "
              "What runs on CUDA there: the real worker in bf16, with the gradient checkpointing `tunelab train` "
              "would pick for the run on that GPU (off where the memory estimate fits without it; the same setting "
              "is given to the TRL arm, and the table names it and why); packed runs attend per example with "
@@ -163,7 +166,20 @@ def gpu_section(gpu: dict | None, note: str) -> list[str]:
 GPU_CHECK_SECTION = [
     '## GPU check',
     '',
-    '`python bench/gpu_check.py` proves the CUDA path in one command on one GPU, offline, in under 8 minutes: LoRA, QLoRA (4-bit), DoRA and packed runs of a locally built random-init ~0.5B Llama through the real orchestrator and worker, a stop-and-save followed by a resume, and a merged export; per item it prints pass/fail, tokens/s, MFU and peak CUDA memory (allocated / reserved), and `--json FILE` keeps them; `run_all.py` does not run it, so its figures are not in this file. `python bench/gpu_check.py --dry-run` runs a reduced plan on the CPU with the demo model (QLoRA: "skipped: needs CUDA"; DoRA and packed are left to the LoRA item\'s code and tests/worker) and is part of `make test` (tests/test_gpu_check.py).',
+    '`python bench/gpu_check.py` proves the CUDA path in one command on one GPU, offline, in under 8 minutes: LoRA, QLoRA (4-bit), DoRA and packed runs of a locally built random-init ~0.5B Llama through the real orchestrator and worker, a stop-and-save followed by a resume, and a merged export; per item it prints pass/fail, tokens/s, MFU and peak CUDA memory (allocated / reserved), and `--json FILE` keeps them; `run_all.py` does not run it, so its figures are not in this file. `python bench/gpu_check.py --dry-run` runs a reduced plan on the CPU with the demo model (QLoRA: "skipped: needs CUDA"; DoRA and packed are left to the LoRA item\'s code and tests/worker) and is part of `make test` (tests/test_gpu_check.py), which also runs the check\'s CUDA branch on the CPU with a stand-in device up to the first training run (the model build and device facts from the child, the peak FLOP/s lookup, N, and the tokens/s and MFU arithmetic), so a broken call there fails the suite.',
+    '',
+    "What each item proves when it passes on a GPU (each: every step done, a finite final loss, through the real orchestrator and worker, with no CUDA context in the check's own process — CUDA is probed and the model built in children):",
+    '',
+    '| item | proves |',
+    '|---|---|',
+    "| lora | the CUDA path itself: the precision picked from the compute capability (bf16 from Ampere on), the attention kernel (named in the worker's setup line), progress events with tokens, and the figures: tokens/s, MFU against the device's peak, peak CUDA memory allocated / reserved |",
+    '| qlora | bitsandbytes 4-bit loading and training on CUDA (the one item the dry run cannot run at all) |',
+    "| dora | PEFT's DoRA on CUDA |",
+    "| packed | packing with per-example attention on CUDA (FlashAttention-2's variable-length kernel where flash-attn is installed, else flex attention) |",
+    '| stop-and-save, resume | a stop lands at a step boundary with a valid checkpoint of that step; the resume starts at the next step and completes |',
+    '| export merged | the LoRA run merges into 16-bit weights with a config (what serving and GGUF start from) |',
+    '',
+    'It proves nothing about several GPUs, MIG slices or several machines (docs/CLUSTERS.md).',
     '',
     'To install on a GPU machine that reaches no package index, carry wheels from one that does (same Python 3.11 and CPU architecture; on another platform add `--platform manylinux_2_28_x86_64 --python-version 3.11 --only-binary=:all:` to `pip download`):',
     '',

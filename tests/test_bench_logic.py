@@ -17,7 +17,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import math  # noqa: E402
 
-from gpu import match_peak  # noqa: E402
+from gpu import describe_throughput, match_peak, throughput  # noqa: E402
 from real_assets import INSTALL_COMMAND, conversation_rows, missing_packages, not_measured_reason  # noqa: E402
 from real_model import loss_gap, not_measured, peak_rss_gb, same_steps_and_tokens  # noqa: E402
 from results import Result  # noqa: E402
@@ -111,6 +111,20 @@ def test_loss_parity_compares_every_step_of_every_repetition():
     assert loss_gap(ours, off) == pytest.approx(3e-4)
     assert not same_steps_and_tokens(ours, off)
     assert loss_gap(ours, [_log([2.0], [10]), _log([2.0, 1.4], [10, 20])]) == math.inf  # a step missing
+
+
+def test_the_gpu_bench_headlines_every_step_and_labels_the_trimmed_figure():
+    log = StepLog(launched=0.0)
+    for step, seconds in enumerate([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 19.0]):
+        log.add(step, seconds, 1.0, 100 * step)  # 100 tokens a step; the last step took 10 s
+    row = throughput([log], 0, n=1_000, peak=1e6)
+    assert row["tokens_per_s"] == pytest.approx(1000 / 19)  # every step, the slow one included
+    assert row["trimmed_tokens_per_s"] == pytest.approx(100.0)  # the slowest 10% (1 of 10) dropped
+    assert row["mfu"] == pytest.approx(1000 / 19 * 4 * 1_000 / 1e6)
+    assert row["trimmed_mfu"] == pytest.approx(100 * 4 * 1_000 / 1e6)
+    text = describe_throughput(row)
+    assert text.split() == ["53", "tokens/s", "MFU", "21.1%", "(slowest", "10%", "of", "steps", "dropped:", "100",
+                            "tokens/s,", "MFU", "40.0%)"]
 
 
 def test_peak_rss_is_given_only_when_every_run_reported_it():

@@ -5,7 +5,8 @@ and splits secrets from the `public` form that is stored. It never imports torch
 hardware facts come in through `check_machine`. Its helpers, one job each:
   config_text     the name, path and secret field types (plain text, sane lengths)
   config_errors   FieldError / ConfigError, and pydantic's errors turned into them
-  config_checks   cross-field refusals: the finetune_* switches, the mlx backend's limits
+  config_checks   cross-field refusals: the finetune_* switches, the mlx backend's limits,
+                  several devices where some are MIG slices
   config_files    a config from a YAML/JSON file and --set overrides, and back to YAML
   config_resume   a stored run's config made runnable again, with its secrets
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import platform
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Collection, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -24,7 +25,7 @@ from tunelab.grpo_settings import (MAX_COMPLETION_LENGTH_HELP, NUM_GENERATIONS_H
 from tunelab.embedding_settings import EMBEDDING_LOSS_HELP, MATRYOSHKA_HELP, EmbeddingLoss, loss_fits, loss_format_error, normalise_matryoshka_dims
 # FINETUNE_SWITCHES, MLX_LR_SCHEDULERS, ConfigError, FieldError and the text field types are
 # also this module's interface: the rest of tunelab imports them from here.
-from tunelab.config_checks import FINETUNE_SWITCHES, MLX_LR_SCHEDULERS, finetune_switch_errors, mlx_limits  # noqa: F401
+from tunelab.config_checks import FINETUNE_SWITCHES, MLX_LR_SCHEDULERS, finetune_switch_errors, mig_slice_errors, mlx_limits  # noqa: F401
 from tunelab.config_errors import ConfigError, ErrorList, FieldError, errors_from_validation, rebuilt_error, unknown_key_error  # noqa: F401
 from tunelab.export_after_settings import EXPORT_AFTER_HELP, export_after_errors, export_after_format
 from tunelab.layout import layout_errors
@@ -389,8 +390,9 @@ def parse_config(data: dict[str, Any]) -> RunConfig:
         raise ConfigError(errors_from_validation(exc)) from None
 
 
-def check_machine(cfg: RunConfig, cuda_device_count: int) -> None:
-    """Checks that depend on this machine's hardware (done at start, not at parse)."""
+def check_machine(cfg: RunConfig, cuda_device_count: int, mig_slices: Collection[int] = ()) -> None:
+    """Checks that depend on this machine's hardware (done at start, not at parse);
+    `mig_slices`: which of the CUDA ids are MIG slices."""
     if cfg.resolved_backend != "torch":
         return
     if cfg.nodes is not None and cfg.nodes.node_rank > 0:
@@ -407,6 +409,8 @@ def check_machine(cfg: RunConfig, cuda_device_count: int) -> None:
     if cfg.num_gpus and cfg.num_gpus > cuda_device_count:
         have = f"{cuda_device_count}" if cuda_device_count else "no CUDA GPUs; use num_processes for several CPU processes"
         raise ConfigError.single("num_gpus", f"num_gpus={cfg.num_gpus} but this machine has {have}; lower num_gpus")
+    for field, message in mig_slice_errors(cfg, cuda_device_count, mig_slices):
+        raise ConfigError.single(field, message)
     gpus = len(cfg.gpu_ids or []) or cfg.num_gpus or 0
     if gpus and cfg.num_processes and cfg.num_processes != gpus:
         raise ConfigError.single("num_processes", f"a run trains one process per GPU: {gpus} GPUs need num_processes={gpus} (or leave num_processes out)")

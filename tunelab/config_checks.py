@@ -1,11 +1,12 @@
 """Cross-field refusals of a run's config that would otherwise crowd its class: the
-finetune_* switches that choose the adapted layers, and what the mlx backend cannot do.
-Each returns (field, message) pairs, every message saying how to fix it.
+finetune_* switches that choose the adapted layers, what the mlx backend cannot do, and
+several GPUs asked for where some are MIG slices. Each returns (field, message) pairs,
+every message saying how to fix it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Collection
 
 # Learning-rate schedules the mlx backend implements (the torch backend takes any HF name).
 MLX_LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
@@ -52,3 +53,23 @@ def mlx_limits(cfg: Any) -> list[tuple[str, str]]:
     if not cfg.optim.startswith("adamw") or "bit" in cfg.optim:
         errs.append(("optim", f"'{cfg.optim}' is not available with backend=mlx, which trains with AdamW; set optim=adamw_torch"))
     return errs
+
+
+def mig_slice_errors(cfg: Any, cuda_device_count: int, mig_slices: Collection[int]) -> list[tuple[str, str]]:
+    """A run trains one process per GPU, and CUDA shows a process only one MIG slice, so a
+    run that would need several devices of which one is a slice could never start its
+    ranks: refused up front. `mig_slices`: the CUDA ids (as gpu_ids counts) that are slices.
+    A `num_gpus` run is placed on whole GPUs only (orchestrator/gpus.py), so it is refused
+    when there are not enough of them."""
+    if not mig_slices:
+        return []
+    why = "CUDA shows a process only one MIG slice, and a run trains one process per device"
+    slices = sorted(set(cfg.gpu_ids or ()) & set(mig_slices))
+    if cfg.gpu_ids and len(cfg.gpu_ids) > 1 and slices:
+        return [("gpu_ids", f"GPU ids {slices} are MIG slices: {why}; give gpu_ids a single slice (start one run per "
+                            f"slice) or only whole GPUs")]
+    whole = cuda_device_count - len(set(mig_slices))
+    if cfg.num_gpus and cfg.num_gpus > 1 and cfg.num_gpus > whole:
+        return [("num_gpus", f"num_gpus={cfg.num_gpus} needs {cfg.num_gpus} whole GPUs and this machine has {whole} "
+                             f"(besides {len(set(mig_slices))} MIG slices): {why}; lower num_gpus, or start one run per slice")]
+    return []

@@ -64,6 +64,11 @@ class Gpu:
         if not self.pin:
             object.__setattr__(self, "pin", str(self.physical_index) if self.physical_index is not None else self.uuid)
 
+    @property
+    def is_mig(self) -> bool:
+        """A MIG slice: a process sees only one of them, so it is never one of a run's several devices."""
+        return self.pin.startswith("MIG-") or self.uuid.startswith("MIG-")
+
 
 def _mib(text: str) -> int | None:
     try:
@@ -199,3 +204,8 @@ def list_gpus() -> list[Gpu]:
 
 def cuda_device_count() -> int:
     return len(list_gpus())
+
+
+def mig_slices(gpus: list[Gpu]) -> list[int]:
+    """The CUDA ids (as `gpu_ids` counts) of the MIG slices among `gpus`."""
+    return [g.index for g in gpus if g.is_mig]

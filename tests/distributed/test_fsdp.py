@@ -1,6 +1,7 @@
 """FSDP2 on CPU (gloo): full fine-tuning sharded over 2 ranks through the Trainer's own
-FSDP integration stops and saves one checkpoint the ordinary validator accepts (whole
-weights gathered at each save), and resumes to the end. (Its losses equal one process's
+FSDP integration, with FSDP's own activation checkpointing (fsdp_config), stops and saves
+one checkpoint the ordinary validator accepts (whole weights gathered at each save), and
+resumes to the end. (Its losses equal one process's
 to within 0.001: bench/distributed.py's notes in docs/PERFORMANCE.md; the suite checks
 loss equality once, for DDP, in test_torchrun_runs.py.)"""
 
@@ -35,7 +36,7 @@ def test_fsdp_full_fine_tuning_stops_saves_and_resumes(demo_assets, home):
     events: list = []
     orchestrator.subscribe(events.append)
     try:
-        first = orchestrator.start(_config(demo_assets, num_processes=2, batch_size=2))
+        first = orchestrator.start(_config(demo_assets, num_processes=2, batch_size=2, gradient_checkpointing=True))
         while not any(e["type"] == "progress" and e.get("run_id") == first and e["step"] >= 2 for e in events):
             assert orchestrator.is_training_active(), store.get_run(first)["error_message"]
             orchestrator.wait_idle(0.1)

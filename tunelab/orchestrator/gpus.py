@@ -3,8 +3,8 @@
 
 Explicit `gpu_ids` are used as given (they were checked against the machine before
 anything else happened). Otherwise the `num_gpus` GPUs (default one) with the most free
-memory are chosen —
-measured after the `before_spawn` hook, which may just have freed some. A machine
+memory are chosen — whole GPUs only when there are several, as a process sees only one
+MIG slice — measured after the `before_spawn` hook, which may just have freed some. A machine
 without GPUs, a run on a Ray cluster, or the mlx backend, gets no CUDA_VISIBLE_DEVICES at all.
 """
 
@@ -24,6 +24,8 @@ def choose_gpus(cfg: RunConfig, gpus: list[hardware.Gpu]) -> list[hardware.Gpu]:
     if cfg.gpu_ids:
         by_index = {g.index: g for g in gpus}
         return [by_index[i] for i in cfg.gpu_ids if i in by_index]
+    if (cfg.num_gpus or 1) > 1:
+        gpus = [g for g in gpus if not g.is_mig]  # a process sees one MIG slice: several are never a run's
     freest = sorted(gpus, key=lambda g: (-(g.free_mb or 0), g.index))
     return freest[: cfg.num_gpus or 1]
 

@@ -8,8 +8,8 @@ A process that trains a run holds, for the run's whole life:
   it dies, so a crashed owner never looks alive, and a live `tunelab train` in another
   terminal is never closed under it. The lock is taken before the row exists, so there
   is no moment in which the row is running with nobody holding its lock.
-- one device lock per device, `device-cpu.lock` or `device-gpu-<physical id>.lock`: a
-  second start on the same home and device is refused, naming the run that holds it.
+- one device lock per device, `device-cpu.lock` or `device-gpu-<pin>.lock` (`lock_file`):
+  a second start on the same home and device is refused, naming the run that holds it.
 The files also hold a line of JSON (pid, run id, start time) for messages and for a
 person looking at the folder; the lock, not the text, decides.
 """
@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import hashlib
 import json
 import os
+import re
 import secrets
 import time
 from pathlib import Path
@@ -28,6 +30,10 @@ from typing import Any
 from tunelab.orchestrator.errors import PersistError, RunActive
 
 CPU_DEVICE = "cpu"
+# What a device name may hold as is in a lock file's name; anything else is %XX-escaped.
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+# Longest escaped name kept readable; a longer one is hashed (file names stop at 255 bytes).
+LONGEST_NAME = 160
 
 
 class DeviceBusy(RunActive):
@@ -41,6 +47,20 @@ class DeviceBusy(RunActive):
         where = f" (process {pid})" if pid else ""
         super().__init__(f"{who}{where} is training on {device} with this tunelab home; stop it or wait for it "
                          f"to finish, or choose another device with gpu_ids")
+
+
+def lock_file(locks_dir: Path, device: str) -> Path:
+    """The lock file of `device`. A device name is a GPU's pin, which can be a MIG id of
+    the old form `MIG-GPU-<uuid>/<gi>/<ci>`: every byte outside [A-Za-z0-9_.-] is escaped as
+    %XX, so the name stays one file in `locks_dir`, the same for the same device in every
+    process, and different for different devices; a name too long for a file is hashed."""
+    if PLAIN_NAME.fullmatch(device):
+        name = device
+    else:
+        name = "".join(ch if PLAIN_NAME.fullmatch(ch) else "".join(f"%{b:02X}" for b in ch.encode()) for ch in device)
+    if len(name) > LONGEST_NAME:
+        name = f"{name[:40]}~{hashlib.sha256(device.encode()).hexdigest()}"
+    return locks_dir / f"device-{name}.lock"
 
 
 def devices_of(env: dict[str, str]) -> list[str]:
@@ -104,7 +124,7 @@ def owner_is_alive(locks_dir: Path, owner_lock: str | None) -> bool:
 def device_holder(locks_dir: Path, device: str) -> dict[str, Any] | None:
     """The note of whoever trains on `device` with this home (a run's pid and id), or None
     when nobody does. Others (inference) use it to keep off a device a run needs."""
-    path = locks_dir / f"device-{device}.lock"
+    path = lock_file(locks_dir, device)
     try:
         fd = _try_lock(path, create=False)
     except (FileNotFoundError, NotADirectoryError):
@@ -127,7 +147,7 @@ class RunClaim:
         self.owner_lock: str | None = None  # the owner lock's file name, once held
         try:
             for device in self.devices:
-                path = locks_dir / f"device-{device}.lock"
+                path = lock_file(locks_dir, device)
                 fd = _try_lock(path, create=True)
                 if fd is None:
                     raise DeviceBusy(device, _read_note(path))

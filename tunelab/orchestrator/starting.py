@@ -54,7 +54,8 @@ class RunStarter:
             may_queue = self._queueing and cfg.queue
             if not may_queue:
                 self._refuse_if_busy(cfg)
-            check_machine(cfg, hardware.cuda_device_count())
+            gpus = hardware.list_gpus()
+            check_machine(cfg, len(gpus), hardware.mig_slices(gpus))
             if self._target == DEFAULT_WORKER:  # a substituted worker (tests' fakes) reads no files
                 check_before_start(cfg)
             label = cfg.display_name or Path(cfg.model_name).name or cfg.model_name

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tunelab import events, layout, paths
+from tunelab import events, hardware, layout, paths
 from tunelab.channel import ChannelListener
 from tunelab.pdeathsig import die_with_parent
 from tunelab.worker.context import StopRequested, WorkerContext
@@ -253,12 +253,16 @@ def _weight_bytes(model_name: str) -> int | None:
 
 
 def _least_free_gpu_bytes() -> int | None:
-    try:
-        import torch
-
-        return min(torch.cuda.mem_get_info(i)[0] for i in range(torch.cuda.device_count())) or None
-    except Exception:  # noqa: BLE001 - no answer means no memory rule, not a failed run
+    """The least free memory among this run's GPUs, from `nvidia-smi` (or a short-lived
+    torch child where it is missing: hardware.py). Never from torch here: a CUDA context
+    in this process, which only waits on torchrun, would hold ~0.5 GiB of every GPU that
+    no memory plan counts, and on a GPU in EXCLUSIVE_PROCESS mode no rank could then open
+    its own. None (no memory rule) where any GPU's free memory is unknown (a MIG slice)."""
+    gpus = hardware.list_gpus()
+    free = [g.free_mb for g in gpus if g.free_mb is not None]
+    if not gpus or len(free) < len(gpus):
         return None
+    return min(free) * 2**20 or None
 
 
 def _write_private(path: Path, text: str) -> None:

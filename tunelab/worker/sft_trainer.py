@@ -99,7 +99,7 @@ def build_sft_trainer(config: dict[str, Any], device: Any, model: Any, processin
         callbacks=callbacks,
     )
     trainer.embedding_learning_rate = config.get("embedding_learning_rate")
-    if not device.cuda and "fsdp" not in parallel_settings(config):
+    if not device.cuda and "fsdp" not in parallel_settings(config, checkpointing=device.gradient_checkpointing):
         direct_lm_head.install(trainer)  # TRL's torch fallback scores every position off CUDA
     return trainer
 

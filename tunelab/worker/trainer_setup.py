@@ -74,6 +74,10 @@ def training_arguments(config: dict[str, Any], device: DeviceSettings, output_di
     method adds its own on top (TRL's sequence settings, sentence-transformers' sampler)."""
     report_to = configure_tracking(config, output_dir)
     save_every = int(config.get("save_steps") or 0)
+    parallel = parallel_settings(config, checkpointing=device.gradient_checkpointing)
+    # Under FSDP, checkpointing is FSDP's own (in its fsdp_config); the Trainer's would add
+    # a redundant all-gather of every layer's weights to every backward.
+    trainer_checkpointing = device.gradient_checkpointing and "fsdp" not in parallel
     return dict(
         output_dir=str(output_dir),
         run_name=config.get("display_name") or output_dir.name,
@@ -91,8 +95,8 @@ def training_arguments(config: dict[str, Any], device: DeviceSettings, output_di
         seed=seed_of(config),
         bf16=device.precision == "bf16",
         fp16=device.precision == "fp16",
-        activation_checkpointing=device.gradient_checkpointing,
-        activation_checkpointing_kwargs={"use_reentrant": False} if device.gradient_checkpointing else None,
+        activation_checkpointing=trainer_checkpointing,
+        activation_checkpointing_kwargs={"use_reentrant": False} if trainer_checkpointing else None,
         logging_strategy="steps",
         logging_steps=int(config.get("logging_steps") or 1),
         logging_nan_inf_filter=False,
@@ -105,7 +109,7 @@ def training_arguments(config: dict[str, Any], device: DeviceSettings, output_di
         log_level="error",
         dataloader_num_workers=0,
         use_cpu=not device.cuda,
-        **parallel_settings(config),
+        **parallel,
     )
 
 
@@ -120,9 +124,10 @@ def build_sft_config(config: dict[str, Any], device: DeviceSettings, output_dir:
     )
 
 
-def parallel_settings(config: dict[str, Any]) -> dict[str, Any]:
+def parallel_settings(config: dict[str, Any], *, checkpointing: bool) -> dict[str, Any]:
     """How the Trainer spreads a multi-rank run: DDP, or FSDP2 with whole weights gathered
-    for each save (a checkpoint any world size, and export, can read)."""
+    for each save (a checkpoint any world size, and export, can read) and, with
+    `checkpointing`, FSDP's own activation checkpointing of each wrapped layer."""
     strategy = strategy_for(config, int(os.environ.get("WORLD_SIZE") or 1))
     if strategy == "ddp":
         # Every adapted parameter takes part in every step; the search for unused ones
@@ -130,5 +135,6 @@ def parallel_settings(config: dict[str, Any]) -> dict[str, Any]:
         return {"ddp_find_unused_parameters": False}
     if strategy == "fsdp":
         return {"fsdp": "full_shard auto_wrap",
-                "fsdp_config": {"version": 2, "state_dict_type": "FULL_STATE_DICT", "reshard_after_forward": True}}
+                "fsdp_config": {"version": 2, "state_dict_type": "FULL_STATE_DICT", "reshard_after_forward": True,
+                                "activation_checkpointing": checkpointing}}
     return {}
