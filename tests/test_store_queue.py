@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 from store_backends import database_at_version
 
-from tunelab.store import MIGRATIONS, QUEUE_MIGRATION, InvalidValue, RunNotFound, RunNotQueued, Store
+from tunelab.store import MIGRATIONS, QUEUE_MIGRATION, InvalidValue, QueueJump, RunNotFound, RunNotQueued, Store
 
 CONFIG = {"model_name": "tiny", "learning_rate": 0.0002}
 
@@ -24,9 +24,9 @@ def store(store_url: str) -> Iterator[Store]:
         yield opened
 
 
-def queue(store: Store, priority: int = 0, request: dict | None = None) -> int:
+def queue(store: Store, priority: int = 0, request: dict | None = None, owner: str | None = None) -> int:
     return store.create_run(CONFIG, "tiny-llama", "sample.jsonl", queued=True, queue_priority=priority,
-                            device_request=request or {"num_gpus": 1})
+                            device_request=request or {"num_gpus": 1}, owned_by=owner)
 
 
 def order(store: Store) -> list[int]:
@@ -93,6 +93,20 @@ def test_queued_runs_start_by_priority_then_position_and_can_be_moved(store: Sto
         store.set_queue_priority(running, 1)
     with pytest.raises(RunNotFound):
         store.move_queued(999, 1)
+
+
+def test_a_members_move_passes_only_its_own_runs(store: Store) -> None:
+    alice_1, bob_1, alice_2, alice_3 = (queue(store, owner=o) for o in ("alice", "bob", "alice", "alice"))
+    store.move_queued(alice_3, 3, mover="alice")  # past its own run: allowed
+    assert order(store) == [alice_1, bob_1, alice_3, alice_2]
+    with pytest.raises(QueueJump, match=f"run {alice_3} would move ahead of run {bob_1} of the key 'bob'.*highest place "
+                                        f"run {alice_3} can take is 3"):
+        store.move_queued(alice_3, 1, mover="alice")
+    assert order(store) == [alice_1, bob_1, alice_3, alice_2]
+    store.move_queued(alice_1, 4, mover="alice")  # behind others' runs: allowed
+    assert order(store) == [bob_1, alice_3, alice_2, alice_1]
+    store.move_queued(alice_1, 1)  # no mover (an admin): anywhere in its priority
+    assert order(store) == [alice_1, bob_1, alice_3, alice_2]
 
 
 def test_cancel_and_claim_change_only_queued_runs(store: Store) -> None:

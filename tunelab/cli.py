@@ -366,13 +366,15 @@ def serve(
     allow_reward_code: bool = typer.Option(False, "--allow-reward-code", help="Let API callers name a python reward file inside the data roots (objective grpo; runs that code in the worker)."),
     allowed_host: list[str] = typer.Option([], "--allowed-host", metavar="NAME",
                                            help="Also answer to this Host name (repeatable; '*' answers to any)."),
+    max_queued_per_key: Optional[int] = typer.Option(None, "--max-queued-per-key", metavar="N",
+                                                     help="How many queued runs one key may have waiting (default: TUNELAB_MAX_QUEUED_PER_KEY, else 20)."),
 ) -> None:
     """Serve the web page and the REST/SSE API."""
     from tunelab.server.main import serve as run_server
 
     run_server(host=host, port=port, allow_remote_code=allow_remote_code, allow_output_anywhere=allow_output_anywhere,
                allow_ray=allow_ray, allow_multi_node=allow_multi_node, allow_reward_code=allow_reward_code,
-               allowed_hosts=allowed_host)
+               allowed_hosts=allowed_host, max_queued_per_key=max_queued_per_key)
 
 
 @app.command()

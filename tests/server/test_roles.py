@@ -67,7 +67,7 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
 BODIES = {("PATCH", "/api/runs/{run_id}"): {"display_name": "renamed"}, ("POST", "/api/train/stop"): {"save": False},
           ("POST", "/api/runs/{run_id}/stop"): {"save": False},
           ("POST", "/api/runs/{run_id}/export"): {"format": "adapter"}, ("POST", "/api/runs/{run_id}/speak"): {"text": "hello"},
-          ("POST", "/api/runs/{run_id}/queue"): {"priority": 1}}
+          ("POST", "/api/runs/{run_id}/queue"): {"position": 1}}
 
 
 def add_keys(home) -> dict[str, str]:

@@ -11,8 +11,10 @@ runs in order as devices free up (queueing.py; placement in scheduler.py), also 
 previous server life left queued. Secrets are never stored: a queued run keeps them in this process's
 memory; one picked up after a restart takes them from the environment, or fails
 saying which secret to give again.
-The methods without a run id (snapshot, stop, metrics, ...) are about the most recent
-run (the newest started or queued here); the `run_*` methods take a run id.
+The methods without a run id (snapshot, stop, metrics, ...) are about the current run:
+the newest that trains here (or the last that did), never a queued one; a run started
+from the queue becomes current once the current one has ended. The `run_*` methods take
+a run id.
 `stop_for_shutdown` is what SIGTERM and SIGHUP mean to the server and the CLI.
 Surfaces (HTTP server, CLI) use only the public methods; see docs/ARCHITECTURE.md.
 This file holds the object's shared state, which devices its runs hold, and the event
@@ -73,7 +75,7 @@ class Orchestrator(RunStarter, QueueRunner, RunStopper, RunReader):
         self._start_lock = threading.Lock()
         self._lock = threading.Lock()  # guards the fields below
         self._runs: dict[int, ActiveRun] = {}  # live runs, and the last few finished ones
-        self._latest: int | None = None  # the most recent run: what the run-less methods are about
+        self._latest: int | None = None  # the current run (see above): what the run-less methods are about
         self._waiting: dict[int, PlannedStart] = {}  # runs queued here, with their secrets (never stored)
         self._spawning = False
         self._closed = False

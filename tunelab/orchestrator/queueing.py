@@ -72,9 +72,8 @@ class QueueRunner:
             raise PersistError(f"the run could not be recorded in the database ({exc}); nothing was queued") from exc
         if plan.resume_run_id is not None:
             self._record_resume(plan.resume_run_id, run_id, on_failure=lambda why: self._fail_queued(run_id, why))
-        with self._lock:
+        with self._lock:  # not the current run (`_latest`): that is one that trains, never a queued one
             self._waiting[run_id] = plan
-            self._latest = run_id
         position = self.queue_position(run_id)
         log.info("run %s: queued at position %s", run_id, position)
         self._notify({**ev.status(f"queued at position {position}: waiting for its devices"), "run_id": run_id,

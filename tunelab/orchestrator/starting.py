@@ -168,7 +168,10 @@ class RunStarter:
         with self._lock:
             self._runs[run_id] = run
             self._waiting.pop(run_id, None)
-            if queued_id is None or self._latest is None:
+            # The current run is the newest that trains: a fresh start, or one from the queue
+            # once the current one has ended (a view of a run that still trains stays on it).
+            current = self._runs.get(self._latest) if self._latest is not None else None
+            if queued_id is None or current is None or current.finalized:
                 self._latest = run_id
         if queued_id is not None:
             run.apply(ev.status(f"started from the queue on {', '.join(devices)}"))

@@ -22,13 +22,13 @@ class RunStopper:
     """Stopping, cancelling and shutting down; see the module docstring for what it shares."""
 
     def stop(self, save: bool, expected_run_id: int | None = None) -> None:
-        """Stop and save (`save=True`) or cancel the most recent run (a queued one is cancelled)."""
+        """Stop and save (`save=True`) or cancel the current run (core.py: never a queued one)."""
         with self._start_lock:  # a start in progress finishes spawning first
             latest = self._latest
         run = self._runs.get(latest) if latest is not None else None
-        queued = latest is not None and run is None and self.queue_position(latest) is not None
-        if latest is None or (run is None and not queued) or (run is not None and run.finalized):
-            raise NoActiveRun("no run is active")
+        if run is None or run.finalized:
+            raise NoActiveRun("no run is training here; withdraw a queued run by its id "
+                              "(POST /api/runs/ID/stop, or `tunelab queue cancel ID`)")
         if expected_run_id is not None and expected_run_id != latest:
             raise RunMismatch(expected_run_id, latest)
         self.stop_run(latest, save)
@@ -68,8 +68,6 @@ class RunStopper:
                 pump = run.pump_thread()
                 if pump is not None and pump.is_alive():
                     raise RunActive(f"run {run.run_id} is still finishing; try again in a moment")
-            elif latest is not None and self.queue_position(latest) is not None:
-                raise RunActive(f"run {latest} is queued; cancel it or wait for it to run")
             with self._lock:
                 self._latest = None
 

@@ -39,6 +39,7 @@ from tunelab.server import (roles, routes_chat, routes_datasets, routes_eval, ro
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.guards import RequestGuard
+from tunelab.server.queue_cap import configured_cap
 from tunelab.server.schemas import Health, error_schemas
 from tunelab.store import Store
 
@@ -97,6 +98,7 @@ def create_app(
     allow_multi_node: bool = False,
     allow_reward_code: bool = False,
     allowed_hosts: Iterable[str] | None = None,
+    max_queued_per_key: int | None = None,
 ) -> FastAPI:
     """The app. Without arguments it uses the tunelab home (TUNELAB_HOME) and owns its
     store and orchestrator; pass your own to share them (you then shut them down).
@@ -105,9 +107,11 @@ def create_app(
     orchestrator only, from the lifespan's start on; TUNELAB_PREWARM=0/1 overrides it). `allow_remote_code` and
     `allow_output_anywhere` let API callers set trust_remote_code and
     allow_output_outside_root; `allow_ray`, ray_address; `allow_multi_node`, nodes; `allow_reward_code`, a python reward. `allowed_hosts`: the Host names answered (None: any;
-    `serve` passes loopback names for a loopback bind)."""
+    `serve` passes loopback names for a loopback bind). `max_queued_per_key`: how many
+    queued runs one key may have waiting (None: TUNELAB_MAX_QUEUED_PER_KEY, else 20)."""
     if home is not None:
         os.environ["TUNELAB_HOME"] = str(home)
+    queue_cap = configured_cap(max_queued_per_key)  # a bad value refuses the start before anything runs
     owns_store = store is None
     store = store if store is not None else Store()
     if owns_store:  # TUNELAB_DATABASE_URL or the home's file; a password in the URL shows as ***
@@ -160,6 +164,7 @@ def create_app(
     app.state.allow_ray = allow_ray
     app.state.allow_multi_node = allow_multi_node
     app.state.allow_reward_code = allow_reward_code
+    app.state.max_queued_per_key = queue_cap
 
     install_error_handlers(app)
     app.add_api_route("/api/health", _health, methods=["GET"], response_model=Health, tags=["health"],

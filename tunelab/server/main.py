@@ -1,6 +1,7 @@
 """Running the server: `serve(host, port)` (what `tunelab serve` calls) and
 `python -m tunelab.server [--host H] [--port P] [--allow-remote-code]
-[--allow-output-anywhere] [--allow-ray] [--allow-multi-node] [--allowed-host NAME ...]`.
+[--allow-output-anywhere] [--allow-ray] [--allow-multi-node] [--allowed-host NAME ...]
+[--max-queued-per-key N]`.
 
 The listening socket is bound here, before uvicorn starts, so `--port 0` works (the
 chosen port is printed) and the printed URL is valid the moment it appears. Logs go to
@@ -156,15 +157,22 @@ class GracefulServer(uvicorn.Server):
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str = "info",
           allow_remote_code: bool = False, allow_output_anywhere: bool = False, allow_ray: bool = False,
           allow_multi_node: bool = False, allow_reward_code: bool = False,
-          allowed_hosts: list[str] | None = None) -> None:
+          allowed_hosts: list[str] | None = None, max_queued_per_key: int | None = None) -> None:
     """Serve the API and the web page until a signal (Ctrl-C, SIGTERM, SIGHUP) ends it,
     after stopping and saving the active run. `allow_remote_code` / `allow_output_anywhere`:
     let API callers set trust_remote_code / allow_output_outside_root; `allow_ray`: ray_address;
     `allow_reward_code`: a python reward file (in the data roots). `allowed_hosts`:
-    more Host names to answer to."""
+    more Host names to answer to. `max_queued_per_key`: how many queued runs one key may
+    have waiting (None: TUNELAB_MAX_QUEUED_PER_KEY, else 20)."""
     from tunelab.server.app import create_app
     from tunelab.server.guards import allowed_hosts_for
+    from tunelab.server.queue_cap import configured_cap
 
+    try:
+        max_queued_per_key = configured_cap(max_queued_per_key)
+    except ValueError as exc:
+        print(f"cannot serve: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     configure_logging(log_level)
     warning = bind_warning(host)
     if warning:
@@ -184,7 +192,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str 
     app = create_app(token=token, prewarm=True, allow_remote_code=allow_remote_code,
                      allow_output_anywhere=allow_output_anywhere, allow_ray=allow_ray,
                      allow_multi_node=allow_multi_node, allow_reward_code=allow_reward_code,
-                     allowed_hosts=allowed_hosts_for(host, allowed_hosts or []))
+                     allowed_hosts=allowed_hosts_for(host, allowed_hosts or []), max_queued_per_key=max_queued_per_key)
     url = page_url(host, port)
     # `tunelab train` on this home finds the server through <home>/server.json and submits to it.
     advertise(app, url, host, port)
@@ -216,7 +224,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="let API callers name a python reward file inside the data roots (objective grpo; runs that code)")
     parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                         help="also answer to this Host name (repeatable; '*' answers to any)")
+    parser.add_argument("--max-queued-per-key", type=int, default=None, metavar="N",
+                        help="how many queued runs one key may have waiting (default: TUNELAB_MAX_QUEUED_PER_KEY, else 20)")
     args = parser.parse_args(argv)
     serve(args.host, args.port, log_level=args.log_level, allow_remote_code=args.allow_remote_code,
           allow_output_anywhere=args.allow_output_anywhere, allow_ray=args.allow_ray,
-          allow_multi_node=args.allow_multi_node, allow_reward_code=args.allow_reward_code, allowed_hosts=args.allowed_host)
+          allow_multi_node=args.allow_multi_node, allow_reward_code=args.allow_reward_code, allowed_hosts=args.allowed_host,
+          max_queued_per_key=args.max_queued_per_key)

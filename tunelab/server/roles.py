@@ -4,6 +4,8 @@
 an app with a route that has none (so a new route cannot slip through unruled) and
 documents the 403. `enforce`, an app-wide dependency, applies the rule before the route
 runs — before its body is even validated, so a refused caller learns nothing more.
+A `{run_id}` in the path is read first, with the routes' own parser (run_ids.py): an id
+that is not plain digits is a 422 for every caller, so no spelling can skip a check.
 
 - PUBLIC: anyone (the token gate already let the request through).
 - READ: every role (admin, member, viewer).
@@ -24,11 +26,13 @@ import functools
 from typing import Any, Iterator, Sequence
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from starlette.routing import BaseRoute, compile_path
 
 from tunelab.server.auth import CALLER_SCOPE_KEY, TOKEN_ROOTS, Caller
 from tunelab.server.errors import ApiError
 from tunelab.server.openai_schemas import OpenAIError
+from tunelab.server.run_ids import RULE, parse_run_id
 from tunelab.server.schemas import error_responses
 
 PUBLIC, READ, USE, OWN_RUN, OWN_ACTIVE = "public", "read", "use", "own_run", "own_active"
@@ -139,7 +143,9 @@ def enforce(request: Request) -> None:
     path = request.scope.get("path", "")
     if not is_api_path(path):
         return  # /docs: nothing under the API roots
-    rule, params = rule_for("GET" if request.method == "HEAD" else request.method, path)
+    method = "GET" if request.method == "HEAD" else request.method
+    rule, params = rule_for(method, path)
+    path_run_id = _path_run_id(request, method, params)
     if rule == PUBLIC:
         return
     caller = caller_of(request)
@@ -147,7 +153,7 @@ def enforce(request: Request) -> None:
         _refuse(request, "role_forbidden", _role_message(caller, rule))
     if caller.role == "admin" or rule in (READ, USE):
         return
-    run_id = _run_in_question(request, rule, params)
+    run_id = path_run_id if rule == OWN_RUN else _active_run(request)
     if run_id is None:
         return
     owner = _owner_of(request, run_id)
@@ -169,12 +175,26 @@ def _role_message(caller: Caller, rule: str | None) -> str:
             f"(an admin can create one: `tunelab keys create NAME --role member`)")
 
 
-def _run_in_question(request: Request, rule: str, params: dict[str, str]) -> int | None:
-    if rule == OWN_RUN:
-        try:
-            return int(params.get("run_id", ""))
-        except ValueError:
-            return None  # not a run id: the route's validation answers 422
+def _path_run_id(request: Request, method: str, params: dict[str, str]) -> int | None:
+    """The run id in the path, read as the route reads it; a 422 for any other spelling.
+    The path was percent-decoded before routing: an id that was encoded in the request
+    line (`%31`) is refused too, so the id checked is the id the client wrote."""
+    if "run_id" not in params:
+        return None
+    text = params["run_id"]
+    raw = request.scope.get("raw_path")
+    written = rule_for(method, raw.decode("latin-1"))[1].get("run_id") if raw else text
+    try:
+        if written != text:
+            raise ValueError(f"{RULE}; got {written!r}" if written else f"{RULE}; the path's run id was %-escaped")
+        return parse_run_id(text)
+    except ValueError as exc:
+        raise RequestValidationError([{"type": "value_error", "loc": ("path", "run_id"), "msg": str(exc),
+                                       "input": text}]) from None
+
+
+def _active_run(request: Request) -> int | None:
+    """The run an OWN_ACTIVE route acts on, noted for the route so it acts on no other."""
     run_id = request.app.state.orchestrator.snapshot().get("run_id")
     request.scope[CHECKED_RUN_SCOPE_KEY] = run_id
     return run_id
@@ -184,10 +204,7 @@ _NO_SUCH_RUN = object()
 
 
 def _owner_of(request: Request, run_id: int) -> Any:
-    try:
-        run = request.app.state.store.get_run(run_id)
-    except OverflowError:
-        return _NO_SUCH_RUN  # too large for the database: the route's validation answers 422
+    run = request.app.state.store.get_run(run_id)
     return _NO_SUCH_RUN if run is None else run.get("owner")
 
 

@@ -14,15 +14,15 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-from fastapi import APIRouter, Path as PathParam, Query, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
 from tunelab.inference.target import TargetInputError, TargetNotFound, TargetRefused, resolve_target, valid_checkpoint_steps
 from tunelab.server.errors import ApiError
+from tunelab.server.run_ids import RunId
 from tunelab.server.schemas import error_responses
 
 router = APIRouter(prefix="/api/runs", tags=["history"], responses=error_responses(401, 404, 409))
-RunId = Annotated[int, PathParam(ge=1, le=2**62, description="The run (job) id.")]
 # A template longer than this is shown cut; the model still uses all of it.
 TEMPLATE_SHOWN_CHARS = 20_000
 

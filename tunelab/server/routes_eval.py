@@ -13,22 +13,22 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
 from tunelab.store.evals import list_evals
 from tunelab.evaluate.options import EvalFailed, EvalInputError, EvalNotFound, EvalOptions, EvalRefused
 from tunelab.server.roles import caller_of
 from tunelab.server.errors import ApiError
+from tunelab.server.run_ids import RunId
 from tunelab.server.schemas import error_responses
 from tunelab.server.user_paths import check_opt_ins
 from tunelab.store import RunNotFound
 
 log = logging.getLogger("tunelab.server")
 router = APIRouter(prefix="/api/runs", tags=["history"], responses=error_responses(401))
-RunId = Annotated[int, Path(ge=1, le=2**62, description="The run (job) id.")]
 _one_eval_at_a_time = threading.Lock()
 
 

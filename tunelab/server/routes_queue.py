@@ -5,22 +5,26 @@ queue and change a waiting run's priority or place in it, through the store's at
 statements, so a change racing a claim either lands before it or finds the run no
 longer queued (409). Cancelling a queued run is `POST /api/runs/{id}/stop` with
 `save: false`, as for a running one. Who may change which run is tunelab.server.roles
-(OWN_RUN: a member only its own runs).
+(OWN_RUN: a member only its own runs); here, what a member may change: priorities decide
+whose runs start first across the team, so only an admin sets one, and a member moves its
+run only among its own (the store refuses a move past another owner's run in the same
+transaction as the move).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tunelab.server.errors import ApiError
+from tunelab.server.roles import caller_of
+from tunelab.server.run_ids import RunId
 from tunelab.server.schemas import error_responses
-from tunelab.store import RunNotFound, RunNotQueued
+from tunelab.store import QueueJump, RunNotFound, RunNotQueued
 
 router = APIRouter(tags=["queue"], responses=error_responses(401))
-RunId = Annotated[int, Path(ge=1, le=2**62, description="The run (job) id.")]
 PRIORITY_LIMIT = 1_000_000
 
 DEVICE_REQUEST_HELP = "What the run asked for: {\"num_gpus\": n} or {\"gpu_ids\": [...]}; null: one device (a GPU or the CPU)."
@@ -57,9 +61,11 @@ class QueueAnswer(BaseModel):
 class QueueChange(BaseModel):
     model_config = ConfigDict(extra="forbid")
     position: int | None = Field(None, ge=1, le=2**31, description="The run's new place in the queue (1 starts next); "
-                                                                    "it must lie among the runs of its priority.")
+                                                                    "it must lie among the runs of its priority. A "
+                                                                    "member's run passes only that member's own runs.")
     priority: int | None = Field(None, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT,
-                                 description="The run's new priority (higher starts first); applied before `position`.")
+                                 description="The run's new priority (higher starts first); applied before `position`. "
+                                             "Admins only.")
 
     @model_validator(mode="after")
     def _something(self) -> "QueueChange":
@@ -100,14 +106,24 @@ def get_queue(request: Request) -> QueueAnswer:
 @router.post("/api/runs/{run_id}/queue", response_model=QueueAnswer, responses=error_responses(403, 404, 409, 422))
 def change_queue(request: Request, run_id: RunId, body: QueueChange) -> QueueAnswer:
     """Change a queued run's priority and/or place; answers the queue as it now stands.
-    409 when the run is no longer queued (it started, or was cancelled)."""
+    Priority is an admin's to set; a member moves its run only among its own runs (403
+    otherwise). 409 when the run is no longer queued (it started, or was cancelled)."""
     store = request.app.state.store
+    caller = caller_of(request)
+    member = None if caller.role == "admin" else caller.key_name
+    if body.priority is not None and member is not None:
+        raise ApiError(403, "admin_required", f"the member key {caller.shown!r} may not set a priority: priorities decide "
+                                              "whose runs start first across the team, so only an admin sets them; move "
+                                              "your run among your own queued runs with `position`, or ask an admin",
+                       field="priority")
     try:
         if body.priority is not None:
             store.set_queue_priority(run_id, body.priority)
         if body.position is not None:
-            store.move_queued(run_id, body.position)
+            store.move_queued(run_id, body.position, mover=member)
     except RunNotQueued as exc:
         hint = f"; stop it with POST /api/runs/{run_id}/stop" if exc.status == "running" else ""
         raise ApiError(409, "not_queued", f"{exc}{hint}") from None
+    except QueueJump as exc:
+        raise ApiError(403, "queue_jump_forbidden", str(exc), field="position") from None
     return queue_answer(request.app.state)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response
 
+from tunelab.server.run_ids import RunId
 from tunelab.server.schemas import RunStopAnswer, StopRequest, TrainStatus, error_responses
 from tunelab.server.sse import ProgressStream, requested_resume
 
 router = APIRouter(prefix="/api/runs", tags=["runs"], responses=error_responses(401, 404))
-RunId = Annotated[int, Path(ge=1, le=2**62, description="The run (job) id.")]
 
 
 @router.get("/{run_id}/status", response_model=TrainStatus)

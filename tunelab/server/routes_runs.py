@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Query, Request
 
 from tunelab import paths
 from tunelab.orchestrator import NotResumable
 from tunelab.orchestrator.resume import check_resumable
 from tunelab.server.errors import ApiError
+from tunelab.server.queue_cap import require_queue_room
 from tunelab.server.roles import caller_of
 from tunelab.server.routes_train import settle
+from tunelab.server.run_ids import RunId
 from tunelab.server.schemas import (
     DeleteAnswer,
     JobAnswer,
@@ -32,7 +34,6 @@ from tunelab.server.user_paths import check_stored_config
 from tunelab.store import METRIC_FIELDS, RunNotFound, Store
 
 router = APIRouter(prefix="/api/runs", tags=["history"], responses=error_responses(401))
-RunId = Annotated[int, Path(ge=1, le=2**62, description="The run (job) id.")]
 
 
 def can_resume(store: Store, run_id: int) -> bool:
@@ -133,18 +134,20 @@ def _check_deletable(store: Any, run_id: int, folder: str) -> None:
         )
 
 
-@router.post("/{run_id}/resume", response_model=JobAnswer, responses=error_responses(400, 403, 404, 409, 422, 503))
+@router.post("/{run_id}/resume", response_model=JobAnswer, responses=error_responses(400, 403, 404, 409, 422, 429, 503))
 def resume_run(request: Request, run_id: RunId, body: ResumeRequest | None = None) -> JobAnswer:
     """Continue a run that ended in error or was stopped early, from its latest valid
     checkpoint; the step count carries on. A run can be resumed once (again when its
     continuation was deleted, cancelled, or failed before a newer checkpoint). Secrets
     the run used (its config's `secrets_used`) must be given again in the body or the
-    server's environment; a missing one is a 422 naming it."""
+    server's environment; a missing one is a 422 naming it. 429 while the run's owner
+    already has the server's cap of runs waiting in the queue."""
     state = request.app.state
     run = _require_run(request, run_id)
     check_stored_config(run, state, role=caller_of(request).role)
     with state.start_lock:
-        settle(state.orchestrator)
         # The continuation is the same run going on: it keeps its owner, whoever resumed it.
+        require_queue_room(state, run.get("owner"))
+        settle(state.orchestrator)
         new_run_id = state.orchestrator.resume(run_id, body.secrets() if body else None, owned_by=run.get("owner"))
     return JobAnswer.of(state.orchestrator, new_run_id)

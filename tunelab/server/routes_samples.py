@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field
 
 from tunelab import paths
 from tunelab.server.errors import ApiError
-from tunelab.server.routes_runs import RunId, _require_run
+from tunelab.server.routes_runs import _require_run
+from tunelab.server.run_ids import RunId
 from tunelab.server.schemas import error_responses
 
 router = APIRouter(prefix="/api/runs", tags=["history"], responses=error_responses(401))

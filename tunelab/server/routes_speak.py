@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from tunelab.inference.devices import DeviceBusy
@@ -21,12 +20,12 @@ from tunelab.inference.speak import SpeakFailed, SpeakOptions, speak_run
 from tunelab.inference.target import TargetInputError, TargetNotFound, TargetRefused
 from tunelab.server.errors import ApiError
 from tunelab.server.roles import caller_of
+from tunelab.server.run_ids import RunId
 from tunelab.server.schemas import error_responses
 from tunelab.server.user_paths import check_opt_ins
 
 log = logging.getLogger("tunelab.server")
 router = APIRouter(prefix="/api/runs", tags=["history"], responses=error_responses(401))
-RunId = Annotated[int, Path(ge=1, le=2**62, description="The run (job) id.")]
 _one_at_a_time = threading.Lock()
 
 

@@ -1,4 +1,10 @@
-"""`/api/train`: start, stop, reset and watch the one active run.
+"""`/api/train`: start a run; stop, reset and watch the run that trains here now.
+
+Every view here (status, metrics, progress, plot, stop, reset) is about the run that
+trains on this server now, or the last one that did; never a queued run, which the
+orchestrator does not make its current run until it starts. Each answer names its run
+(`run_id`; the plot in its X-Tunelab-Run-Id header), and a stop acts only on the run the
+role check looked at. The per-run routes (/api/runs/{id}/...) address any run.
 
 Routes are thin: the orchestrator decides and raises (RunActive, RunMismatch, ...), and
 the error handlers turn its exceptions into the API's error shape. Routes that block
@@ -14,6 +20,8 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response
 
 from tunelab.config import parse_config
+from tunelab.orchestrator import RunMismatch
+from tunelab.server.queue_cap import require_queue_room
 from tunelab.server.roles import CHECKED_RUN_SCOPE_KEY, caller_of
 from tunelab.server.schemas import (
     JobAnswer,
@@ -28,6 +36,7 @@ from tunelab.server.sse import ProgressStream, requested_resume
 from tunelab.server.user_paths import checked_config
 
 router = APIRouter(prefix="/api/train", tags=["training"], responses=error_responses(401))
+RUN_ID_HEADER = "X-Tunelab-Run-Id"
 # How long a start waits for an ended run's event pump to finish draining.
 SETTLE_TIMEOUT_S = 5.0
 
@@ -44,10 +53,11 @@ def _status(snapshot: dict) -> TrainStatus:
     return TrainStatus(**{**snapshot, "job_id": snapshot.get("run_id")})
 
 
-@router.post("/start", response_model=JobAnswer, responses=error_responses(403, 409, 422, 503))
+@router.post("/start", response_model=JobAnswer, responses=error_responses(403, 409, 422, 429, 503))
 def start(body: StartRequest, request: Request) -> JobAnswer:
     """Start a run. With `start_request_id`, a retried request never starts a second run:
-    it answers the job the first one started (`duplicate: true`)."""
+    it answers the job the first one started (`duplicate: true`). 429 while the calling key
+    already has the server's cap of runs waiting in the queue."""
     state = request.app.state
     request_id = body.start_request_id
     caller = caller_of(request)
@@ -59,6 +69,7 @@ def start(body: StartRequest, request: Request) -> JobAnswer:
             existing = state.store.find_by_start_request_id(request_id)
             if existing is not None:
                 return JobAnswer.of(state.orchestrator, existing["id"], existing["status"], duplicate=True)
+        require_queue_room(state, caller.key_name)
         settle(state.orchestrator)
         run_id = state.orchestrator.start(config, start_request_id=request_id, owned_by=caller.key_name)
     return JobAnswer.of(state.orchestrator, run_id)
@@ -66,18 +77,24 @@ def start(body: StartRequest, request: Request) -> JobAnswer:
 
 @router.post("/stop", response_model=StopAnswer, responses=error_responses(409, 422, 503))
 def stop(body: StopRequest, request: Request) -> StopAnswer:
-    """`save: true` stops at the next step and writes a resumable checkpoint; `save:
-    false` cancels: nothing of the run is kept (its folder is removed when it lies
-    inside the outputs root and no other run uses it) and it cannot be resumed. A cancel is
-    never undone by a later save."""
+    """Stop the run that trains here now (the one /api/train/status shows; never a queued
+    run: withdraw one with POST /api/runs/{id}/stop). `save: true` stops at the next step
+    and writes a resumable checkpoint; `save: false` cancels: nothing of the run is kept
+    (its folder is removed when it lies inside the outputs root and no other run uses it)
+    and it cannot be resumed. A cancel is never undone by a later save."""
     orchestrator = request.app.state.orchestrator
     expected = body.expected_job_id
-    if expected is None and caller_of(request).role != "admin":
-        # A member was allowed for the run the role check saw; never stop one started since.
-        expected = request.scope.get(CHECKED_RUN_SCOPE_KEY)
+    if caller_of(request).role != "admin":
+        # A member was allowed for the run the role check saw: stop that one and no other,
+        # not one started since, nor another it names (whose owner nobody checked).
+        checked = request.scope.get(CHECKED_RUN_SCOPE_KEY)
+        if expected is not None and expected != checked:
+            raise RunMismatch(expected, checked)
+        expected = checked
     orchestrator.stop(body.save, expected_run_id=expected)
     snapshot = orchestrator.snapshot()
-    return StopAnswer(job_id=snapshot.get("run_id"), save=body.save, phase=snapshot["phase"])
+    return StopAnswer(job_id=snapshot.get("run_id"), run_id=snapshot.get("run_id"), save=body.save,
+                      phase=snapshot["phase"])
 
 
 @router.post("/reset", response_model=TrainStatus, responses=error_responses(409))
@@ -91,14 +108,18 @@ def reset(request: Request) -> TrainStatus:
 
 @router.get("/status", response_model=TrainStatus)
 def status(request: Request) -> TrainStatus:
-    """Phase, latest numbers and the chart histories of the current (or last) run."""
+    """Phase, latest numbers and the chart histories of the run that trains here now (or
+    the last one that did); `run_id` says which."""
     return _status(request.app.state.orchestrator.snapshot())
 
 
 @router.get("/metrics", response_model=MetricsAnswer)
 def metrics(request: Request) -> MetricsAnswer:
+    """The chart histories of the run /api/train/status shows; `run_id` says which."""
     orchestrator = request.app.state.orchestrator
-    return MetricsAnswer(job_id=orchestrator.snapshot().get("run_id"), histories=orchestrator.metrics())
+    run_id = orchestrator.snapshot().get("run_id")
+    histories = orchestrator.metrics() if run_id is None else orchestrator.run_metrics(run_id)
+    return MetricsAnswer(job_id=run_id, run_id=run_id, histories=histories)
 
 
 @router.get(
@@ -127,6 +148,10 @@ async def progress(
 @router.get("/plot.png", response_class=Response,
             responses={200: {"content": {"image/png": {}}, "description": "The loss plot."}, **error_responses(422)})
 def plot(request: Request, theme: Literal["light", "dark"] = "light") -> Response:
-    """The current run's loss plot: raw points and a moving average."""
-    png = request.app.state.orchestrator.plot_png(theme=theme)
-    return Response(content=png, media_type="image/png", headers={"Cache-Control": "no-store"})
+    """The loss plot (raw points and a moving average) of the run /api/train/status shows;
+    the X-Tunelab-Run-Id header says which (absent when there is none)."""
+    orchestrator = request.app.state.orchestrator
+    png = orchestrator.plot_png(theme=theme)
+    run_id = orchestrator.snapshot().get("run_id")
+    headers = {"Cache-Control": "no-store", **({RUN_ID_HEADER: str(run_id)} if run_id is not None else {})}
+    return Response(content=png, media_type="image/png", headers=headers)

@@ -121,11 +121,13 @@ class ResumeRequest(BaseModel):
 class StopRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     save: bool = Field(description="true: stop at the next step and save a resumable checkpoint; false: cancel, removing the run's folder when it is inside the outputs root and no other run uses it (the run's error_message says what became of it).")
-    expected_job_id: int | None = Field(None, description="Refuse (409) unless this is still the active job.")
+    expected_job_id: int | None = Field(None, description="Refuse (409) unless this is still the run that trains here "
+                                                          "(the one /api/train/status shows).")
 
 
 class StopAnswer(BaseModel):
     job_id: int | None
+    run_id: int | None = Field(None, description="The run the stop was sent to; same as job_id.")
     save: bool
     phase: str
 
@@ -158,7 +160,8 @@ class TrainStatus(BaseModel):
     model_config = ConfigDict(extra="allow")
     phase: str = Field(description="idle, queued, loading_model, loading_dataset, configuring, training, finalizing, completed, stopped, error or cancelled (withdrawn while queued).")
     is_training_running: bool
-    job_id: int | None = Field(None, description="The current (or last finished) run; same as run_id.")
+    job_id: int | None = Field(None, description="The run that trains here now (or the last one that did; never a "
+                                                 "queued run); same as run_id.")
     run_id: int | None = None
     step: int | None = None
     total_steps: int | None = None
@@ -185,6 +188,7 @@ class TrainStatus(BaseModel):
 
 class MetricsAnswer(BaseModel):
     job_id: int | None
+    run_id: int | None = Field(None, description="The run these are the histories of; same as job_id.")
     histories: Histories
 
 

@@ -27,6 +27,7 @@ from tunelab.store.errors import (
     InvalidValue,
     KeyNameTaken,
     KeyNotFound,
+    QueueJump,
     RunIsRunning,
     RunNotFound,
     RunNotQueued,
@@ -72,7 +73,7 @@ __all__ = [
     "AlreadyResumed", "BUSY_TIMEOUT_MS", "DATA_NAME_MAPPINGS", "DEFAULT_RETRY_SECONDS", "DuplicateStartRequest",
     "FINAL_STATUSES", "InvalidValue", "KEYS_MIGRATION", "KeyNameTaken", "KeyNotFound", "MAX_LIST_LIMIT",
     "METRIC_FIELDS", "MIGRATIONS", "NAME_MAX_CHARS", "ON_HOST", "ORPHAN_MESSAGE", "QUEUE_COLUMNS", "QUEUE_MIGRATION",
-    "QUEUE_MIGRATION_SQLITE", "RUNS_COLUMNS_6", "RUN_STATUSES", "RunIsRunning", "RunNotFound", "RunNotQueued",
+    "QUEUE_MIGRATION_SQLITE", "QueueJump", "RUNS_COLUMNS_6", "RUN_STATUSES", "RunIsRunning", "RunNotFound", "RunNotQueued",
     "SECRET_KEYS", "SPARKLINE_POINTS", "STATUS_CHECK", "Store", "StoreBusy", "StoreError", "UPSERT_EXTRA",
     "UPSERT_METRIC", "check_no_secrets", "clean_display_name", "sparkline",
 ]

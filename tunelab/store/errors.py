@@ -39,6 +39,17 @@ class RunNotQueued(StoreError):
         super().__init__(f"run {run_id} is {status}, not queued; only a queued run can be moved or given a priority")
 
 
+class QueueJump(StoreError):
+    """A member's move would put its run ahead of another owner's queued run."""
+
+    def __init__(self, run_id: int, passed_id: int, passed_owner: str | None, highest: int):
+        self.run_id, self.passed_id, self.passed_owner, self.highest = run_id, passed_id, passed_owner, highest
+        whose = f"the key {passed_owner!r}" if passed_owner else "the server's own token (owner 'local')"
+        super().__init__(f"run {run_id} would move ahead of run {passed_id} of {whose}; a member moves its queued "
+                         f"runs only among its own (the highest place run {run_id} can take is {highest}): "
+                         "only an admin places a run ahead of others' runs")
+
+
 class DuplicateStartRequest(StoreError):
     def __init__(self, request_id: str, run_id: int | None):
         self.request_id, self.run_id = request_id, run_id

@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from tunelab.store import dialect as store_dialect
-from tunelab.store.errors import InvalidValue, RunNotQueued
+from tunelab.store.errors import InvalidValue, QueueJump, RunNotQueued
 from tunelab.store.rows import check_devices, check_priority, json_or_none, run_dict
 from tunelab.store.schema import ON_HOST, host_params
 
@@ -61,24 +61,30 @@ class QueueMixin:
         self._update_queued(run_id, lambda conn: conn.execute(
             "UPDATE runs SET queue_priority = ? WHERE id = ? AND status = 'queued'", (priority, run_id)))
 
-    def move_queued(self, run_id: int, position: int) -> None:
+    def move_queued(self, run_id: int, position: int, *, mover: str | None = None) -> None:
         """Put a queued run at `position` (1 = next to start) of queued_runs. Priority
         still comes first, so the position must lie among the runs of its own priority;
-        otherwise InvalidValue names the positions it can take."""
+        otherwise InvalidValue names the positions it can take. With `mover` (a member's
+        key name) the run may pass only that key's own runs on its way up (QueueJump
+        otherwise); checked in the same transaction as the move, so no run queued meanwhile
+        is jumped."""
         if isinstance(position, bool) or not isinstance(position, int) or position < 1:
             raise InvalidValue("position", f"must be a whole number >= 1, got {position!r}")
 
         def work(conn: sqlite3.Connection) -> None:
-            rows = conn.execute("SELECT id, queue_priority FROM runs WHERE status = 'queued'"
+            rows = conn.execute("SELECT id, queue_priority, owner FROM runs WHERE status = 'queued'"
                                 " ORDER BY queue_priority DESC, queue_order, id").fetchall()
             ids = [r[0] for r in rows]
             if run_id not in ids:
                 self._not_queued(conn, run_id)
-            priority = rows[ids.index(run_id)][1]
+            here = ids.index(run_id)
+            priority = rows[here][1]
             band = [i + 1 for i, r in enumerate(rows) if r[1] == priority]
             if not band[0] <= position <= band[-1]:
                 raise InvalidValue("position", f"run {run_id} has priority {priority}, which places it at positions "
                                                f"{band[0]} to {band[-1]} of {len(rows)}; choose one of those or change its priority")
+            if mover is not None:
+                _refuse_a_jump(rows, here, position - 1, mover)
             ids.remove(run_id)
             ids.insert(position - 1, run_id)
             # Renumbering every queued run keeps the keys plain whole numbers however often runs move.
@@ -109,3 +115,13 @@ class QueueMixin:
     def _not_queued(self, conn: sqlite3.Connection, run_id: int) -> None:
         row = self._require_run(conn, run_id)
         raise RunNotQueued(run_id, row["status"])
+
+
+def _refuse_a_jump(rows: list[Any], here: int, target: int, mover: str) -> None:
+    """QueueJump when moving rows[here] up to index `target` passes a run `mover` does not own."""
+    passed = [row for row in rows[target:here] if row[2] != mover]
+    if passed:
+        highest = here
+        while highest > target and rows[highest - 1][2] == mover:
+            highest -= 1
+        raise QueueJump(rows[here][0], passed[-1][0], passed[-1][2], highest + 1)
