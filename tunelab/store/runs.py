@@ -79,7 +79,7 @@ class RunsMixin:
                 cursor = conn.execute(
                     "INSERT INTO runs (status, model_name, dataset_name, display_name, config_json, started_at,"
                     " resumed_from_run_id, start_request_id, owner_lock, owner_pid, owner_started_at, modality, owner,"
-                     queue_priority, queue_order, device_request, devices, claimed_by, server_id)"
+                    " queue_priority, queue_order, device_request, devices, claimed_by, server_id)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
                     " CASE WHEN ? = 1 THEN COALESCE((SELECT MAX(queue_order) FROM runs), 0) + 1 END, ?, ?, ?, ?)",
                     ("queued" if queued else "running", model_name, dataset_name or "", name, config_json, time.time(),
