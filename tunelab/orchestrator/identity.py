@@ -46,6 +46,7 @@ def load_identity(home: Path | None = None) -> ServerIdentity:
     """This home's server identity, made (atomically, once) the first time it is asked for."""
     path = (home or paths.home()) / ID_FILE
     if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
         # Written beside, then linked into place: of two processes starting on a fresh
         # home at once, one link wins and both read the winner's id.
         draft = path.with_name(f".{ID_FILE}.{os.getpid()}.{secrets.token_hex(4)}")
