@@ -58,7 +58,15 @@ class QueueRunner:
             check_world_size(plan.resume_from, planned.world_size)
 
     def _queue_has_runs(self) -> bool:
-        return bool(self.store.queued_runs())
+        """Whether runs this server may start wait (another live server's wait for that server)."""
+        rows = self.store.queued_runs()
+        others_live = self._others_live(rows)
+        return any(r.get("server_id") not in others_live for r in rows)
+
+    def _others_live(self, rows: list[dict[str, Any]]) -> set[str]:
+        """The other servers owning some of `rows` whose heartbeat is live."""
+        others = {r.get("server_id") for r in rows} - {None, self.identity.id}
+        return self.store.live_servers(self.silent_after_s) & others if others else set()
 
     def _enqueue(self, plan: PlannedStart) -> int:
         """Record the run as queued; the scheduler starts it when its turn and devices come."""
@@ -108,7 +116,7 @@ class QueueRunner:
         closed = self.store.close_orphans(latest_valid_checkpoint, server_id=self.identity.id,
                                           silent_after_s=self.silent_after_s, only_silent_servers=True)
         if closed:
-            log.warning("closed run(s) %s of a server silent for over %.0f s", ", ".join(map(str, closed)),
+            log.warning("closed run(s) %s of a server silent for over %g s", ", ".join(map(str, closed)),
                         self.silent_after_s)
 
     def start_queued(self) -> list[int]:
@@ -118,14 +126,12 @@ class QueueRunner:
         started: list[int] = []
         with self._start_lock:
             rows = self.store.queued_runs() if not self._closed else []
-            others = {r.get("server_id") for r in rows} - {None, self.identity.id}
-            live = self.store.live_servers(self.silent_after_s) if others else set()
+            others_live = self._others_live(rows)
             for row in rows:
                 owner = row.get("server_id")
-                taken_over = owner not in (None, self.identity.id)
-                if taken_over and owner in live:
+                if owner in others_live:
                     continue  # another live server's run, out of this server's order
-                plan = self._take_over(row) if taken_over else self._plan_for(row)
+                plan = self._plan_for(row) if owner in (None, self.identity.id) else self._take_over(row)
                 if plan is None:
                     continue  # it could not be rebuilt and was ended with the reason, or cannot run here
                 if place(plan.cfg, hardware.list_gpus(), self._busy()) is None:
@@ -192,16 +198,15 @@ class QueueRunner:
         self._not_here.pop(run_id, None)
         output_dir = output_dir_here(row.get("output_dir") or config.get("output_dir"), public,
                                      lambda folder: bool(self.store.runs_sharing_output_dir(folder)))
-        self.store.set_output_dir(run_id, output_dir)  # where a resume of it writes, too
+        self.store.set_output_dir(run_id, output_dir)
         try:
             cfg = resume_config({**config, "resume_from": None}, None, os.environ)
         except ConfigError as exc:
-            names = ", ".join(e.field for e in exc.errors)
             self._fail_queued(run_id, f"its server {row.get('server_id')} went silent and this server "
-                                      f"({self.identity.host}) lacks {names}, which tunelab never stores; resume this "
-                                      f"run with {names} in the request body: {exc.errors[0].message}", resumable=True)
+                                      f"({self.identity.host}) cannot take it over: "
+                                      + "; ".join(e.message for e in exc.errors), resumable=True)
             return None
-        log.warning("run %s: taking it over from server %s, silent for over %.0f s", run_id, row.get("server_id"),
+        log.warning("run %s: taking it over from server %s, silent for over %g s", run_id, row.get("server_id"),
                     self.silent_after_s)
         return PlannedStart(cfg, output_dir, Path(resume_from) if resume_from else None, row.get("resumed_from_run_id"),
                             None, row.get("start_request_id"), row.get("owner"))

@@ -46,7 +46,7 @@ class OrphansMixin:
         for run_id, output_dir, cancelled, owner_lock, row_server, claimed_by in rows:
             if server_id is not None and row_server not in (None, server_id):
                 if live is not None and row_server not in live:
-                    log.warning("run %s: its server %s has been silent for over %.0f s; closing it here",
+                    log.warning("run %s: its server %s has been silent for over %g s; closing it here",
                                 run_id, row_server, silent_after_s)
                     chosen.append((run_id, output_dir, cancelled, SILENT_SERVER_MESSAGE))
                 continue
