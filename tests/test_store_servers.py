@@ -25,8 +25,8 @@ def store(store_url: str) -> Iterator[Store]:
         yield opened
 
 
-def running(store: Store, server: str | None, lock: str | None = None) -> int:
-    return store.create_run(CONFIG, "m", "d", devices=["cpu"], claimed_by=f"{HOST}:1:aa", server_id=server,
+def running(store: Store, server: str | None, lock: str | None = None, host: str = HOST) -> int:
+    return store.create_run(CONFIG, "m", "d", devices=["cpu"], claimed_by=f"{host}:1:aa", server_id=server,
                             owner={"lock": lock})
 
 
@@ -53,10 +53,12 @@ def test_orphans_are_closed_by_server_id_never_another_live_servers(store: Store
     store.beat("srv-b", HOST, "b")
     mine_dead, mine_alive = running(store, "srv-b", "dead.lock"), running(store, "srv-b", "alive.lock")
     theirs = running(store, "srv-a", "their.lock")
-    legacy = running(store, None)
+    legacy, legacy_elsewhere = running(store, None), running(store, None, host="other-host")
+    renamed = running(store, "srv-b", "gone.lock", host="old-name")  # b's earlier life, before a host rename
     closed = store.close_orphans(lambda _folder: None, lambda lock: lock == "alive.lock", host=HOST,
                                  server_id="srv-b", silent_after_s=60)
-    assert sorted(closed) == sorted([mine_dead, legacy])
+    assert sorted(closed) == sorted([mine_dead, legacy, renamed])
+    assert store.get_run(legacy_elsewhere)["status"] == "running"
     assert store.get_run(theirs)["status"] == store.get_run(mine_alive)["status"] == "running"
     # Only once a's heartbeat is silent past the bound are its runs closed, and then by any server.
     assert store.close_orphans(lambda _folder: None, server_id="srv-b", silent_after_s=60,

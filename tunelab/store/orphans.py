@@ -41,18 +41,20 @@ class OrphansMixin:
         sql = ("SELECT id, output_dir, cancel_requested, owner_lock, server_id, claimed_by FROM runs"
                " WHERE status = 'running'")
         rows = self._retry(lambda c: c.execute(sql).fetchall(), write=False)
-        live = self.live_servers(silent_after_s) if server_id is not None and silent_after_s is not None else None
+        others = {r[4] for r in rows} - {None, server_id} if server_id is not None else set()
+        # Without a bound no other server counts as silent.
+        live = self.live_servers(silent_after_s) if others and silent_after_s is not None else others
         chosen = []
         for run_id, output_dir, cancelled, owner_lock, row_server, claimed_by in rows:
-            if server_id is not None and row_server not in (None, server_id):
-                if live is not None and row_server not in live:
+            if row_server in others:
+                if row_server not in live:
                     log.warning("run %s: its server %s has been silent for over %g s; closing it here",
                                 run_id, row_server, silent_after_s)
                     chosen.append((run_id, output_dir, cancelled, SILENT_SERVER_MESSAGE))
                 continue
             if only_silent_servers:
                 continue
-            if row_server is None and host is not None and not on_host(claimed_by, host):
+            if host is not None and (server_id is None or row_server != server_id) and not on_host(claimed_by, host):
                 continue
             if owner_is_alive(owner_lock):
                 log.info("run %s is still trained by a live process; leaving it running", run_id)
