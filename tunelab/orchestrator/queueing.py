@@ -127,6 +127,8 @@ class QueueRunner:
         with self._start_lock:
             rows = self.store.queued_runs() if not self._closed else []
             others_live = self._others_live(rows)
+            waiting_ids = {r["id"] for r in rows}
+            self._not_here = {i: seen for i, seen in self._not_here.items() if i in waiting_ids}
             for row in rows:
                 owner = row.get("server_id")
                 if owner in others_live:
@@ -198,7 +200,8 @@ class QueueRunner:
         self._not_here.pop(run_id, None)
         output_dir = output_dir_here(row.get("output_dir") or config.get("output_dir"), public,
                                      lambda folder: bool(self.store.runs_sharing_output_dir(folder)))
-        self.store.set_output_dir(run_id, output_dir)
+        if str(output_dir) != row.get("output_dir"):
+            self.store.set_output_dir(run_id, output_dir)
         try:
             cfg = resume_config({**config, "resume_from": None}, None, os.environ)
         except ConfigError as exc:
