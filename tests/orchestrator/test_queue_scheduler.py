@@ -109,5 +109,6 @@ def test_a_queued_run_with_a_secret_fails_clearly_after_a_restart(store, monkeyp
     finally:
         second.shutdown()
     assert failed["status"] == "error" and failed["devices"] == []
+    assert failed["resume_blocked"] is False  # a resume that gives the secret starts it
     assert "waited in the queue across a server restart" in failed["error_message"]
     assert "hf_token" in failed["error_message"] and "HF_TOKEN" in failed["error_message"]

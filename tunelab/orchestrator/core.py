@@ -8,7 +8,9 @@ its end. Several runs train at once on disjoint devices. A start whose devices a
 is queued (a `queued` row; `queue: false` in its config, or an orchestrator made with
 `queueing=False` like the CLI's, refuses instead), and the scheduler thread starts queued
 runs in order as devices free up (queueing.py; placement in scheduler.py), also those a
-previous server life left queued. Secrets are never stored: a queued run keeps them in this process's
+previous server life left queued. Several servers may share one history: each has an
+identity and a heartbeat (identity.py), and starts only its own queued runs or those of a
+server gone silent that it can run (queueing.py). Secrets are never stored: a queued run keeps them in this process's
 memory; one picked up after a restart takes them from the environment, or fails
 saying which secret to give again.
 The methods without a run id (snapshot, stop, metrics, ...) are about the current run:
@@ -39,6 +41,7 @@ from typing import Any, Callable, Sequence
 
 from tunelab.orchestrator.child import DEFAULT_WORKER, target_name
 from tunelab.orchestrator.gpus import auto_gpu_env
+from tunelab.orchestrator.identity import Heartbeat, ServerIdentity, load_identity, silent_after_s
 from tunelab.orchestrator.prewarm import WarmWorkers, prewarm_wanted
 from tunelab.orchestrator.queueing import QueueRunner
 from tunelab.orchestrator.reading import RunReader
@@ -54,18 +57,24 @@ log = logging.getLogger("tunelab.orchestrator")
 class Orchestrator(RunStarter, QueueRunner, RunStopper, RunReader):
     def __init__(self, store: Store, *, worker_target: str | Callable[..., Any] = DEFAULT_WORKER,
                  before_spawn: Callable[[], Any] | None = None, mp_context: str = "spawn",
-                 prewarm: bool | Sequence[str] | None = None, prewarm_later: bool = False, queueing: bool = True):
+                 prewarm: bool | Sequence[str] | None = None, prewarm_later: bool = False, queueing: bool = True,
+                 identity: ServerIdentity | None = None):
         """`prewarm`: keep one worker with its heavy imports done, waiting for the next run
         (see prewarm.py). True preloads the default backend's libraries, a list of module
         names preloads those, None follows TUNELAB_PREWARM (off when unset).
         `prewarm_later`: the first warm worker waits for `start_prewarm()` (a server calls
         it once it is ready to answer, so the worker's imports do not compete with its own).
         `queueing`: queue starts whose devices are busy and run the history's queue (a
-        server); False refuses them instead and leaves the queue alone (the CLI's own run)."""
+        server); False refuses them instead and leaves the queue alone (the CLI's own run).
+        `identity`: the server this is (identity.py; default: the home's). It beats in the
+        store from now until shutdown, the CLI's runs included: they are the home's too."""
         if mp_context == "fork":
             raise ValueError("mp_context='fork' is not allowed: each run needs fresh CUDA state and fresh imports; use 'spawn'")
         self.store = store
         self.instance_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.identity = identity or load_identity()
+        self.silent_after_s = silent_after_s()
+        self._heartbeat = Heartbeat(store, self.identity, self.instance_id, self.silent_after_s)
         self._target = target_name(worker_target)
         self._before_spawn = before_spawn
         self._mp = multiprocessing.get_context(mp_context)
@@ -77,6 +86,7 @@ class Orchestrator(RunStarter, QueueRunner, RunStopper, RunReader):
         self._runs: dict[int, ActiveRun] = {}  # live runs, and the last few finished ones
         self._latest: int | None = None  # the current run (see above): what the run-less methods are about
         self._waiting: dict[int, PlannedStart] = {}  # runs queued here, with their secrets (never stored)
+        self._not_here: dict[int, float] = {}  # a silent server's queued runs this machine cannot run: when seen
         self._spawning = False
         self._closed = False
         self._subscribers: list[Callable[[dict[str, Any]], None]] = []

@@ -4,25 +4,31 @@ scheduler thread that starts queued runs when their turn and devices come.
 `QueueRunner` is mixed into `Orchestrator` (core.py), whose state it shares: the store,
 the start lock, the runs it trains (`_runs`), the plans of runs it queued with their
 secrets (`_waiting`) and `_launch` (starting.py), which starts a plan on free devices.
-Placement is scheduler.py's. A queued run is a `queued` row: any server on the same
-history may claim it (atomically, in the store) and start it from its stored config;
-secrets, which are never stored, come from the queuing server's memory or else the
-environment, or the run ends as an error naming the one to give again.
+Placement is scheduler.py's. A queued run is a `queued` row of the server that accepted
+it (identity.py): that server starts it, from its memory (with its secrets) or, after a
+restart, from the stored config with secrets from the environment. Another server never
+ends or takes it while its server's heartbeat is live; once that heartbeat has been silent
+past the bound, a server whose machine can read the run's files (recovery.py) claims it
+(atomically, in the store), and a secret missing there ends it `error`, resumable with
+the secret given again. Running runs of a silent server are closed here too.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from tunelab import events as ev
 from tunelab import hardware, layout
-from tunelab.config import ConfigError
-from tunelab.config_resume import resume_config
+from tunelab.checkpoints import latest_valid_checkpoint
+from tunelab.config import ConfigError, parse_config
+from tunelab.config_resume import resume_config, stored_settings
 from tunelab.orchestrator.errors import PersistError
 from tunelab.orchestrator.memory_check import fit_memory
+from tunelab.orchestrator.recovery import cannot_run_here, output_dir_here
 from tunelab.orchestrator.resume import check_world_size
 from tunelab.orchestrator.scheduler import POLL_S, PlannedStart, as_if_idle, device_request, place
 from tunelab.store import DuplicateStartRequest, InvalidValue, StoreError
@@ -52,7 +58,15 @@ class QueueRunner:
             check_world_size(plan.resume_from, planned.world_size)
 
     def _queue_has_runs(self) -> bool:
-        return bool(self.store.queued_runs())
+        """Whether runs this server may start wait (another live server's wait for that server)."""
+        rows = self.store.queued_runs()
+        others_live = self._others_live(rows)
+        return any(r.get("server_id") not in others_live for r in rows)
+
+    def _others_live(self, rows: list[dict[str, Any]]) -> set[str]:
+        """The other servers owning some of `rows` whose heartbeat is live."""
+        others = {r.get("server_id") for r in rows} - {None, self.identity.id}
+        return self.store.live_servers(self.silent_after_s) & others if others else set()
 
     def _enqueue(self, plan: PlannedStart) -> int:
         """Record the run as queued; the scheduler starts it when its turn and devices come."""
@@ -62,7 +76,8 @@ class QueueRunner:
             modality = (self.store.get_run(plan.resumed_from) or {}).get("modality") if plan.resumed_from else None
             run_id = self.store.create_run(public, cfg.model_name, cfg.dataset_label, cfg.display_name, plan.resumed_from,
                                            start_request_id=plan.start_request_id, modality=modality,
-                                           owned_by=plan.owned_by, queued=True, device_request=device_request(cfg))
+                                           owned_by=plan.owned_by, queued=True, device_request=device_request(cfg),
+                                           server_id=self.identity.id)
             self.store.set_output_dir(run_id, public["output_dir"])
         except DuplicateStartRequest as exc:
             return exc.run_id
@@ -84,6 +99,7 @@ class QueueRunner:
     def _schedule_loop(self) -> None:
         while not self._closed:
             try:
+                self._close_silent_servers_runs()
                 self.start_queued()
             except StoreError as exc:
                 if "closed" in str(exc):
@@ -94,15 +110,31 @@ class QueueRunner:
             self._wake.wait(POLL_S)
             self._wake.clear()
 
+    def _close_silent_servers_runs(self) -> None:
+        """Close the running runs of servers whose heartbeat has gone silent (identity.py)."""
+        closed = self.store.close_orphans(latest_valid_checkpoint, server_id=self.identity.id,
+                                          silent_after_s=self.silent_after_s, only_silent_servers=True)
+        if closed:
+            log.warning("closed run(s) %s of a server silent for over %g s", ", ".join(map(str, closed)),
+                        self.silent_after_s)
+
     def start_queued(self) -> list[int]:
-        """Start queued runs, in queue order, while their devices are free; returns their ids."""
+        """Start queued runs, in queue order, while their devices are free; returns their ids.
+        Only this server's runs, and those of servers silent past the bound that this
+        machine can run: another live server's queued run is its own to start or end."""
         started: list[int] = []
         with self._start_lock:
             rows = self.store.queued_runs() if not self._closed else []
+            others_live = self._others_live(rows)
+            waiting_ids = {r["id"] for r in rows}
+            self._not_here = {i: seen for i, seen in self._not_here.items() if i in waiting_ids}
             for row in rows:
-                plan = self._plan_for(row)
+                owner = row.get("server_id")
+                if owner in others_live:
+                    continue  # another live server's run, out of this server's order
+                plan = self._plan_for(row) if owner in (None, self.identity.id) else self._take_over(row)
                 if plan is None:
-                    continue  # it could not be rebuilt and was ended with the reason
+                    continue  # it could not be rebuilt and was ended with the reason, or cannot run here
                 if place(plan.cfg, hardware.list_gpus(), self._busy()) is None:
                     break  # strict order: the runs behind it wait too
                 with self._lock:
@@ -122,8 +154,9 @@ class QueueRunner:
         return started
 
     def _plan_for(self, row: dict[str, Any]) -> PlannedStart | None:
-        """The start a queued row stands for: the one queued here (with its secrets), or
-        one rebuilt from the stored config with secrets from the environment."""
+        """The start one of this server's queued rows stands for: the one queued here (with
+        its secrets), or one an earlier life of this server queued, rebuilt from the stored
+        config with secrets from the environment."""
         with self._lock:
             plan = self._waiting.get(row["id"])
         if plan is not None:
@@ -133,7 +166,7 @@ class QueueRunner:
             cfg = resume_config({**config, "resume_from": None}, None, os.environ)
         except ConfigError as exc:
             self._fail_queued(row["id"], "it waited in the queue across a server restart, and tunelab never stores "
-                                         f"secrets: {exc.errors[0].message}; start it again")
+                                         f"secrets: {exc.errors[0].message}", resumable=True)
             return None
         except Exception as exc:
             self._fail_queued(row["id"], f"its stored settings no longer make a valid run: {exc}")
@@ -142,15 +175,54 @@ class QueueRunner:
         return PlannedStart(cfg, Path(row["output_dir"] or config["output_dir"]), Path(resume_from) if resume_from else None,
                             row.get("resumed_from_run_id"), None, row.get("start_request_id"), row.get("owner"))
 
-    def _fail_queued(self, run_id: int, reason: str) -> None:
-        """End a queued run that cannot start, as an error saying why (nothing was spawned)."""
+    def _take_over(self, row: dict[str, Any]) -> PlannedStart | None:
+        """The start a queued row of a silent server stands for here (recovery.py): None
+        while this machine cannot read what it trains on (it stays queued for a server
+        that can); ended `error`, resumable, when a secret it used is not in this
+        server's environment."""
+        run_id, config = row["id"], row["config"]
+        checked = self._not_here.get(run_id)
+        if checked is not None and time.monotonic() - checked < self.silent_after_s:
+            return None
+        resume_from = config.get("resume_from")
+        try:
+            public = parse_config(stored_settings({**config, "resume_from": None}))
+        except Exception as exc:
+            self._fail_queued(run_id, f"its stored settings no longer make a valid run: {exc}")
+            return None
+        problem = cannot_run_here(public, resume_from)
+        if problem is not None:
+            self._not_here[run_id] = time.monotonic()
+            log.info("run %s: its server %s is silent, but this machine cannot run it (%s); it stays queued",
+                     run_id, row.get("server_id"), problem)
+            return None
+        self._not_here.pop(run_id, None)
+        output_dir = output_dir_here(row.get("output_dir") or config.get("output_dir"), public,
+                                     lambda folder: bool(self.store.runs_sharing_output_dir(folder)))
+        if str(output_dir) != row.get("output_dir"):
+            self.store.set_output_dir(run_id, output_dir)
+        try:
+            cfg = resume_config({**config, "resume_from": None}, None, os.environ)
+        except ConfigError as exc:
+            self._fail_queued(run_id, f"its server {row.get('server_id')} went silent and this server "
+                                      f"({self.identity.host}) cannot take it over: "
+                                      + "; ".join(e.message for e in exc.errors), resumable=True)
+            return None
+        log.warning("run %s: taking it over from server %s, silent for over %g s", run_id, row.get("server_id"),
+                    self.silent_after_s)
+        return PlannedStart(cfg, output_dir, Path(resume_from) if resume_from else None, row.get("resumed_from_run_id"),
+                            None, row.get("start_request_id"), row.get("owner"))
+
+    def _fail_queued(self, run_id: int, reason: str, *, resumable: bool = False) -> None:
+        """End a queued run that cannot start, as an error saying why (nothing was spawned);
+        `resumable`: a resume that brings what was missing starts it afresh."""
         log.warning("run %s: cannot start from the queue: %s", run_id, reason)
         with self._lock:
             self._waiting.pop(run_id, None)
-        if self.store.claim_queued(run_id, self.instance_id, []):
-            self.store.finalize_run(run_id, status="error", error_message=reason, resume_blocked=True)
+        if self.store.claim_queued(run_id, self.instance_id, [], server_id=self.identity.id):
+            self.store.finalize_run(run_id, status="error", error_message=reason, resume_blocked=not resumable)
             self._notify({**ev.make(ev.ERROR), "run_id": run_id, "final": True, "status": "error",
-                          "status_message": reason, "error": reason, "resume_blocked": True, "output_dir": None,
+                          "status_message": reason, "error": reason, "resume_blocked": not resumable, "output_dir": None,
                           "final_step": None, "final_loss": None, "total_steps": None})
 
     def _run_ended(self, run_id: int) -> None:

@@ -3,7 +3,8 @@
 `resume_from` is a run id (its latest valid checkpoint is used) or a checkpoint folder,
 which must lie inside the folders tunelab may read and pass `validate_checkpoint`.
 A stored run may be resumed when it ended `error` or `stopped` without being cancelled,
-was not blocked, has steps left, and has a valid checkpoint on disk — once: unless the run
+was not blocked, has steps left, and has a valid checkpoint on disk (or ended in the
+queue, unblocked, before it trained: it then starts afresh) — once: unless the run
 that resumed it is gone, or ended (cancelled, failed) without a newer checkpoint of its
 own, in which case the original may be resumed again from its own last checkpoint.
 """
@@ -68,8 +69,10 @@ def check_world_size(checkpoint: Path, world_size: int) -> None:
                                               f"world size it saved with: {fix}")
 
 
-def check_resumable(store: Store, run_id: int) -> tuple[dict[str, Any], Path]:
-    """The stored run and the checkpoint it would resume from, or NotResumable saying why."""
+def check_resumable(store: Store, run_id: int) -> tuple[dict[str, Any], Path | None]:
+    """The stored run and the checkpoint it would resume from, or NotResumable saying why.
+    The checkpoint is None for a run that ended in the queue before it trained, resumable
+    (a secret it needed was missing): its resume starts it afresh."""
     run = store.get_run(run_id)
     if run is None:
         raise NotResumable(run_id, "there is no such run", http_status=404)
@@ -91,6 +94,11 @@ def check_resumable(store: Store, run_id: int) -> tuple[dict[str, Any], Path]:
         raise NotResumable(run_id, f"it already trained all {total} steps", http_status=400)
     # After a continuation, its own newer saves may share the folder: take the run's own.
     checkpoint = latest_valid_checkpoint(run.get("output_dir"), at_most=final if successor is not None else None)
+    if checkpoint is None and run.get("devices") == [] and final is None:  # ended in the queue, never trained
+        if run.get("resumed_from_run_id") is not None:
+            raise NotResumable(run_id, f"it never trained; resume run {run['resumed_from_run_id']}, which it was to "
+                                       "continue, instead", http_status=400)
+        return run, None
     if checkpoint is None:
         where = run.get("output_dir") or "its output folder"
         raise NotResumable(run_id, f"there is no valid checkpoint in {where}", http_status=400)

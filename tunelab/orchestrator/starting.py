@@ -150,7 +150,8 @@ class RunStarter:
             else:
                 run_id, modality = queued_id, (self.store.get_run(queued_id) or {}).get("modality")
                 owner = {"lock": claim.owner_lock, "pid": claim.pid, "started_at": claim.started_at}
-                if not self.store.claim_queued(queued_id, self.instance_id, devices, owner=owner):
+                if not self.store.claim_queued(queued_id, self.instance_id, devices, owner=owner,
+                                               server_id=self.identity.id):
                     claim.release()  # cancelled meanwhile, or another server took it
                     with self._lock:
                         self._waiting.pop(queued_id, None)
@@ -220,7 +221,7 @@ class RunStarter:
             run_id = self.store.create_run(public, cfg.model_name, cfg.dataset_label, cfg.display_name, resumed_from,
                                            start_request_id=start_request_id, owner=owner, modality=modality,
                                            owned_by=owned_by, device_request=device_request(cfg), devices=devices,
-                                           claimed_by=self.instance_id)
+                                           claimed_by=self.instance_id, server_id=self.identity.id)
         except DuplicateStartRequest:
             raise
         except InvalidValue as exc:

@@ -106,3 +106,4 @@ class RunStopper:
             if not run.finalized:
                 run.force_end("shutdown", failure="tunelab shut down during training")
         self.wait_idle(10)
+        self._heartbeat.stop()

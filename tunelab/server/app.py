@@ -30,6 +30,7 @@ from starlette.types import Scope
 from tunelab import paths
 from tunelab.checkpoints import latest_valid_checkpoint
 from tunelab.orchestrator import Orchestrator
+from tunelab.orchestrator.identity import load_identity, silent_after_s
 from tunelab.orchestrator.ownership import owner_is_alive
 from tunelab.inference.host import InferenceHost
 from tunelab.orchestrator.prewarm import prewarm_wanted
@@ -120,15 +121,18 @@ def create_app(
     inference = InferenceHost(paths.locks_dir(store.path))
     owns_orchestrator = orchestrator is None
     if owns_orchestrator:
-        # Rows left `running` by a process that is gone (a previous server life, a killed
-        # `tunelab train`) are ours to close, before any new run; a live owner keeps its run.
+        # Rows left `running` by a process that is gone (a previous life of this server, a
+        # killed `tunelab train` on this home, a server whose heartbeat went silent) are ours
+        # to close, before any new run; a live owner keeps its run, and so does every other
+        # live server sharing the history, whatever its host name (identity.py).
         locks = paths.locks_dir(store.path)
+        identity = load_identity()
         store.close_orphans(latest_valid_checkpoint, lambda lock: owner_is_alive(locks, lock),
-                            host=socket.gethostname())
+                            host=socket.gethostname(), server_id=identity.id, silent_after_s=silent_after_s())
         # The warm worker's torch import would take a core from the server's own start-up:
         # it starts once the server is ready to answer (the lifespan's start).
         orchestrator = Orchestrator(store, prewarm=prewarm_wanted(prewarm), prewarm_later=True,
-                                    before_spawn=inference.unload_gpu, **_worker_target_override())
+                                    before_spawn=inference.unload_gpu, identity=identity, **_worker_target_override())
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -9,7 +9,7 @@ PostgreSQL `conn` is postgres.py's adapter, with sqlite3's interface, that rewri
 statement (translate.py).
 
 One module per job: base.py (the connection, its lock and retried transactions),
-runs.py, metrics.py, queue.py, keys.py and orphans.py (the statements of each table
+runs.py, metrics.py, queue.py, keys.py, orphans.py and servers.py (the statements of each table
 group, as mixins of `Store`), rows.py (pure value checks and row shaping), errors.py
 (StoreError and its family). Everything other modules import comes from here.
 
@@ -36,7 +36,7 @@ from tunelab.store.errors import (
 )
 from tunelab.store.keys import KeysMixin
 from tunelab.store.metrics import MetricsMixin
-from tunelab.store.orphans import ORPHAN_MESSAGE, OrphansMixin
+from tunelab.store.orphans import ORPHAN_MESSAGE, SILENT_SERVER_MESSAGE, OrphansMixin
 from tunelab.store.queue import QueueMixin
 from tunelab.store.rows import (
     DATA_NAME_MAPPINGS,
@@ -48,6 +48,7 @@ from tunelab.store.rows import (
     sparkline,
 )
 from tunelab.store.runs import MAX_LIST_LIMIT, RunsMixin
+from tunelab.store.servers import ServersMixin
 from tunelab.store.schema import (
     FINAL_STATUSES,
     KEYS_MIGRATION,
@@ -59,13 +60,14 @@ from tunelab.store.schema import (
     QUEUE_MIGRATION_SQLITE,
     RUN_STATUSES,
     RUNS_COLUMNS_6,
+    SERVERS_MIGRATION,
     STATUS_CHECK,
     UPSERT_EXTRA,
     UPSERT_METRIC,
 )
 
 
-class Store(RunsMixin, MetricsMixin, QueueMixin, KeysMixin, OrphansMixin, StoreBase):
+class Store(RunsMixin, MetricsMixin, QueueMixin, KeysMixin, OrphansMixin, ServersMixin, StoreBase):
     """Thread-safe access to the run history. See docs/ARCHITECTURE.md "Store"."""
 
 
@@ -74,6 +76,7 @@ __all__ = [
     "FINAL_STATUSES", "InvalidValue", "KEYS_MIGRATION", "KeyNameTaken", "KeyNotFound", "MAX_LIST_LIMIT",
     "METRIC_FIELDS", "MIGRATIONS", "NAME_MAX_CHARS", "ON_HOST", "ORPHAN_MESSAGE", "QUEUE_COLUMNS", "QUEUE_MIGRATION",
     "QUEUE_MIGRATION_SQLITE", "QueueJump", "RUNS_COLUMNS_6", "RUN_STATUSES", "RunIsRunning", "RunNotFound", "RunNotQueued",
-    "SECRET_KEYS", "SPARKLINE_POINTS", "STATUS_CHECK", "Store", "StoreBusy", "StoreError", "UPSERT_EXTRA",
+    "SECRET_KEYS", "SERVERS_MIGRATION", "SILENT_SERVER_MESSAGE", "SPARKLINE_POINTS", "STATUS_CHECK", "Store", "StoreBusy", "StoreError",
+    "UPSERT_EXTRA",
     "UPSERT_METRIC", "check_no_secrets", "clean_display_name", "sparkline",
 ]

@@ -29,9 +29,10 @@ class QueueMixin:
         return [{**run_dict(row), "queue_position": position} for position, row in enumerate(rows, start=1)]
 
     def claim_queued(self, run_id: int, claimed_by: str, devices: list[Any], *,
-                     owner: Mapping[str, Any] | None = None) -> bool:
+                     owner: Mapping[str, Any] | None = None, server_id: str | None = None) -> bool:
         """Turn a queued run into a running one on `devices`, for the server `claimed_by`
-        (and the process `owner`, as create_run). One conditional UPDATE (store_dialect.claim),
+        (and the process `owner`, as create_run); with `server_id`, the run is that server's
+        from now on (one that took it over from a silent server answers for it). One conditional UPDATE (store_dialect.claim),
         so of two servers claiming the same run at once exactly one gets True; False when
         the run is no longer queued (claimed elsewhere, cancelled) or gone."""
         devices_json = json_or_none("devices", check_devices(devices))
@@ -39,6 +40,8 @@ class QueueMixin:
         changes = {"status": "running", "devices": devices_json, "claimed_by": claimed_by, "started_at": time.time(),
                    "owner_lock": owner.get("lock"), "owner_pid": owner.get("pid"),
                    "owner_started_at": owner.get("started_at")}
+        if server_id is not None:
+            changes["server_id"] = server_id
         return self._retry(lambda c: store_dialect.claim(c, "runs", run_id, {"status": "queued"}, changes), write=True)
 
     def cancel_queued(self, run_id: int) -> bool:

@@ -47,6 +47,7 @@ class RunsMixin:
         queue_priority: int = 0,
         devices: list[Any] | None = None,
         claimed_by: str | None = None,
+        server_id: str | None = None,
     ) -> int:
         """A new `running` row (or, with `queued`, a `queued` one at the end of its
         priority's queue); returns its id (ids are never reused). `owner` names the
@@ -55,7 +56,8 @@ class RunsMixin:
         the worker reports it (set_modality). `owned_by`: the name of the API key that
         started it (the row's `owner`; None for the home's token and the CLI).
         `device_request` is what the run asked for ({"num_gpus": n} or {"gpu_ids": [...]});
-        a run started at once also says the `devices` it got and who `claimed_by` it."""
+        a run started at once also says the `devices` it got and who `claimed_by` it.
+        `server_id`: the server that accepted it (servers.py; None for a store used alone)."""
         if not isinstance(config_public, Mapping):
             raise InvalidValue("config", "must be a mapping (RunConfig.public())")
         check_no_secrets(config_public)
@@ -77,12 +79,12 @@ class RunsMixin:
                 cursor = conn.execute(
                     "INSERT INTO runs (status, model_name, dataset_name, display_name, config_json, started_at,"
                     " resumed_from_run_id, start_request_id, owner_lock, owner_pid, owner_started_at, modality, owner,"
-                    " queue_priority, queue_order, device_request, devices, claimed_by)"
+                    " queue_priority, queue_order, device_request, devices, claimed_by, server_id)"
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
-                    " CASE WHEN ? = 1 THEN COALESCE((SELECT MAX(queue_order) FROM runs), 0) + 1 END, ?, ?, ?)",
+                    " CASE WHEN ? = 1 THEN COALESCE((SELECT MAX(queue_order) FROM runs), 0) + 1 END, ?, ?, ?, ?)",
                     ("queued" if queued else "running", model_name, dataset_name or "", name, config_json, time.time(),
                      resumed_from_run_id, start_request_id, owner.get("lock"), owner.get("pid"), owner.get("started_at"),
-                     modality, owned_by, queue_priority, int(bool(queued)), request_json, devices_json, claimed_by),
+                     modality, owned_by, queue_priority, int(bool(queued)), request_json, devices_json, claimed_by, server_id),
                 )
             except self._dialect.integrity_errors:
                 existing = conn.execute("SELECT id FROM runs WHERE start_request_id = ?", (start_request_id,)).fetchone()

@@ -108,6 +108,20 @@ QUEUE_MIGRATION: dict[str, tuple[str, ...]] = {
     ),
 }
 
+# Migration 8: servers sharing one history (tunelab/orchestrator/identity.py). Each server
+# (one tunelab home) has a stable id; it beats in `servers` while it lives, and each run
+# records the server that accepted it (`server_id`; the one that took it over, once claimed
+# from a silent server). NULL: a run from before this migration.
+SERVERS_MIGRATION: tuple[str, ...] = (
+    """CREATE TABLE servers (
+        id TEXT PRIMARY KEY,
+        host TEXT NOT NULL,
+        instance TEXT NOT NULL,
+        last_seen REAL NOT NULL
+    )""",
+    "ALTER TABLE runs ADD COLUMN server_id TEXT",
+)
+
 # A step: statements written for SQLite (translated for PostgreSQL), or a mapping
 # {"sqlite": (...), "postgresql": (...)} where the dialects differ (see tunelab.store.dialect).
 MIGRATIONS: tuple[tuple[str, ...] | Mapping[str, tuple[str, ...]], ...] = (
@@ -158,6 +172,7 @@ MIGRATIONS: tuple[tuple[str, ...] | Mapping[str, tuple[str, ...]], ...] = (
     ),
     KEYS_MIGRATION,  # 6: named API keys and each run's owner
     QUEUE_MIGRATION,  # 7: queued and cancelled runs, priorities, device requests and claims
+    SERVERS_MIGRATION,  # 8: server identities, their heartbeats, and the server of each run
 )
 
 # A later report for a step fills in what an earlier one lacked and never erases a value.
@@ -181,4 +196,9 @@ ON_HOST = "(claimed_by IS NULL OR substr(claimed_by, 1, ?) = ?)"
 
 def host_params(host: str) -> tuple[int, str]:
     return len(host) + 1, f"{host}:"
+
+
+def on_host(claimed_by: str | None, host: str) -> bool:
+    """ON_HOST in Python: whether a run with this claimant is on the machine `host`."""
+    return claimed_by is None or claimed_by.startswith(f"{host}:")
 
