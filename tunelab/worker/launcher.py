@@ -180,10 +180,13 @@ class TorchrunEngine(ProcessEngine):
         self.errors_dir.mkdir(parents=True, exist_ok=True)
         _write_private(self.config_path, json.dumps(self.config))
         plan = self.plan
+        bound = layout.dist_timeout_s(os.environ)  # a bad value fails the run here, before any rank starts
         argv = layout.torchrun_command(plan, self.config, str(self.config_path), str(self.folder / "torchrun-logs"))
         env = {**os.environ, **launch.open_channel("127.0.0.1"), ERRORS_ENV: str(self.errors_dir)}
         where = f"{plan.nodes} nodes x {plan.processes_per_node}" if plan.nodes > 1 else f"{plan.processes_per_node}"
-        launch.ctx.emit(events.status(f"Starting {where} training processes with torchrun ({self.config['distributed']}, world size {plan.world_size})"))
+        silent = f"; a node silent for {bound} s ({layout.DIST_TIMEOUT_ENV}) fails the run" if plan.nodes > 1 else ""
+        launch.ctx.emit(events.status(f"Starting {where} training processes with torchrun ({self.config['distributed']}, "
+                                      f"world size {plan.world_size}){silent}"))
         self.popen(argv, env)
 
     def first_failure(self) -> tuple[int, str] | None:
@@ -312,7 +315,7 @@ def _rendezvous_failure(log: str, config: dict[str, Any]) -> str | None:
     found = RENDEZVOUS_TIMEOUT.search(log)
     if not nodes or not found:
         return None
-    where = nodes.get("rdzv_endpoint") or f"{nodes.get('master_addr')}:{nodes.get('master_port') or 29500}"
+    where = "{}:{}".format(*layout.rendezvous_address(nodes))
     joined = f" ({found.group(1).replace('clients', 'nodes')})" if found.group(1) else ""
     return (f"not every node joined the rendezvous at {where} within {nodes.get('join_timeout_s') or 300:g} s "
             f"(nodes.join_timeout_s){joined}; start `tunelab train` with the same config on each of the "

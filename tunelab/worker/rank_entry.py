@@ -118,8 +118,8 @@ def main(argv: list[str]) -> None:
     prepare_process()
     watch_head()
     config = json.loads(Path(argv[0]).read_text())
-    # The head node's torchrun carries the channel; its first local rank reports (with a
-    # static rendezvous that is global rank 0). Other nodes' ranks only train.
+    # The head node's torchrun carries the channel; its first local rank reports (global
+    # rank 0: tunelab's rendezvous is always static, layout.py). Other nodes' ranks only train.
     reporter = channel.ADDRESS_ENV in os.environ and os.environ.get("LOCAL_RANK", "0") == "0"
     ok = run_rank(config, reporter)
     if ok and os.environ.get("GROUP_RANK", "0") != "0":
