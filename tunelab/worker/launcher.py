@@ -296,7 +296,8 @@ def _last_word(launch: Launch, returncode: int) -> dict[str, Any]:
         own = str(final.get("error"))
         if first is not None and first[0] != 0:
             return events.error(f"{first[1]}; rank 0 then stopped: {own}", str(final.get("stack") or ""), bool(final.get("resume_blocked")))
-        return final
+        lost = _node_lost(launch, own)
+        return events.error(lost, str(final.get("stack") or ""), bool(final.get("resume_blocked"))) if lost else final
     if first is not None:
         return events.error(first[1], engine.log_tail())
     never_started = engine.start_failure()
@@ -304,6 +305,22 @@ def _last_word(launch: Launch, returncode: int) -> dict[str, Any]:
         return events.error(never_started, engine.log_tail())
     return events.error(f"{engine.what} exited with code {returncode} before the run reported a result; "
                         f"see {engine.log_path}", engine.log_tail())
+
+
+# What gloo and NCCL say in a rank whose peer on another node is gone or silent.
+PEER_LOST = re.compile(r"by peer|Timed out waiting|Socket Timeout|Broken pipe|collective operation timeout|"
+                       r"NCCL communicator was aborted|remote process exited", re.I)
+
+
+def _node_lost(launch: Launch, own: str) -> str | None:
+    """On a multi-node run, rank 0's failure on a peer that vanished or fell silent: the
+    head only sees its side (no other rank of its node failed), so say what it means."""
+    config = getattr(launch.engine, "config", None) or {}
+    if not (config.get("nodes") or {}).get("count") or not PEER_LOST.search(own):
+        return None
+    bound = layout.dist_timeout_s(os.environ)
+    return (f"another node was lost (killed, crashed, cut off, or silent for {bound} s, {layout.DIST_TIMEOUT_ENV}); "
+            f"resume from the last checkpoint once every node is back. Rank 0 then failed with: {own}")
 
 
 RENDEZVOUS_TIMEOUT = re.compile(r"(\d+/\d+ clients joined)|RendezvousTimeoutError|rendezvous.*timed out", re.I)

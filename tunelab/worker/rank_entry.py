@@ -20,10 +20,12 @@ import socket
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from tunelab import channel
+from tunelab.layout import dist_timeout_s
 from tunelab.worker.context import WorkerContext
 # SIGTERM_REPEAT_WINDOW_S: Slurm's scancel signals every process of the job, so a rank gets the
 # supervisor's SIGTERM and, a moment later, the one torchrun passes on. Both are one stop.
@@ -55,6 +57,8 @@ def run_rank(config: dict[str, Any], reporter: bool) -> bool:
     rank = os.environ.get("RANK", "0")
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK") or 0))
+    else:
+        _join_cpu_group()
     client = channel.ChannelClient(os.environ[channel.ADDRESS_ENV], os.environ[channel.SECRET_ENV]) if reporter else None
     sink: Any = client if client is not None else _Discard()
     ctx = WorkerContext(sink)
@@ -71,6 +75,17 @@ def run_rank(config: dict[str, Any], reporter: bool) -> bool:
     if not ok:
         _record_failure(rank, sink.failure if isinstance(sink, _Discard) else "see the run's error")
     return ok
+
+
+def _join_cpu_group() -> None:
+    """CPU ranks join their gloo process group here, with the collective bound
+    (TUNELAB_DIST_TIMEOUT_S): transformers passes its `ddp_timeout` (trainer_setup) to the
+    group only on GPUs, so the Trainer's own CPU group would wait 30 minutes on a lost
+    node. The Trainer then uses this group. A group already there (Ray's) is kept."""
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE") or 1) > 1 and not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=timedelta(seconds=dist_timeout_s(os.environ)))
 
 
 def _apply_stop(ctx: WorkerContext, message: dict[str, Any]) -> None:
