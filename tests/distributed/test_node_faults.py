@@ -124,3 +124,21 @@ def test_global_rank_0_is_on_the_head_even_when_the_other_node_joins_first(demo_
         if node is not None and node.poll() is None:
             node.kill()
         orchestrator.shutdown()
+
+
+def test_a_bad_collective_timeout_is_refused_on_every_node_before_torchrun_starts(demo_assets, home, tmp_path, monkeypatch):
+    monkeypatch.setenv(layout.DIST_TIMEOUT_ENV, "5m")
+    store = Store(paths.db_path())
+    orchestrator = Orchestrator(store)
+    try:
+        head = head_config(demo_assets, free_port(), steps=2)
+        run_id = orchestrator.start(parse_config(head))
+        node = start_second_node(head, tmp_path)
+        output, _ = node.communicate(timeout=RUN_WAIT_S)
+        assert orchestrator.wait_idle(RUN_WAIT_S)
+        row = store.get_run(run_id)
+        assert row["status"] == "error" and f"{layout.DIST_TIMEOUT_ENV}='5m'" in row["error_message"], row
+        assert node.returncode == 2 and f"{layout.DIST_TIMEOUT_ENV}='5m'" in output, output[-2000:]
+        assert "torchrun's output" not in output  # refused before starting it
+    finally:
+        orchestrator.shutdown()
