@@ -6,7 +6,9 @@ the process group torchrun or Ray set up. One rank reports: it connects to the
 launcher's authenticated channel (channel.py), sends the run's events and receives stop
 requests, which every rank then agrees on at the next step boundary (ranks.py). The
 others send nothing. On a node other than the head, each rank also watches the head's
-rendezvous port and ends itself when the head is gone. A rank that fails writes its reason to
+rendezvous port and ends itself when the head is gone; a rank on the CPU joins its gloo group
+with the collective bound (TUNELAB_DIST_TIMEOUT_S), so a lost node fails every collective
+that waits on it within that bound. A rank that fails writes its reason to
 `$TUNELAB_RANK_ERRORS/rank-<RANK>.txt` for the launcher, prints it, and exits non-zero so
 torchrun ends the other ranks at once. The config file holds the run's secrets: it is
 written 0600 by the launcher and removed when the run ends.
