@@ -121,8 +121,9 @@ def test_global_rank_0_is_on_the_head_even_when_the_other_node_joins_first(demo_
         assert node.returncode == 0, output[-3000:]
         assert "joining the head at 127.0.0.1:" in output
     finally:
-        if node is not None and node.poll() is None:
-            node.kill()
+        if node is not None:
+            for pid in process_tree(node.pid):  # a failed check leaves its torchrun and rank running
+                os.kill(pid, signal.SIGKILL)
         orchestrator.shutdown()
 
 
