@@ -120,7 +120,7 @@ def train(
     node_rank: Optional[int] = typer.Option(None, "--node-rank", help="This machine's rank; 0 is the head, which records the run."),
     master_addr: Optional[str] = typer.Option(None, "--master-addr", help="The head's address (torchrun --master-addr)."),
     master_port: Optional[int] = typer.Option(None, "--master-port", help="The head's rendezvous port (default 29500)."),
-    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="host:port of a c10d rendezvous, instead of --master-addr."),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", help="host:port of the head's rendezvous, instead of --master-addr/--master-port."),
     join_timeout: Optional[float] = typer.Option(None, "--join-timeout", help="Seconds the nodes wait for each other (default 300)."),
     ray: Optional[str] = typer.Option(None, "--ray", metavar="ADDRESS", help="Train on the Ray cluster at ADDRESS (host:port or auto); sets ray_address."),
     export: Optional[str] = typer.Option(None, "--export", metavar="FORMAT", help="Export the run as it completes, in the training process: merged or adapter (sets export_after)."),
@@ -151,10 +151,14 @@ def train(
 def _train_as_worker_node(cfg: RunConfig) -> int:
     from tunelab.worker_node import run_worker_node
 
+    from tunelab.layout import DistTimeoutError
+
     try:
         code = run_worker_node(cfg, lambda line: console.print(f"[dim]{_escaped(line)}[/]"))
     except PathNotAllowed as exc:
         raise _fail(EXIT_BAD_CONFIG, f"{exc.field}: {exc}")
+    except DistTimeoutError as exc:
+        raise _fail(EXIT_BAD_CONFIG, str(exc))
     if code != 0:
         err_console.print(f"[red]this node's training processes ended with code {code}[/]; the head node's run says why")
     return EXIT_ERROR if code else 0

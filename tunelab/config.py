@@ -99,7 +99,7 @@ class NodesConfig(BaseModel):
     node_rank: int = Field(0, ge=0, le=4095, description="This machine's rank; 0 is the head (torchrun --node-rank).")
     master_addr: Name | None = Field(None, description="The head's address every node can reach (torchrun --master-addr).")
     master_port: int = Field(29500, ge=1, le=65535, description="The head's rendezvous port (torchrun --master-port).")
-    rdzv_endpoint: Name | None = Field(None, description="host:port of a c10d rendezvous instead of master_addr/node_rank.")
+    rdzv_endpoint: Name | None = Field(None, description="host:port of the head's rendezvous, instead of master_addr/master_port (a static rendezvous: global ranks follow node_rank).")
     join_timeout_s: float = Field(300, ge=1, le=86400, description="How long the nodes wait for each other before the run fails.")
 
 

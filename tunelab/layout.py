@@ -5,11 +5,17 @@ A run is one process (`single`), several started by torchrun on one or more node
 no launcher and no collective of its own: this module only decides the layout from the
 config and the GPUs the run was given, and builds torchrun's command line. Torch-free,
 so the config checks, the orchestrator and the CLI can all use it.
+
+Across nodes, global rank 0 (the rank that saves checkpoints, writes the run's facts
+and exports) must be on the head, the node that records the run. torchrun's static
+rendezvous numbers nodes by `--node-rank`; its c10d rendezvous numbers them by host name
+and process id, so rank 0 could land on another machine whose output folder the head
+never sees. Every multi-node launch is therefore a static rendezvous hosted by the head,
+`nodes.rdzv_endpoint` included (it names the head's address like master_addr/port).
 """
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -17,6 +23,8 @@ from typing import Any, Mapping
 ENGINES = ("single", "torchrun", "ray")
 # The module torchrun (and Ray Train) runs in every rank.
 RANK_MODULE = "tunelab.worker.rank_entry"
+DIST_TIMEOUT_ENV = "TUNELAB_DIST_TIMEOUT_S"
+DEFAULT_DIST_TIMEOUT_S = 300
 
 
 @dataclass(frozen=True)
@@ -121,9 +129,31 @@ def visible_gpu_count(env: Mapping[str, str]) -> int:
     return len([d for d in visible.split(",") if d.strip()]) if visible else 0
 
 
-def rendezvous_id(endpoint: str) -> str:
-    """The same on every node without any of them telling the others: from the endpoint."""
-    return "tunelab-" + hashlib.sha256(endpoint.encode()).hexdigest()[:12]
+def rendezvous_address(nodes: Mapping[str, Any]) -> tuple[str, int]:
+    """(host, port) of the head's rendezvous: `rdzv_endpoint`, else master_addr/master_port."""
+    endpoint = nodes.get("rdzv_endpoint")
+    if endpoint:
+        host, _, port = str(endpoint).rpartition(":")
+        return host, int(port)
+    return str(nodes["master_addr"]), int(nodes.get("master_port") or 29500)
+
+
+class DistTimeoutError(ValueError):
+    """TUNELAB_DIST_TIMEOUT_S is not a usable number of seconds."""
+
+
+def dist_timeout_s(env: Mapping[str, str]) -> int:
+    """How long a rank waits on a peer in one collective before it fails the run.
+    transformers' own default is 30 minutes: a dead or frozen node would hold every
+    other rank that long. Also the bound on a collective that waits for one rank's slow
+    work (rank 0 saving a large checkpoint to slow storage): raise it for those."""
+    text = (env.get(DIST_TIMEOUT_ENV) or "").strip()
+    if not text:
+        return DEFAULT_DIST_TIMEOUT_S
+    if not text.isdigit() or int(text) < 1:
+        raise DistTimeoutError(f"{DIST_TIMEOUT_ENV}={text!r} is not a whole number of seconds of at least 1; "
+                         f"set e.g. {DIST_TIMEOUT_ENV}={DEFAULT_DIST_TIMEOUT_S}, or unset it for that default")
+    return int(text)
 
 
 def torchrun_command(layout: Layout, config: Mapping[str, Any], config_path: str, log_dir: str) -> list[str]:
@@ -135,12 +165,11 @@ def torchrun_command(layout: Layout, config: Mapping[str, Any], config_path: str
     nodes = config.get("nodes") or {}
     if layout.nodes == 1:
         argv += ["--standalone"]
-    elif nodes.get("rdzv_endpoint"):
-        endpoint = nodes["rdzv_endpoint"]
-        argv += ["--nnodes", str(layout.nodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
-                 "--rdzv-id", rendezvous_id(endpoint), "--rdzv-conf", f"join_timeout={int(nodes.get('join_timeout_s') or 300)}"]
     else:
+        # Static, also for an rdzv_endpoint: global ranks follow node ranks, so global
+        # rank 0 is the head's first local rank (see the module's docstring).
+        host, port = rendezvous_address(nodes)
         argv += ["--nnodes", str(layout.nodes), "--node-rank", str(layout.node_rank),
-                 "--master-addr", str(nodes["master_addr"]), "--master-port", str(nodes.get("master_port") or 29500),
+                 "--master-addr", host, "--master-port", str(port),
                  "--rdzv-conf", f"timeout={int(nodes.get('join_timeout_s') or 300)}"]
     return argv + ["-m", RANK_MODULE, config_path]

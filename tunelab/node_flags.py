@@ -4,6 +4,9 @@ The flags are spelled as torchrun spells them (--nnodes, --node-rank, --master-a
 --master-port, --rdzv-endpoint) so a command line from a cluster's docs carries over;
 they only fill in the config's `nodes`, `num_gpus` and `num_processes`, so everything
 is validated, stored and shown exactly as if it had been in the config file.
+--rdzv-endpoint names the head's rendezvous like --master-addr/--master-port: tunelab
+always starts torchrun's static rendezvous, so that global rank 0 is on the head
+(layout.py says why).
 """
 
 from __future__ import annotations

@@ -42,13 +42,15 @@ def run_worker_node(cfg: RunConfig, say: Callable[[str], None]) -> int:
     output_dir = paths.resolve_output_dir(cfg.output_dir, label, cfg.allow_output_outside_root)
     payload = {**cfg.worker_payload(), "output_dir": str(output_dir)}
     plan = layout.plan(payload, layout.visible_gpu_count(os.environ))
+    bound = layout.dist_timeout_s(os.environ)  # a bad value: refused before torchrun starts
     with tempfile.TemporaryDirectory(prefix="tunelab-node-") as private:  # 0700: the config holds secrets
         config_path = Path(private) / "rank-config.json"
         config_path.write_text(json.dumps(payload))
         config_path.chmod(0o600)
         argv = layout.torchrun_command(plan, payload, str(config_path), str(Path(private) / "logs"))
         say(f"node {nodes.node_rank} of {nodes.count}: {_processes(plan.processes_per_node)}, "
-            f"joining {_rendezvous(cfg)}; the head node (node rank 0) records the run and takes stop requests")
+            f"joining {_rendezvous(cfg)}; the head node (node rank 0) records the run and takes stop requests; "
+            f"a node silent for {bound} s ({layout.DIST_TIMEOUT_ENV}) fails the run")
         log_path = output_dir / "distributed" / f"node-{nodes.node_rank}-torchrun.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         say(f"torchrun's output: {log_path}")
@@ -103,7 +105,7 @@ def _end_when_head_is_gone(process: subprocess.Popen, cfg: RunConfig, say: Calla
     all had (the head simply closed the rendezvous at the run's normal end first)."""
     nodes = cfg.nodes
     assert nodes is not None
-    host, port = (nodes.rdzv_endpoint.rsplit(":", 1) if nodes.rdzv_endpoint else (nodes.master_addr, nodes.master_port))
+    host, port = layout.rendezvous_address(nodes.model_dump())
 
     def answers() -> bool:
         try:
@@ -151,7 +153,5 @@ def _tail(path: Path, lines: int = 15) -> str:
 def _rendezvous(cfg: RunConfig) -> str:
     nodes = cfg.nodes
     assert nodes is not None
-    if nodes.rdzv_endpoint:
-        return f"the c10d rendezvous at {nodes.rdzv_endpoint}"
-    return f"the head at {nodes.master_addr}:{nodes.master_port}"
+    return "the head at {}:{}".format(*layout.rendezvous_address(nodes.model_dump()))
 

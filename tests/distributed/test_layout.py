@@ -109,14 +109,24 @@ def test_torchrun_command_for_static_nodes_names_the_head():
     assert "--standalone" not in flags and "--rdzv-backend" not in flags
 
 
-def test_torchrun_command_for_a_c10d_rendezvous_agrees_on_every_node():
-    commands = []
+def test_an_rdzv_endpoint_is_the_heads_static_rendezvous_so_node_rank_orders_global_ranks():
+    """c10d would number nodes by host name and process id, putting global rank 0 (which
+    saves checkpoints and records facts) on whichever machine sorts first."""
     for node_rank in (0, 1):
         config = {"nodes": {"count": 2, "node_rank": node_rank, "rdzv_endpoint": "10.0.0.1:29400"}}
-        commands.append(_flags(layout.torchrun_command(layout.plan(config, 1), config, "/c.json", "/logs")))
-    for flags in commands:
-        assert (flags["--nnodes"], flags["--rdzv-backend"], flags["--rdzv-endpoint"]) == ("2", "c10d", "10.0.0.1:29400")
-        assert "--standalone" not in flags and "--master-addr" not in flags
-    # Every node derives the same rendezvous id from the endpoint, without talking to the others.
-    assert commands[0]["--rdzv-id"] == commands[1]["--rdzv-id"] == layout.rendezvous_id("10.0.0.1:29400")
-    assert layout.rendezvous_id("10.0.0.2:29400") != layout.rendezvous_id("10.0.0.1:29400")
+        flags = _flags(layout.torchrun_command(layout.plan(config, 1), config, "/c.json", "/logs"))
+        assert (flags["--nnodes"], flags["--node-rank"]) == ("2", str(node_rank))
+        assert (flags["--master-addr"], flags["--master-port"]) == ("10.0.0.1", "29400")
+        assert "--rdzv-backend" not in flags and "--rdzv-endpoint" not in flags and "--standalone" not in flags
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "2.5", "five minutes"])
+def test_a_bad_collective_timeout_is_refused_naming_the_variable(value):
+    with pytest.raises(layout.DistTimeoutError) as info:
+        layout.dist_timeout_s({layout.DIST_TIMEOUT_ENV: value})
+    assert layout.DIST_TIMEOUT_ENV in str(info.value) and repr(value) in str(info.value)
+
+
+def test_the_collective_timeout_defaults_to_minutes_not_transformers_half_hour():
+    assert layout.dist_timeout_s({}) == layout.DEFAULT_DIST_TIMEOUT_S <= 600
+    assert layout.dist_timeout_s({layout.DIST_TIMEOUT_ENV: " 20 "}) == 20

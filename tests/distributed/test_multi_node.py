@@ -5,51 +5,23 @@ share one output folder, as two real machines share one over NFS."""
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-import yaml
+from dist_helpers import alive_of, free_port, head_config, process_tree, start_second_node
 
 from tunelab import paths
 from tunelab.checkpoints import validate_checkpoint
 from tunelab.config import parse_config
-from tunelab.demo import demo_config
 from tunelab.orchestrator import Orchestrator
 from tunelab.store import Store
 
 pytestmark = pytest.mark.slow
 
 RUN_WAIT_S = 240
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _head_config(demo_assets, port: int, steps: int, join_timeout_s: float = 60) -> dict:
-    data = demo_config(demo_assets, steps=steps, save_steps=steps).public()
-    data.update(batch_size=2, gradient_accumulation_steps=1, output_dir=str(paths.outputs_root() / "two-nodes"),
-                nodes={"count": 2, "node_rank": 0, "master_addr": "127.0.0.1", "master_port": port,
-                       "join_timeout_s": join_timeout_s})
-    return data
-
-
-def _start_second_node(head: dict, tmp_path: Path, *extra: str) -> subprocess.Popen:
-    """`tunelab train` on "the other machine": the same config file, its own node rank."""
-    config = {k: v for k, v in head.items() if k != "nodes"}
-    path = tmp_path / "node.yaml"
-    path.write_text(yaml.safe_dump(config))
-    nodes = head["nodes"]
-    command = [sys.executable, "-m", "tunelab.cli", "train", str(path), "--local", "--nnodes", "2", "--node-rank", "1",
-               "--master-addr", nodes["master_addr"], "--master-port", str(nodes["master_port"]), *extra]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "COLUMNS": "300"})
 
 
 def _progress(events: list, run_id: int, at_least: int) -> bool:
@@ -69,9 +41,9 @@ def test_two_nodes_train_stop_and_save_then_resume(demo_assets, home, tmp_path):
     events: list = []
     orchestrator.subscribe(events.append)
     try:
-        head = _head_config(demo_assets, _free_port(), steps=40)
+        head = head_config(demo_assets, free_port(), steps=40)
         first = orchestrator.start(parse_config(head))
-        node = _start_second_node(head, tmp_path)
+        node = start_second_node(head, tmp_path)
         _wait(lambda: _progress(events, first, 2), RUN_WAIT_S)
         orchestrator.stop(save=True, expected_run_id=first)
         assert orchestrator.wait_idle(RUN_WAIT_S)
@@ -92,7 +64,7 @@ def test_two_nodes_train_stop_and_save_then_resume(demo_assets, home, tmp_path):
 
         # Resume: the head continues the recorded run; the other node is told the checkpoint.
         second = orchestrator.resume(first)
-        node = _start_second_node({**head, "max_steps": 40}, tmp_path, "--set", f"resume_from={checkpoint}")
+        node = start_second_node({**head, "max_steps": 40}, tmp_path, "--set", f"resume_from={checkpoint}")
         assert orchestrator.wait_idle(RUN_WAIT_S)
         resumed = store.get_run(second)
         assert resumed["status"] == "completed", resumed["error_message"]
@@ -108,8 +80,8 @@ def test_a_node_that_never_joins_fails_the_run_naming_the_rendezvous(demo_assets
     store = Store(paths.db_path())
     orchestrator = Orchestrator(store)
     try:
-        port = _free_port()
-        run_id = orchestrator.start(parse_config(_head_config(demo_assets, port, steps=4, join_timeout_s=3)))
+        port = free_port()
+        run_id = orchestrator.start(parse_config(head_config(demo_assets, port, steps=4, join_timeout_s=3)))
         assert orchestrator.wait_idle(RUN_WAIT_S)
         row = store.get_run(run_id)
         assert row["status"] == "error"
@@ -141,57 +113,28 @@ if __name__ == "__main__":
 """
 
 
-def _tree(root: int) -> set[int]:
-    """`root` and every live process descended from it (by parent id)."""
-    parents = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                parents[int(entry.name)] = int(fields[1])
-    found, frontier = set(), {root} & set(parents)
-    while frontier:
-        found |= frontier
-        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
-    return found
-
-
-def _alive(pids: set[int]) -> set[int]:
-    alive = set()
-    for pid in pids:
-        try:
-            if (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z":
-                alive.add(pid)
-        except OSError:
-            pass
-    return alive
-
-
 def test_killing_the_head_ends_every_rank_on_every_node(demo_assets, home, tmp_path):
     """The head's process (the server, or `tunelab train`) is killed outright mid-run: its
     torchrun dies with it, its ranks follow, and the other node's ranks, cut off from
     the collective, fail and exit too — every training process within 5 s."""
     import json
 
-    head = _head_config(demo_assets, _free_port(), steps=400)
+    head = head_config(demo_assets, free_port(), steps=400)
     script = tmp_path / "head.py"
     script.write_text(HEAD_SCRIPT)
     parent = subprocess.Popen([sys.executable, str(script), json.dumps(head)], stdout=subprocess.PIPE, text=True)
-    node = _start_second_node(head, tmp_path)
+    node = start_second_node(head, tmp_path)
     try:
         deadline = time.monotonic() + RUN_WAIT_S
         while not (parent.stdout.readline() or "").startswith("STEP"):
             assert time.monotonic() < deadline and parent.poll() is None, "the head never trained"
         # Both nodes' trees: the head's launcher, torchrun and rank; the other node's torchrun and rank.
-        head_tree, node_tree = _tree(parent.pid) - {parent.pid}, _tree(node.pid) - {node.pid}
+        head_tree, node_tree = process_tree(parent.pid) - {parent.pid}, process_tree(node.pid) - {node.pid}
         assert len(head_tree) >= 3 and len(node_tree) >= 2, (head_tree, node_tree)
         parent.kill()
         killed = time.monotonic()
-        while _alive(head_tree | node_tree):
-            assert time.monotonic() - killed < 5, f"still running 5 s after the kill: {_alive(head_tree | node_tree)}"
+        while alive_of(head_tree | node_tree):
+            assert time.monotonic() - killed < 5, f"still running 5 s after the kill: {alive_of(head_tree | node_tree)}"
             time.sleep(0.1)
         node.wait(timeout=30)
         assert node.returncode != 0

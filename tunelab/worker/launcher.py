@@ -180,10 +180,13 @@ class TorchrunEngine(ProcessEngine):
         self.errors_dir.mkdir(parents=True, exist_ok=True)
         _write_private(self.config_path, json.dumps(self.config))
         plan = self.plan
+        bound = layout.dist_timeout_s(os.environ)  # a bad value fails the run here, before any rank starts
         argv = layout.torchrun_command(plan, self.config, str(self.config_path), str(self.folder / "torchrun-logs"))
         env = {**os.environ, **launch.open_channel("127.0.0.1"), ERRORS_ENV: str(self.errors_dir)}
         where = f"{plan.nodes} nodes x {plan.processes_per_node}" if plan.nodes > 1 else f"{plan.processes_per_node}"
-        launch.ctx.emit(events.status(f"Starting {where} training processes with torchrun ({self.config['distributed']}, world size {plan.world_size})"))
+        silent = f"; a node silent for {bound} s ({layout.DIST_TIMEOUT_ENV}) fails the run" if plan.nodes > 1 else ""
+        launch.ctx.emit(events.status(f"Starting {where} training processes with torchrun ({self.config['distributed']}, "
+                                      f"world size {plan.world_size}){silent}"))
         self.popen(argv, env)
 
     def first_failure(self) -> tuple[int, str] | None:
@@ -297,7 +300,8 @@ def _last_word(launch: Launch, returncode: int) -> dict[str, Any]:
         own = str(final.get("error"))
         if first is not None and first[0] != 0:
             return events.error(f"{first[1]}; rank 0 then stopped: {own}", str(final.get("stack") or ""), bool(final.get("resume_blocked")))
-        return final
+        lost = _node_lost(launch, own)
+        return events.error(lost, str(final.get("stack") or ""), bool(final.get("resume_blocked"))) if lost else final
     if first is not None:
         return events.error(first[1], engine.log_tail())
     never_started = engine.start_failure()
@@ -305,6 +309,22 @@ def _last_word(launch: Launch, returncode: int) -> dict[str, Any]:
         return events.error(never_started, engine.log_tail())
     return events.error(f"{engine.what} exited with code {returncode} before the run reported a result; "
                         f"see {engine.log_path}", engine.log_tail())
+
+
+# What gloo and NCCL say in a rank whose peer on another node is gone or silent.
+PEER_LOST = re.compile(r"by peer|Timed out waiting|Socket Timeout|Broken pipe|collective operation timeout|"
+                       r"NCCL communicator was aborted|remote process exited", re.I)
+
+
+def _node_lost(launch: Launch, own: str) -> str | None:
+    """On a multi-node run, rank 0's failure on a peer that vanished or fell silent: the
+    head only sees its side (no other rank of its node failed), so say what it means."""
+    config = getattr(launch.engine, "config", None) or {}
+    if not (config.get("nodes") or {}).get("count") or not PEER_LOST.search(own):
+        return None
+    bound = layout.dist_timeout_s(os.environ)
+    return (f"another node was lost (killed, crashed, cut off, or silent for {bound} s, {layout.DIST_TIMEOUT_ENV}); "
+            f"resume from the last checkpoint once every node is back. Rank 0 then failed with: {own}")
 
 
 RENDEZVOUS_TIMEOUT = re.compile(r"(\d+/\d+ clients joined)|RendezvousTimeoutError|rendezvous.*timed out", re.I)
@@ -316,7 +336,7 @@ def _rendezvous_failure(log: str, config: dict[str, Any]) -> str | None:
     found = RENDEZVOUS_TIMEOUT.search(log)
     if not nodes or not found:
         return None
-    where = nodes.get("rdzv_endpoint") or f"{nodes.get('master_addr')}:{nodes.get('master_port') or 29500}"
+    where = "{}:{}".format(*layout.rendezvous_address(nodes))
     joined = f" ({found.group(1).replace('clients', 'nodes')})" if found.group(1) else ""
     return (f"not every node joined the rendezvous at {where} within {nodes.get('join_timeout_s') or 300:g} s "
             f"(nodes.join_timeout_s){joined}; start `tunelab train` with the same config on each of the "

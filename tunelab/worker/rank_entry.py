@@ -6,7 +6,9 @@ the process group torchrun or Ray set up. One rank reports: it connects to the
 launcher's authenticated channel (channel.py), sends the run's events and receives stop
 requests, which every rank then agrees on at the next step boundary (ranks.py). The
 others send nothing. On a node other than the head, each rank also watches the head's
-rendezvous port and ends itself when the head is gone. A rank that fails writes its reason to
+rendezvous port and ends itself when the head is gone; a rank on the CPU joins its gloo group
+with the collective bound (TUNELAB_DIST_TIMEOUT_S), so a lost node fails every collective
+that waits on it within that bound. A rank that fails writes its reason to
 `$TUNELAB_RANK_ERRORS/rank-<RANK>.txt` for the launcher, prints it, and exits non-zero so
 torchrun ends the other ranks at once. The config file holds the run's secrets: it is
 written 0600 by the launcher and removed when the run ends.
@@ -20,10 +22,12 @@ import socket
 import sys
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from tunelab import channel
+from tunelab.layout import dist_timeout_s
 from tunelab.worker.context import WorkerContext
 # SIGTERM_REPEAT_WINDOW_S: Slurm's scancel signals every process of the job, so a rank gets the
 # supervisor's SIGTERM and, a moment later, the one torchrun passes on. Both are one stop.
@@ -55,6 +59,8 @@ def run_rank(config: dict[str, Any], reporter: bool) -> bool:
     rank = os.environ.get("RANK", "0")
     if torch.cuda.is_available():
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK") or 0))
+    else:
+        _join_cpu_group()
     client = channel.ChannelClient(os.environ[channel.ADDRESS_ENV], os.environ[channel.SECRET_ENV]) if reporter else None
     sink: Any = client if client is not None else _Discard()
     ctx = WorkerContext(sink)
@@ -71,6 +77,17 @@ def run_rank(config: dict[str, Any], reporter: bool) -> bool:
     if not ok:
         _record_failure(rank, sink.failure if isinstance(sink, _Discard) else "see the run's error")
     return ok
+
+
+def _join_cpu_group() -> None:
+    """CPU ranks join their gloo process group here, with the collective bound
+    (TUNELAB_DIST_TIMEOUT_S): transformers passes its `ddp_timeout` (trainer_setup) to the
+    group only on GPUs, so the Trainer's own CPU group would wait 30 minutes on a lost
+    node. The Trainer then uses this group. A group already there (Ray's) is kept."""
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE") or 1) > 1 and not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=timedelta(seconds=dist_timeout_s(os.environ)))
 
 
 def _apply_stop(ctx: WorkerContext, message: dict[str, Any]) -> None:
@@ -118,8 +135,8 @@ def main(argv: list[str]) -> None:
     prepare_process()
     watch_head()
     config = json.loads(Path(argv[0]).read_text())
-    # The head node's torchrun carries the channel; its first local rank reports (with a
-    # static rendezvous that is global rank 0). Other nodes' ranks only train.
+    # The head node's torchrun carries the channel; its first local rank reports (global
+    # rank 0: tunelab's rendezvous is always static, layout.py). Other nodes' ranks only train.
     reporter = channel.ADDRESS_ENV in os.environ and os.environ.get("LOCAL_RANK", "0") == "0"
     ok = run_rank(config, reporter)
     if ok and os.environ.get("GROUP_RANK", "0") != "0":

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tunelab.layout import strategy_for
+from tunelab.layout import dist_timeout_s, strategy_for
 from tunelab.worker.model_setup import DeviceSettings, SetupError
 
 # "Save only at the end": a save interval no run reaches, plus the Trainer's final save.
@@ -110,6 +110,7 @@ def training_arguments(config: dict[str, Any], device: DeviceSettings, output_di
         dataloader_num_workers=0,
         use_cpu=not device.cuda,
         **parallel,
+        **collective_settings(),
     )
 
 
@@ -138,3 +139,12 @@ def parallel_settings(config: dict[str, Any], *, checkpointing: bool) -> dict[st
                 "fsdp_config": {"version": 2, "state_dict_type": "FULL_STATE_DICT", "reshard_after_forward": True,
                                 "activation_checkpointing": checkpointing}}
     return {}
+
+
+def collective_settings() -> dict[str, Any]:
+    """A multi-rank run's bound on waiting for a peer in a collective
+    (TUNELAB_DIST_TIMEOUT_S, layout.dist_timeout_s), for the process group the Trainer
+    creates: a dead or frozen node then fails the run within it."""
+    if int(os.environ.get("WORLD_SIZE") or 1) <= 1:
+        return {}
+    return {"ddp_timeout": dist_timeout_s(os.environ)}
