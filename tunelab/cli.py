@@ -151,13 +151,13 @@ def train(
 def _train_as_worker_node(cfg: RunConfig) -> int:
     from tunelab.worker_node import run_worker_node
 
-    from tunelab.layout import DistTimeoutError
+    from tunelab.layout import DistTimeoutError, NodeDevicesError
 
     try:
         code = run_worker_node(cfg, lambda line: console.print(f"[dim]{_escaped(line)}[/]"))
     except PathNotAllowed as exc:
         raise _fail(EXIT_BAD_CONFIG, f"{exc.field}: {exc}")
-    except DistTimeoutError as exc:
+    except (DistTimeoutError, NodeDevicesError) as exc:
         raise _fail(EXIT_BAD_CONFIG, str(exc))
     if code != 0:
         err_console.print(f"[red]this node's training processes ended with code {code}[/]; the head node's run says why")

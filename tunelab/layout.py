@@ -124,9 +124,22 @@ def recorded_world_size(config: Mapping[str, Any]) -> int:
     return per_node * int((config.get("nodes") or {}).get("count") or 1)
 
 
+class NodeDevicesError(ValueError):
+    """A node's CUDA_VISIBLE_DEVICES cannot give each of its ranks a device of its own."""
+
+
 def visible_gpu_count(env: Mapping[str, str]) -> int:
+    """How many devices CUDA_VISIBLE_DEVICES shows this node (one rank each). Several of
+    which one is a MIG slice are refused: CUDA shows a process only one MIG slice, so every
+    rank past the first would find no device."""
     visible = env.get("CUDA_VISIBLE_DEVICES")
-    return len([d for d in visible.split(",") if d.strip()]) if visible else 0
+    devices = [d.strip() for d in visible.split(",") if d.strip()] if visible else []
+    if len(devices) > 1 and any(d.startswith("MIG-") for d in devices):
+        raise NodeDevicesError(
+            f"CUDA_VISIBLE_DEVICES={visible!r} names several devices of which some are MIG slices; CUDA shows a "
+            "process only one MIG slice and a node starts one training process per device: give this node a "
+            "single slice or only whole GPUs")
+    return len(devices)
 
 
 def rendezvous_address(nodes: Mapping[str, Any]) -> tuple[str, int]:

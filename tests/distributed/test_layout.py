@@ -130,3 +130,12 @@ def test_a_bad_collective_timeout_is_refused_naming_the_variable(value):
 def test_the_collective_timeout_defaults_to_minutes_not_transformers_half_hour():
     assert layout.dist_timeout_s({}) == layout.DEFAULT_DIST_TIMEOUT_S <= 600
     assert layout.dist_timeout_s({layout.DIST_TIMEOUT_ENV: " 20 "}) == 20
+
+
+def test_a_node_shown_several_devices_of_which_one_is_a_mig_slice_is_refused():
+    # CUDA shows a process one MIG slice: a second rank on this node would find no device.
+    with pytest.raises(layout.NodeDevicesError, match="MIG"):
+        layout.visible_gpu_count({"CUDA_VISIBLE_DEVICES": "MIG-GPU-8d1e5f0a-1b2c-4d3e-9f00-aa11bb22cc33/1/0,0"})
+    assert layout.visible_gpu_count({"CUDA_VISIBLE_DEVICES": "MIG-8d1e5f0a-1b2c-4d3e-9f00-aa11bb22cc33"}) == 1
+    assert layout.visible_gpu_count({"CUDA_VISIBLE_DEVICES": "0,1"}) == 2
+    assert layout.visible_gpu_count({}) == 0
