@@ -25,7 +25,7 @@ from tunelab.server.schemas import (
     error_responses,
 )
 from tunelab.server.sse import ProgressStream, requested_resume
-from tunelab.server.user_paths import checked_config
+from tunelab.server.user_paths import check_output_dir_owned, checked_config
 
 router = APIRouter(prefix="/api/train", tags=["training"], responses=error_responses(401))
 # How long a start waits for an ended run's event pump to finish draining.
@@ -59,6 +59,7 @@ def start(body: StartRequest, request: Request) -> JobAnswer:
             existing = state.store.find_by_start_request_id(request_id)
             if existing is not None:
                 return JobAnswer.of(state.orchestrator, existing["id"], existing["status"], duplicate=True)
+        check_output_dir_owned(config, state.store, caller.key_name)  # under the lock a delete takes too
         settle(state.orchestrator)
         run_id = state.orchestrator.start(config, start_request_id=request_id, owned_by=caller.key_name)
     return JobAnswer.of(state.orchestrator, run_id)

@@ -9,7 +9,7 @@ PostgreSQL `conn` is postgres.py's adapter, with sqlite3's interface, that rewri
 statement (translate.py).
 
 One module per job: base.py (the connection, its lock and retried transactions),
-runs.py, metrics.py, queue.py, keys.py and orphans.py (the statements of each table
+runs.py, metrics.py, queue.py, keys.py, exports.py and orphans.py (the statements of each table
 group, as mixins of `Store`), rows.py (pure value checks and row shaping), errors.py
 (StoreError and its family). Everything other modules import comes from here.
 
@@ -33,6 +33,7 @@ from tunelab.store.errors import (
     StoreBusy,
     StoreError,
 )
+from tunelab.store.exports import ExportsMixin
 from tunelab.store.keys import KeysMixin
 from tunelab.store.metrics import MetricsMixin
 from tunelab.store.orphans import ORPHAN_MESSAGE, OrphansMixin
@@ -48,6 +49,7 @@ from tunelab.store.rows import (
 )
 from tunelab.store.runs import MAX_LIST_LIMIT, RunsMixin
 from tunelab.store.schema import (
+    EXPORTS_MIGRATION,
     FINAL_STATUSES,
     KEYS_MIGRATION,
     METRIC_FIELDS,
@@ -64,13 +66,13 @@ from tunelab.store.schema import (
 )
 
 
-class Store(RunsMixin, MetricsMixin, QueueMixin, KeysMixin, OrphansMixin, StoreBase):
+class Store(RunsMixin, MetricsMixin, QueueMixin, KeysMixin, ExportsMixin, OrphansMixin, StoreBase):
     """Thread-safe access to the run history. See docs/ARCHITECTURE.md "Store"."""
 
 
 __all__ = [
     "AlreadyResumed", "BUSY_TIMEOUT_MS", "DATA_NAME_MAPPINGS", "DEFAULT_RETRY_SECONDS", "DuplicateStartRequest",
-    "FINAL_STATUSES", "InvalidValue", "KEYS_MIGRATION", "KeyNameTaken", "KeyNotFound", "MAX_LIST_LIMIT",
+    "EXPORTS_MIGRATION", "FINAL_STATUSES", "InvalidValue", "KEYS_MIGRATION", "KeyNameTaken", "KeyNotFound", "MAX_LIST_LIMIT",
     "METRIC_FIELDS", "MIGRATIONS", "NAME_MAX_CHARS", "ON_HOST", "ORPHAN_MESSAGE", "QUEUE_COLUMNS", "QUEUE_MIGRATION",
     "QUEUE_MIGRATION_SQLITE", "RUNS_COLUMNS_6", "RUN_STATUSES", "RunIsRunning", "RunNotFound", "RunNotQueued",
     "SECRET_KEYS", "SPARKLINE_POINTS", "STATUS_CHECK", "Store", "StoreBusy", "StoreError", "UPSERT_EXTRA",
