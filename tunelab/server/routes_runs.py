@@ -15,13 +15,13 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 
 from tunelab import paths
+from tunelab.folder_owners import own_exports, writers_touching
 from tunelab.orchestrator import NotResumable
 from tunelab.orchestrator.resume import check_resumable
-from tunelab.folder_owners import own_exports, writers_touching
 from tunelab.server.errors import ApiError
 from tunelab.server.roles import caller_of
-from tunelab.server.run_uses import RunInUse
 from tunelab.server.routes_train import settle
+from tunelab.server.run_uses import RunInUse
 from tunelab.server.schemas import (
     DeleteAnswer,
     JobAnswer,
@@ -99,10 +99,12 @@ def rename_run(request: Request, run_id: RunId, body: RenameRequest) -> RunSumma
 def delete_run(
     request: Request,
     run_id: RunId,
-    delete_artifacts: Annotated[bool, Query(description="Also remove the run's output folder.")] = False,
+    delete_artifacts: Annotated[bool, Query(description="Also remove the run's output folder and its own export folders.")] = False,
 ) -> DeleteAnswer:
     """Forget a finished run; with `delete_artifacts=true` also remove its folder, which
-    must lie inside the outputs root and belong to no other run."""
+    must lie inside the outputs root and belong to no other run (nor hold another run's
+    export), and the export folders recorded as its own. 409 while the run is being
+    exported, evaluated or answered with."""
     state = request.app.state
     # The lock starts and resumes take: none can begin in a folder while it is removed,
     # and none can slip in between the "no other run uses it" check and the removal.
