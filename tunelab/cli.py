@@ -250,7 +250,7 @@ def export(
 ) -> None:
     """Export a completed (or stopped-with-checkpoint) run: its adapter, merged weights, or GGUF
     (with an Ollama Modelfile). See docs/EXPORT.md."""
-    from tunelab.export import ExportFailed, ExportInputError, ExportRefused, export_run
+    from tunelab.export import ExportFailed, ExportInputError, ExportRefused, FolderNotOwned, export_run
     from tunelab.store import Store
 
     try:
@@ -258,6 +258,8 @@ def export(
             result = export_run(Store(), run, format_, dest=dest, dtype=dtype, quant=quant)
     except (ExportInputError, PathNotAllowed) as exc:
         raise _fail(EXIT_BAD_CONFIG, f"--{exc.field}: {exc}")
+    except FolderNotOwned as exc:
+        raise _fail(EXIT_ERROR, f"--{exc.field}: {exc}")
     except (ExportRefused, ExportFailed) as exc:
         raise _fail(EXIT_ERROR, str(exc))
     plan = result.plan

@@ -38,7 +38,7 @@ def _name(text: str) -> str:
     return text
 
 
-def _path(text: str) -> str:
+def check_path_text(text: str) -> str:
     """A file path, hub id or URI: at most PATH_MAX_CHARS, each part at most 255 bytes."""
     _safe_chars(text)
     if len(text) > PATH_MAX_CHARS:
@@ -61,6 +61,6 @@ def _secret(value: SecretStr) -> SecretStr:
 
 
 Name = Annotated[str, AfterValidator(_name)]
-PathText = Annotated[str, AfterValidator(_path)]
+PathText = Annotated[str, AfterValidator(check_path_text)]
 DisplayName = Annotated[str, Field(max_length=DISPLAY_NAME_MAX_CHARS), AfterValidator(_name)]
 Secret = Annotated[SecretStr, AfterValidator(_secret)]

@@ -17,9 +17,10 @@ from tunelab.export.plan import (
     ExportInputError,
     ExportPlan,
     ExportRefused,
+    FolderNotOwned,
     plan_export,
 )
 from tunelab.export.run import ExportResult, export_run
 
 __all__ = ["DTYPES", "FORMATS", "ExportError", "ExportFailed", "ExportInputError", "ExportPlan", "ExportRefused",
-           "ExportResult", "QUANTS", "export_run", "plan_export"]
+           "ExportResult", "FolderNotOwned", "QUANTS", "export_run", "plan_export"]

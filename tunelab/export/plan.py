@@ -10,6 +10,7 @@ the CLI and the server call it directly.
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, Callable
 from tunelab import paths
 from tunelab.checkpoints import WEIGHT_FILES, InvalidCheckpoint, validate_checkpoint
 from tunelab.config import RunConfig
+from tunelab.config_text import check_path_text
 from tunelab.export.gguf_fit import gguf_refusal
 from tunelab.run_facts import LOFTQ_BASE, read_run_facts
 
@@ -58,6 +60,17 @@ class ExportFailed(ExportError):
     """The export itself went wrong (CLI exit 1, HTTP 500)."""
 
 
+class FolderNotOwned(ExportError):
+    """`dest` holds files another owner's run wrote, or files no run wrote (CLI exit 1, HTTP 409)."""
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(message)
+
+
+ForeignWriter = Callable[[Path, bool], "str | None"]
+
+
 @dataclass(frozen=True)
 class ExportPlan:
     run_id: int
@@ -74,10 +87,14 @@ class ExportPlan:
 
 
 def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | None, dtype: str | None,
-                folder_owners: Callable[[Path], list[int]] = lambda folder: [], quant: str | None = None) -> ExportPlan:
+                folder_owners: Callable[[Path], list[int]] = lambda folder: [], quant: str | None = None,
+                foreign_writer: ForeignWriter = lambda folder, own_contents: None) -> ExportPlan:
     """The plan for exporting `run` (the store's record), or an ExportError saying why not.
     `folder_owners(folder)` names the other runs whose folder `folder` is, lies in or holds
-    (the store's `runs_sharing_output_dir`): an export never writes into another run's files."""
+    (the store's `runs_sharing_output_dir`): an export never writes into another run's files.
+    `foreign_writer(folder, own_contents)` says who other than this run or its owner wrote
+    there (`tunelab.folder_owners`), or None; `own_contents`: the folder holds an earlier
+    export of this very run (its manifest says so)."""
     if fmt not in FORMATS:
         raise ExportInputError("format", f"{fmt!r} is not an export format; use one of {', '.join(FORMATS)}")
     if dtype is not None and dtype not in DTYPES:
@@ -110,7 +127,7 @@ def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | N
         step=step,
         base_model=str(config.get("model_name") or run.get("model_name") or ""),
         trust_remote_code=bool(config.get("trust_remote_code")),
-        dest=_destination(run, fmt, dest, folder_owners),
+        dest=_destination(run, fmt, dest, folder_owners, foreign_writer),
         base_weights=base_weights,
         quant=quant,
     )
@@ -240,8 +257,13 @@ def _check_format_fits(run_id: int, fmt: str, kind: str, source: Path, config: d
                                          f"then fuse it with `mlx_lm.fuse --model {config.get('model_name')} --adapter-path <export folder>`")
 
 
-def _destination(run: dict[str, Any], fmt: str, dest: str | None, folder_owners: Callable[[Path], list[int]]) -> Path:
+def _destination(run: dict[str, Any], fmt: str, dest: str | None, folder_owners: Callable[[Path], list[int]],
+                 foreign_writer: ForeignWriter) -> Path:
     if dest is not None and str(dest).strip():
+        try:
+            check_path_text(str(dest))
+        except ValueError as exc:
+            raise ExportInputError("dest", f"{paths.shown(str(dest))} {exc}") from None
         folder = paths.resolve_export_dir(str(dest).strip(), "dest")
         # Inside the run's own folder is its own business (a resumed run shares it).
         own = run.get("output_dir")
@@ -259,10 +281,30 @@ def _destination(run: dict[str, Any], fmt: str, dest: str | None, folder_owners:
             # an export still writes only inside the root.
             folder = paths.outputs_root() / f"run-{run['id']}-export-{fmt}"
         folder = paths.resolve_export_dir(folder, "dest")
+    earlier = None
     if folder.exists():
         if not folder.is_dir():
             raise ExportInputError("dest", f"{folder} is a file; choose a folder to export into")
-        if any(folder.iterdir()) and not (folder / MANIFEST).is_file():
+        earlier = _manifest_run(folder)
+        if any(folder.iterdir()) and earlier is _NO_MANIFEST:
             raise ExportInputError("dest", f"{folder} already holds other files; choose a new folder or empty it "
-                                           "(a folder holding an earlier export is replaced)")
+                                           "(a folder holding an earlier export of yours is replaced)")
+    whose = foreign_writer(folder, earlier == run["id"])
+    if whose:
+        raise FolderNotOwned("dest", f"{folder} holds {whose}; an export never replaces what another owner's run wrote. "
+                                     f"Choose a new folder, or leave dest out to use <run folder>/export-{fmt}")
     return folder
+
+
+_NO_MANIFEST = object()
+
+
+def _manifest_run(folder: Path) -> Any:
+    """The run id an export folder's manifest names (None if it names none), or _NO_MANIFEST."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except FileNotFoundError:
+        return _NO_MANIFEST
+    except (OSError, ValueError):
+        return None
+    return manifest.get("run_id") if isinstance(manifest, dict) else None

@@ -26,6 +26,7 @@ from typing import Any
 from tunelab import paths
 from tunelab.export.codec import carry_codec
 from tunelab.export.plan import MANIFEST, ExportError, ExportFailed, ExportInputError, ExportPlan, plan_export
+from tunelab.folder_owners import foreign_writer
 
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin", "adapters.safetensors")
 # What a tokenizer (or a vision-language model's processor, which holds one) may have been
@@ -52,10 +53,20 @@ def export_run(store: Any, run_id: int, fmt: str = "adapter", *, dest: str | Non
                quant: str | None = None) -> ExportResult:
     """Export run `run_id` from `store` (a tunelab.store.Store) as `fmt` into `dest`
     (default `<run folder>/export-<fmt>`); `quant` picks a GGUF quantisation (plan.QUANTS).
-    Raises ExportError subclasses or PathNotAllowed."""
-    plan = plan_export(store.get_run(run_id), run_id, fmt, dest, dtype,
-                       folder_owners=lambda folder: store.runs_sharing_output_dir(folder, except_run_id=run_id), quant=quant)
-    return _carried_out(plan, in_process=False)
+    Raises ExportError subclasses or PathNotAllowed. The folder is recorded in the store
+    with the run and its owner (`tunelab.folder_owners`): no other owner's export or run
+    may write there, and deleting the run with its files removes it."""
+    run = store.get_run(run_id)
+    owner = run.get("owner") if run else None
+
+    def foreign(folder: Path, own_contents: bool) -> str | None:
+        return foreign_writer(store, folder, run_id=run_id, owner=owner, own_contents=own_contents)
+
+    plan = plan_export(run, run_id, fmt, dest, dtype, quant=quant, foreign_writer=foreign,
+                       folder_owners=lambda folder: store.runs_sharing_output_dir(folder, except_run_id=run_id))
+    result = _carried_out(plan, in_process=False)
+    store.record_export(plan.dest, run_id, owner, plan.format)
+    return result
 
 
 def carry_out_in_process(plan: ExportPlan) -> ExportResult:

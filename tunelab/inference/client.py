@@ -54,9 +54,18 @@ class Generation:
         self.completion_tokens = 0
         self.timed_out = False
         self._on_end: list[Callable[["Generation", dict[str, Any]], None]] = []
+        self._end_lock = threading.Lock()
+        self._end: dict[str, Any] | None = None  # the done or error message, once it came
 
     def on_end(self, callback: Callable[["Generation", dict[str, Any]], None]) -> None:
-        self._on_end.append(callback)
+        """Call `callback(generation, message)` when the answer ends; at once if it has ended
+        already (a short answer can end before its requester gets to register)."""
+        with self._end_lock:
+            end = self._end
+            if end is None:
+                self._on_end.append(callback)
+        if end is not None:
+            callback(self, end)
 
     def _deliver(self, message: dict[str, Any]) -> None:
         """Called on the child's reader thread."""
@@ -66,7 +75,10 @@ class Generation:
             self.completion_tokens = int(message.get("completion_tokens") or 0)
             self.timed_out = bool(message.get("timed_out"))
         if message["type"] in ("done", "error"):
-            for callback in self._on_end:
+            with self._end_lock:
+                self._end = message
+                callbacks = list(self._on_end)
+            for callback in callbacks:
                 callback(self, message)
         if self._loop is not None:
             try:

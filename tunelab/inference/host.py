@@ -110,6 +110,15 @@ class InferenceHost:
             log.info("unloading %s from %s for a training run", child.target.label, child.device)
             child.close()
 
+    def unload_run(self, run_id: int) -> None:
+        """Close the child if it holds `run_id`'s model (the run is being deleted). Like
+        `unload_gpu` it takes no lock: the caller has made sure nothing answers with that
+        run or loads it (server/run_uses.py)."""
+        child = self._child
+        if child is not None and child.target.run_id == run_id:
+            log.info("unloading %s: the run is being deleted", child.target.label)
+            child.close()
+
     def status(self) -> dict[str, Any]:
         child = self._child
         loaded = child is not None and child.alive

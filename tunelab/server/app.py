@@ -41,6 +41,7 @@ from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.guards import RequestGuard
 from tunelab.server.queue_cap import configured_cap
+from tunelab.server.run_uses import RunUses
 from tunelab.server.schemas import Health, error_schemas
 from tunelab.store import Store
 
@@ -159,6 +160,7 @@ def create_app(
     app.state.orchestrator = orchestrator
     app.state.store = store
     app.state.inference = inference
+    app.state.run_uses = RunUses()  # exports, evaluations and answers in progress, which a delete must not break
     app.state.token = token or load_or_create_token()
     app.state.heartbeat_seconds = heartbeat_seconds if heartbeat_seconds is not None else _heartbeat_default()
     app.state.start_lock = threading.Lock()

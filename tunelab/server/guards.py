@@ -8,17 +8,26 @@
 - Body size: a run config is a few KB, so a body over `max_body_bytes` (1 MiB) is
   refused with 413 before it is read into memory — by its Content-Length when it
   declares one, else while it streams in.
+- Body time: the whole body must arrive within `body_timeout_s` (slow_clients.py), else
+  408 and the connection is closed: a client trickling bytes holds nothing for long.
+- Body text: a JSON body with a lone UTF-16 surrogate in any string is a 400 naming the
+  field (body_text.py), in OpenAI's error shape under /v1.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Iterable
 
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tunelab.server import slow_clients
+from tunelab.server.body_text import lone_surrogate
 from tunelab.server.errors import error_response
 from tunelab.server.main import is_loopback
+from tunelab.server.openai_schemas import OpenAIError
 
 ALLOWED_HOSTS_ENV = "TUNELAB_ALLOWED_HOSTS"
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -50,10 +59,12 @@ def allowed_hosts_for(bind_host: str, extra: Iterable[str] = ()) -> frozenset[st
 class RequestGuard:
     """ASGI middleware applying the Host rule and the body-size limit (see module doc)."""
 
-    def __init__(self, app: ASGIApp, allowed_hosts: frozenset[str] | None, max_body_bytes: int = MAX_BODY_BYTES):
+    def __init__(self, app: ASGIApp, allowed_hosts: frozenset[str] | None, max_body_bytes: int = MAX_BODY_BYTES,
+                 body_timeout_s: float | None = None):
         self.app = app
         self.allowed_hosts = allowed_hosts
         self.max_body_bytes = max_body_bytes
+        self.body_timeout_s = body_timeout_s if body_timeout_s is not None else slow_clients.body_timeout_s()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -74,9 +85,17 @@ class RequestGuard:
         if self._declared_too_large(headers):
             await self._too_large(scope, receive, send)
             return
-        body = await self._read_body(receive)
+        try:
+            body = await asyncio.wait_for(self._read_body(receive), self.body_timeout_s)
+        except asyncio.TimeoutError:
+            await self._too_slow(scope, receive, send)
+            return
         if body is None:
             await self._too_large(scope, receive, send)
+            return
+        bad_text = lone_surrogate(body)
+        if bad_text is not None:
+            await _not_text(scope, *bad_text)(scope, receive, send)
             return
         await self.app(scope, _replay(body, receive), send)
 
@@ -106,6 +125,21 @@ class RequestGuard:
         limit = f"{self.max_body_bytes // 1024} KiB"
         await error_response(413, "too_large", f"the request body is larger than {limit}, the most this server reads; "
                                                "a run config is a few KB — send only the settings", field="body")(scope, receive, send)
+
+
+    async def _too_slow(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # `Connection: close`: the rest of a body that never came must not be read as the next request.
+        await error_response(408, "request_timeout", f"the request body did not arrive within {self.body_timeout_s:g} s, "
+                                                     f"the most this server waits ({slow_clients.BODY_TIMEOUT_ENV}); send it at once",
+                             field="body", headers={"Connection": "close"})(scope, receive, send)
+
+
+def _not_text(scope: Scope, field: str, position: int) -> JSONResponse:
+    message = (f"{field} holds a lone UTF-16 surrogate (half of a pair, e.g. \\ud800 alone) at character {position}, "
+               "which is not text; send valid Unicode")
+    if scope.get("path", "").startswith("/v1/"):
+        return JSONResponse(OpenAIError(400, message, param=field, code="invalid_text").body(), status_code=400)
+    return error_response(400, "invalid_text", message, field=field)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

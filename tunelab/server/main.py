@@ -14,6 +14,7 @@ SIGTERM, SIGHUP and Ctrl-C mean stop-and-save (`GracefulServer`): the server kee
 answering (health says "shutting_down", with 503) while the active run stops at its
 next step and saves, within TUNELAB_SHUTDOWN_GRACE_S (default 20 s); then it exits 0.
 A second signal cancels the run instead; a third exits at once. See docs/DEPLOY.md.
+A client slow to send a request's head or body is cut off (slow_clients.py).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from tunelab import paths
 from tunelab.orchestrator.watchdog import shutdown_grace_s
 from tunelab.server.auth import token_and_origin
 from tunelab.server.discovery import advertise
+from tunelab.server.slow_clients import HeadDeadlineProtocol
 
 log = logging.getLogger("tunelab.server")
 
@@ -202,8 +204,9 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str 
         print(f"open {url}#token={token}", flush=True)
     else:
         print(f"open {url} (API token: `tunelab token`{', or TUNELAB_TOKEN' if origin == 'env' else ''})", flush=True)
+    # A request's head and body must arrive within bounds (slow_clients.py); uvicorn has none of its own.
     config = uvicorn.Config(app, log_config=None, log_level=log_level, access_log=False,
-                            timeout_graceful_shutdown=5, lifespan="on")
+                            timeout_graceful_shutdown=5, lifespan="on", http=HeadDeadlineProtocol)
     GracefulServer(config, app.state.orchestrator, shutdown_grace_s()).run(sockets=[sock])
 
 

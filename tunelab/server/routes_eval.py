@@ -23,6 +23,7 @@ from tunelab.evaluate.options import EvalFailed, EvalInputError, EvalNotFound, E
 from tunelab.server.roles import caller_of
 from tunelab.server.errors import ApiError
 from tunelab.server.run_ids import RunId
+from tunelab.server.run_uses import held
 from tunelab.server.schemas import error_responses
 from tunelab.server.user_paths import check_opt_ins
 from tunelab.store import RunNotFound
@@ -68,7 +69,8 @@ def evaluate(request: Request, run_id: RunId, body: EvalOptions | None = None) -
     from tunelab.evaluate.runner import run_eval  # the runner comes with the first evaluation, not the server's start
 
     try:
-        records = run_eval(store, run_id, body, confined=True)
+        with held(request, run_id, "eval"):
+            records = run_eval(store, run_id, body, confined=True)
     except EvalNotFound:
         raise _not_found(run_id) from None
     except EvalInputError as exc:

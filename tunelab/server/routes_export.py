@@ -2,8 +2,10 @@
 
 The route is thin: `tunelab.export` decides what may be exported and where, and does the
 heavy part in a child process (this server never imports torch). Exports write only
-inside the outputs root. One export runs at a time, since a merge holds a whole model in
-memory; a second request meanwhile gets 409.
+inside the outputs root, and never into a folder another owner's run wrote
+(`tunelab.folder_owners`; the folder is recorded with its run and owner). One export runs
+at a time, since a merge holds a whole model in memory; a second request meanwhile gets
+409. While it runs, the run cannot be deleted (server/run_uses.py).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from tunelab.config_text import PathText
 from tunelab.server.errors import ApiError
 from tunelab.server.roles import caller_of
 from tunelab.server.run_ids import RunId
+from tunelab.server.run_uses import held
 from tunelab.server.schemas import error_responses
 from tunelab.server.user_paths import check_opt_ins
 
@@ -32,8 +36,10 @@ class ExportRequest(BaseModel):
         "adapter", description="adapter: copy the LoRA adapter; merged: base + adapter folded into one model; gguf: one llama.cpp file "
                    "(from llama.cpp's converter) and an Ollama Modelfile; gguf-adapter: a LoRA run's adapter alone as a llama.cpp "
                    "adapter GGUF (llama-cli --lora, Ollama ADAPTER).")
-    dest: str | None = Field(None, min_length=1, max_length=4096,
-                             description="Folder inside the outputs root (relative paths start there). Default: <run folder>/export-<format>.")
+    dest: PathText | None = Field(None, min_length=1, max_length=4096,
+                                  description="Folder inside the outputs root (relative paths start there). Default: <run folder>/export-<format>. "
+                                              "A folder holding files is refused unless this run or another run of its owner wrote them "
+                                              "(409 naming who did).")
     dtype: Literal["float16", "bfloat16", "float32"] | None = Field(
         None, description="Weight type of merged and gguf exports (default: the run's training half type, bf16 runs bfloat16, else float16); an adapter is copied as trained.")
     quant: Literal["q8_0", "q4_k_m", "q5_k_m", "q6_k"] | None = Field(
@@ -58,7 +64,7 @@ def export(request: Request, run_id: RunId, body: ExportRequest | None = None) -
     """Export a completed run (or a stopped run's checkpoint). Blocks until the export is
     written; merging a large model can take minutes."""
     # The exporter is imported by the first export, not with the server (its start-up is timed).
-    from tunelab.export import ExportFailed, ExportInputError, ExportRefused, export_run
+    from tunelab.export import ExportFailed, ExportInputError, ExportRefused, FolderNotOwned, export_run
 
     body = body or ExportRequest()
     run = request.app.state.store.get_run(run_id)
@@ -69,9 +75,12 @@ def export(request: Request, run_id: RunId, body: ExportRequest | None = None) -
     if not _one_export_at_a_time.acquire(blocking=False):
         raise ApiError(409, "export_running", "another export is being written; try again when it has finished")
     try:
-        result = export_run(request.app.state.store, run_id, body.format, dest=body.dest, dtype=body.dtype, quant=body.quant)
+        with held(request, run_id, "export"):
+            result = export_run(request.app.state.store, run_id, body.format, dest=body.dest, dtype=body.dtype, quant=body.quant)
     except ExportInputError as exc:
         raise ApiError(422, "invalid_input", str(exc), field=exc.field) from None
+    except FolderNotOwned as exc:
+        raise ApiError(409, "folder_not_owned", str(exc), field=exc.field) from None
     except ExportRefused as exc:
         if exc.not_found:
             raise ApiError(404, "run_not_found", f"there is no run {run_id}; list runs with GET /api/runs") from None

@@ -16,6 +16,7 @@ import asyncio
 import json
 import secrets
 import time
+from pathlib import PurePath
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Body, Request
@@ -26,6 +27,8 @@ from tunelab.inference.devices import DeviceBusy
 from tunelab.inference.host import HostBusy
 from tunelab.inference.target import InferenceError, ModelTarget, model_id, parse_model_id, resolve_target, servable_targets
 from tunelab.server.openai_schemas import ChatRequest, CompletionRequest, OpenAIError, parse
+from tunelab.server.roles import caller_of
+from tunelab.server.run_uses import RunBeingDeleted
 from tunelab.server.schemas import error_responses
 
 router = APIRouter(prefix="/v1", tags=["openai"], responses=error_responses(400, 401, 404, 409, 422, 500))
@@ -70,14 +73,26 @@ def _target(request: Request, name: str) -> tuple[ModelTarget, bool]:
 
 async def _start(request: Request, target: ModelTarget, base: bool, **ask: Any) -> Generation:
     host = request.app.state.inference
+    # The run is in use from its loading to the answer's end: a delete meanwhile is refused.
+    try:
+        release = request.app.state.run_uses.begin(target.run_id, "chat")
+    except RunBeingDeleted as exc:
+        raise OpenAIError(409, str(exc), code="run_deleting", kind="conflict_error") from None
     try:
         # Blocking (it may load the model first), so off the event loop.
-        return await asyncio.to_thread(host.start, target, adapter=not base, loop=asyncio.get_running_loop(), **ask)
+        generation = await asyncio.to_thread(host.start, target, adapter=not base, loop=asyncio.get_running_loop(), **ask)
     except (DeviceBusy, HostBusy) as exc:
+        release()
         raise OpenAIError(409, str(exc), code="device_busy" if isinstance(exc, DeviceBusy) else "model_busy",
                           kind="conflict_error") from None
     except InferenceFailed as exc:
+        release()
         raise OpenAIError(500, str(exc), code="inference_failed", kind="server_error") from None
+    except BaseException:
+        release()
+        raise
+    generation.on_end(lambda _generation, _message: release())
+    return generation
 
 
 def _failure(exc: Exception) -> OpenAIError:
@@ -139,15 +154,28 @@ def _event_stream(body: AsyncIterator[bytes]) -> StreamingResponse:
 
 @router.get("/models")
 def list_models(request: Request) -> dict[str, Any]:
-    """The runs that can answer now: `run-N` (the fine-tune) and `run-N-base` (its base model)."""
+    """The runs that can answer now: `run-N` (the fine-tune) and `run-N-base` (its base model).
+    `root` is where the weights come from: for an admin the folder (or hub id); for other
+    roles never a path on this server: the model id, or a local base model's folder name."""
+    admin = caller_of(request).role == "admin"
     data = []
     for target, run in _servable(request):
         created = int(run.get("ended_at") or run.get("started_at") or 0)
         for base in (False, True):
+            root = target.base_model if base else str(target.weights)
+            if not admin:
+                root = _shown_base(target.base_model) if base else target.model_id()
             data.append({"id": target.model_id(base), "object": "model", "created": created, "owned_by": "tunelab",
-                         "root": target.base_model if base else str(target.weights),
-                         "parent": None if base else model_id(target.run_id, base=True)})
+                         "root": root, "parent": None if base else model_id(target.run_id, base=True),
+                         "name": run.get("display_name") or target.model_id()})
     return {"object": "list", "data": data}
+
+
+def _shown_base(base_model: str) -> str:
+    """A hub id as it is; a local model folder by its name only (its place on this server stays unsaid)."""
+    if base_model.startswith(("/", "~", ".")) or base_model.lower().startswith("file:"):
+        return PurePath(base_model.rstrip("/")).name or "local model"
+    return base_model
 
 
 @router.post("/chat/completions", response_model=None)

@@ -1,8 +1,11 @@
 """`/api/runs`: the run history — list, detail, rename, delete, resume.
 
 Deleting a run's files is the one place the API removes things from disk, so it is
-guarded twice: the folder must lie inside the outputs root (symlinks resolved, by
-`paths`) and no other run may use it (a resumed run shares its parent's folder).
+guarded: the folder must lie inside the outputs root (symlinks resolved, by `paths`), no
+other run may use it (a resumed run shares its parent's folder) and it may hold no other
+run's export; besides its folder only the export folders recorded as the run's own go
+(`tunelab.folder_owners`). A run being exported, evaluated or answered with cannot be
+deleted (409 naming the use, server/run_uses.py).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Request
 
 from tunelab import paths
+from tunelab.folder_owners import own_exports, writers_touching
 from tunelab.orchestrator import NotResumable
 from tunelab.orchestrator.resume import check_resumable
 from tunelab.server.errors import ApiError
@@ -19,6 +23,7 @@ from tunelab.server.queue_cap import require_queue_room
 from tunelab.server.roles import caller_of
 from tunelab.server.routes_train import settle
 from tunelab.server.run_ids import RunId
+from tunelab.server.run_uses import RunInUse
 from tunelab.server.schemas import (
     DeleteAnswer,
     JobAnswer,
@@ -95,10 +100,12 @@ def rename_run(request: Request, run_id: RunId, body: RenameRequest) -> RunSumma
 def delete_run(
     request: Request,
     run_id: RunId,
-    delete_artifacts: Annotated[bool, Query(description="Also remove the run's output folder.")] = False,
+    delete_artifacts: Annotated[bool, Query(description="Also remove the run's output folder and its own export folders.")] = False,
 ) -> DeleteAnswer:
     """Forget a finished run; with `delete_artifacts=true` also remove its folder, which
-    must lie inside the outputs root and belong to no other run."""
+    must lie inside the outputs root and belong to no other run (nor hold another run's
+    export), and the export folders recorded as its own. 409 while the run is being
+    exported, evaluated or answered with."""
     state = request.app.state
     # The lock starts and resumes take: none can begin in a folder while it is removed,
     # and none can slip in between the "no other run uses it" check and the removal.
@@ -107,12 +114,28 @@ def delete_run(
         active = state.orchestrator.is_training_active() and state.orchestrator.snapshot().get("run_id") == run_id
         if run["status"] == "running" or active:
             raise ApiError(409, "run_active", f"run {run_id} is still running; stop it first (POST /api/train/stop)")
-        folder = run["output_dir"] if delete_artifacts else None
-        if folder:
-            _check_deletable(state.store, run_id, folder)
-        state.store.delete_run(run_id)
-        removed = paths.remove_inside(folder) if folder else False
-    return DeleteAnswer(deleted=run_id, artifacts_removed=removed)
+        try:
+            with state.run_uses.deleting(run_id):
+                return _delete(state, run, delete_artifacts)
+        except RunInUse as exc:
+            raise ApiError(409, "run_in_use", str(exc)) from None
+
+
+def _delete(state: Any, run: dict[str, Any], delete_artifacts: bool) -> DeleteAnswer:
+    """Forget `run`, and with `delete_artifacts` remove what it wrote: its folder and the
+    export folders recorded as its own (tunelab.folder_owners), nothing of another run's."""
+    run_id, folder = run["id"], run["output_dir"] if delete_artifacts else None
+    if folder:
+        _check_deletable(state.store, run_id, folder)
+    exports = own_exports(state.store, run_id) if delete_artifacts else []
+    state.inference.unload_run(run_id)  # a model loaded from its folder, idle (an answer would hold the run)
+    state.store.delete_run(run_id)
+    removed = paths.remove_inside(folder) if folder else False
+    gone = [e for e in exports if paths.remove_inside(e)]
+    if delete_artifacts:  # the rows of what went: its exports elsewhere, and those in its folder
+        inside = [row["folder"] for row in state.store.exports_touching(folder)] if folder else []
+        state.store.forget_exports([*gone, *inside])
+    return DeleteAnswer(deleted=run_id, artifacts_removed=removed, exports_removed=gone)
 
 
 def _check_deletable(store: Any, run_id: int, folder: str) -> None:
@@ -130,6 +153,14 @@ def _check_deletable(store: Any, run_id: int, folder: str) -> None:
             409, "output_dir_shared",
             f"run {run_id}'s folder {folder} is also used by run(s) {', '.join(map(str, sharing))}; "
             "delete without delete_artifacts, or delete those runs first",
+            field="delete_artifacts",
+        )
+    others = [w for w in writers_touching(store, folder) if w.what == "export" and w.run_id != run_id]
+    if others:
+        raise ApiError(
+            409, "output_dir_shared",
+            f"run {run_id}'s folder {folder} is, holds or lies inside {others[0].describe()}, which a delete of run "
+            f"{run_id} must not remove; delete without delete_artifacts, or move that export away first",
             field="delete_artifacts",
         )
 

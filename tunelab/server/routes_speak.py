@@ -21,6 +21,7 @@ from tunelab.inference.target import TargetInputError, TargetNotFound, TargetRef
 from tunelab.server.errors import ApiError
 from tunelab.server.roles import caller_of
 from tunelab.server.run_ids import RunId
+from tunelab.server.run_uses import held
 from tunelab.server.schemas import error_responses
 from tunelab.server.user_paths import check_opt_ins
 
@@ -43,7 +44,8 @@ def speak(request: Request, run_id: RunId, body: SpeakOptions) -> Response:
     if not _one_at_a_time.acquire(blocking=False):
         raise ApiError(409, "speak_running", "another text is being spoken; try again when it has finished")
     try:
-        wav = speak_run(request.app.state.store, run_id, body)
+        with held(request, run_id, "speak"):
+            wav = speak_run(request.app.state.store, run_id, body)
     except TargetNotFound as exc:
         raise ApiError(404, "run_not_found", str(exc)) from None
     except TargetInputError as exc:

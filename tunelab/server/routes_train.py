@@ -33,7 +33,7 @@ from tunelab.server.schemas import (
     error_responses,
 )
 from tunelab.server.sse import ProgressStream, requested_resume
-from tunelab.server.user_paths import checked_config
+from tunelab.server.user_paths import check_output_dir_owned, checked_config
 
 router = APIRouter(prefix="/api/train", tags=["training"], responses=error_responses(401))
 RUN_ID_HEADER = "X-Tunelab-Run-Id"
@@ -70,6 +70,7 @@ def start(body: StartRequest, request: Request) -> JobAnswer:
             if existing is not None:
                 return JobAnswer.of(state.orchestrator, existing["id"], existing["status"], duplicate=True)
         require_queue_room(state, caller.key_name)
+        check_output_dir_owned(config, state.store, caller.key_name)  # under the lock a delete takes too
         settle(state.orchestrator)
         run_id = state.orchestrator.start(config, start_request_id=request_id, owned_by=caller.key_name)
     return JobAnswer.of(state.orchestrator, run_id)

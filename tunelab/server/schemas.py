@@ -252,6 +252,8 @@ class RenameRequest(BaseModel):
 class DeleteAnswer(BaseModel):
     deleted: int
     artifacts_removed: bool
+    exports_removed: list[str] = Field(default_factory=list, description=(
+        "With delete_artifacts: the export folders outside the run's folder that were the run's own and went with it."))
 
 
 # --- datasets -------------------------------------------------------------------------

@@ -17,7 +17,8 @@ file in the worker: over HTTP each is refused (403) unless the server was starte
 `--allow-remote-code` / `--allow-output-anywhere` / `--allow-ray` / `--allow-multi-node` /
 `--allow-reward-code` (and a reward file must lie in the data roots, like data files), and then
 only for an admin (the token, or an admin key: tunelab.keys). The CLI, run by the machine's
-own user, does not come through here.
+own user, does not come through here. A chosen `output_dir` must be the caller's to write
+into (`check_output_dir_owned`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from urllib.parse import urlsplit
 from tunelab import paths
 from tunelab.config import RunConfig, parse_config
 from tunelab.config_resume import stored_settings
+from tunelab.folder_owners import foreign_writer
 from tunelab.grpo_settings import uses_reward_code
 from tunelab.paths import PathNotAllowed
 from tunelab.server.errors import ApiError
@@ -103,6 +105,19 @@ def checked_config(config: RunConfig, state: Any, role: str = "admin") -> RunCon
     """A config from an HTTP client: opt-ins checked (for the caller's role), then every path confined."""
     check_opt_ins(config.model_dump(), state, role=role)
     return confine_user_paths(config)
+
+
+def check_output_dir_owned(config: RunConfig, store: Any, owner: str | None) -> None:
+    """409 when the run's chosen `output_dir` holds files that no run of `owner` wrote, or
+    is, holds or lies in a folder or export of another owner's run (`tunelab.folder_owners`).
+    The config's paths are confined (resolved) already."""
+    if not config.output_dir:
+        return
+    whose = foreign_writer(store, config.output_dir, run_id=None, owner=owner)
+    if whose:
+        raise ApiError(409, "folder_not_owned", f"output_dir {config.output_dir} holds {whose}; a new run never writes among files "
+                                                "it does not own. Choose a new folder, or leave output_dir out for a fresh one",
+                       field="output_dir")
 
 
 def confine_user_paths(config: RunConfig) -> RunConfig:

@@ -9,7 +9,7 @@ PostgreSQL `conn` is postgres.py's adapter, with sqlite3's interface, that rewri
 statement (translate.py).
 
 One module per job: base.py (the connection, its lock and retried transactions),
-runs.py, metrics.py, queue.py, keys.py, orphans.py and servers.py (the statements of each table
+runs.py, metrics.py, queue.py, keys.py, exports.py, orphans.py and servers.py (the statements of each table
 group, as mixins of `Store`), rows.py (pure value checks and row shaping), errors.py
 (StoreError and its family). Everything other modules import comes from here.
 
@@ -34,6 +34,7 @@ from tunelab.store.errors import (
     StoreBusy,
     StoreError,
 )
+from tunelab.store.exports import ExportsMixin
 from tunelab.store.keys import KeysMixin
 from tunelab.store.metrics import MetricsMixin
 from tunelab.store.orphans import ORPHAN_MESSAGE, SILENT_SERVER_MESSAGE, OrphansMixin
@@ -50,6 +51,7 @@ from tunelab.store.rows import (
 from tunelab.store.runs import MAX_LIST_LIMIT, RunsMixin
 from tunelab.store.servers import ServersMixin
 from tunelab.store.schema import (
+    EXPORTS_MIGRATION,
     FINAL_STATUSES,
     KEYS_MIGRATION,
     METRIC_FIELDS,
@@ -67,13 +69,13 @@ from tunelab.store.schema import (
 )
 
 
-class Store(RunsMixin, MetricsMixin, QueueMixin, KeysMixin, OrphansMixin, ServersMixin, StoreBase):
+class Store(RunsMixin, MetricsMixin, QueueMixin, KeysMixin, ExportsMixin, OrphansMixin, ServersMixin, StoreBase):
     """Thread-safe access to the run history. See docs/ARCHITECTURE.md "Store"."""
 
 
 __all__ = [
     "AlreadyResumed", "BUSY_TIMEOUT_MS", "DATA_NAME_MAPPINGS", "DEFAULT_RETRY_SECONDS", "DuplicateStartRequest",
-    "FINAL_STATUSES", "InvalidValue", "KEYS_MIGRATION", "KeyNameTaken", "KeyNotFound", "MAX_LIST_LIMIT",
+    "EXPORTS_MIGRATION", "FINAL_STATUSES", "InvalidValue", "KEYS_MIGRATION", "KeyNameTaken", "KeyNotFound", "MAX_LIST_LIMIT",
     "METRIC_FIELDS", "MIGRATIONS", "NAME_MAX_CHARS", "ON_HOST", "ORPHAN_MESSAGE", "QUEUE_COLUMNS", "QUEUE_MIGRATION",
     "QUEUE_MIGRATION_SQLITE", "QueueJump", "RUNS_COLUMNS_6", "RUN_STATUSES", "RunIsRunning", "RunNotFound", "RunNotQueued",
     "SECRET_KEYS", "SERVERS_MIGRATION", "SILENT_SERVER_MESSAGE", "SPARKLINE_POINTS", "STATUS_CHECK", "Store", "StoreBusy", "StoreError",

@@ -122,6 +122,19 @@ SERVERS_MIGRATION: tuple[str, ...] = (
     "ALTER TABLE runs ADD COLUMN server_id TEXT",
 )
 
+# Migration 9: each export folder with the run that wrote it and that run's owner
+# (tunelab/store/exports.py), so no one's export or run writes into another owner's.
+EXPORTS_MIGRATION: tuple[str, ...] = (
+    """CREATE TABLE run_exports (
+        folder TEXT PRIMARY KEY,
+        run_id INTEGER NOT NULL,
+        owner TEXT,
+        format TEXT NOT NULL,
+        created_at REAL NOT NULL
+    )""",
+    "CREATE INDEX run_exports_by_run ON run_exports (run_id)",
+)
+
 # A step: statements written for SQLite (translated for PostgreSQL), or a mapping
 # {"sqlite": (...), "postgresql": (...)} where the dialects differ (see tunelab.store.dialect).
 MIGRATIONS: tuple[tuple[str, ...] | Mapping[str, tuple[str, ...]], ...] = (
@@ -173,6 +186,7 @@ MIGRATIONS: tuple[tuple[str, ...] | Mapping[str, tuple[str, ...]], ...] = (
     KEYS_MIGRATION,  # 6: named API keys and each run's owner
     QUEUE_MIGRATION,  # 7: queued and cancelled runs, priorities, device requests and claims
     SERVERS_MIGRATION,  # 8: server identities, their heartbeats, and the server of each run
+    EXPORTS_MIGRATION,  # 9: export folders, their run and owner
 )
 
 # A later report for a step fills in what an earlier one lacked and never erases a value.
