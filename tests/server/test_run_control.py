@@ -102,7 +102,7 @@ def test_stop_and_save_then_resume_continues_the_step_count(server, demo_run):
     # The cancelled continuation gave up the folder, so the original may now take it along.
     gone = client.delete(f"/api/runs/{job}", params={"delete_artifacts": "true"})
     assert gone.status_code == 200, gone.text
-    assert gone.json() == {"deleted": job, "artifacts_removed": True}
+    assert gone.json() == {"deleted": job, "artifacts_removed": True, "exports_removed": []}
     assert not folder.exists()
     assert client.get(f"/api/runs/{job}").status_code == 404
 
@@ -121,5 +121,5 @@ def test_delete_with_artifacts_refuses_a_folder_outside_the_outputs_root(start_s
     assert outside.is_dir() and client.get(f"/api/runs/{job}").status_code == 200
 
     kept = client.delete(f"/api/runs/{job}")
-    assert kept.json() == {"deleted": job, "artifacts_removed": False}
+    assert kept.json() == {"deleted": job, "artifacts_removed": False, "exports_removed": []}
     assert outside.is_dir()
