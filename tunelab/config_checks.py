@@ -44,9 +44,6 @@ def mlx_limits(cfg: Any) -> list[tuple[str, str]]:
         errs.append(("packing", "packing is not available with backend=mlx; set packing=false"))
     if cfg.embedding_learning_rate is not None:
         errs.append(("embedding_learning_rate", "the mlx backend trains with one learning rate; remove embedding_learning_rate or use backend=torch"))
-    for name in ("max_grad_value", "max_grad_leaf_norm"):
-        if getattr(cfg, name):
-            errs.append((name, f"the mlx backend clips gradients only by their total norm (max_grad_norm); remove {name} or use backend=torch"))
     if cfg.report_to != "none":
         errs.append(("report_to", "the mlx backend reports only to tunelab; set report_to=none"))
     if cfg.lr_scheduler_type not in MLX_LR_SCHEDULERS:
