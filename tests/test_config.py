@@ -45,6 +45,8 @@ def errors_of(**overrides):
         ({"export_after": "merged", "format": "pairs"}, "export_after", "sentence-transformers"),
         ({"s3": {"bucket": "b", "access_key_id": "AKIA1"}}, "s3", "secret_access_key is not: give both"),
         ({"s3": {"bucket": "b", "secret_access_key": "s"}}, "s3", "access_key_id is not: give both"),
+        ({"max_grad_value": -0.5}, "max_grad_value", "set 0 to turn this clipping off"),
+        ({"max_grad_leaf_norm": -1}, "max_grad_leaf_norm", "must be 0 or more, got -1"),
     ],
 )
 def test_bad_config_names_field_and_fix(overrides, field, words):
@@ -59,6 +61,13 @@ def test_string_booleans_and_none_for_default():
     assert cfg.packing is True and cfg.use_dora is False and cfg.train_on_completions is False
     assert cfg.seed == 3407 and cfg.lora_r == 16
     assert cfg.max_grad_norm == 0.0  # negative clip value means "no clipping"
+
+
+def test_gradient_clips_are_off_by_default_and_kept_in_the_stored_config_and_the_worker_payload():
+    assert parse_config(BASE).public()["max_grad_value"] is None
+    cfg = parse_config({**BASE, "max_grad_value": 0.5, "max_grad_leaf_norm": "2", "max_grad_norm": 0})
+    for kept in (cfg.public(), cfg.worker_payload()):
+        assert (kept["max_grad_value"], kept["max_grad_leaf_norm"], kept["max_grad_norm"]) == (0.5, 2.0, 0.0)
 
 
 def test_export_after_is_normalised_and_allowed_where_the_export_would_be():
@@ -135,6 +144,8 @@ def test_broken_yaml_is_a_config_error(tmp_path):
         ({"slice_end": 10**15}, "slice_end", "less than or equal"),
         ({"lora_alpha": float("inf")}, "lora_alpha", "finite"),
         ({"max_grad_norm": float("nan")}, "max_grad_norm", "finite"),
+        ({"max_grad_value": float("nan")}, "max_grad_value", "finite"),
+        ({"max_grad_leaf_norm": float("inf")}, "max_grad_leaf_norm", "finite"),
         ({"learning_rate": float("nan")}, "learning_rate", "finite"),
         ({"eval_holdout": float("nan")}, "eval_holdout", "finite"),
         ({"model_name": "org/m\x1b]0;pwned\x07"}, "model_name", "U+001B"),

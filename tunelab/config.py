@@ -195,6 +195,8 @@ class RunConfig(BaseModel):
     warmup_ratio: float | None = Field(None, ge=0.0, lt=1.0)
     weight_decay: float = Field(0.001, ge=0.0)
     max_grad_norm: float = Field(1.0, description="Gradient clip; 0 or negative disables clipping.")
+    max_grad_value: float | None = Field(None, description="Clip every gradient element to ±this value, after max_grad_norm and before the optimizer step (mixed precision: on the unscaled gradients). Empty or 0: off. The logged grad_norm stays the norm before any clipping.")
+    max_grad_leaf_norm: float | None = Field(None, description="Clip each parameter's gradient to this norm on its own, after max_grad_norm and before max_grad_value. Empty or 0: off.")
     lr_scheduler_type: Name = "linear"
     optim: Name = Field("adamw_torch_fused", description="Any HF Trainer optimizer name; the default is fused AdamW, as in transformers.")
     seed: int = Field(3407, ge=0, le=MAX_SEED, description="0 to 2**32-1.")
@@ -234,6 +236,14 @@ class RunConfig(BaseModel):
     @classmethod
     def _clip(cls, v: float) -> float:
         return max(0.0, v)
+
+    @field_validator("max_grad_value", "max_grad_leaf_norm")
+    @classmethod
+    def _clip_bound(cls, v: float | None) -> float | None:
+        # A bound, not a switch like max_grad_norm: a negative one is a mistake, not "off".
+        if v is not None and v < 0:
+            raise ValueError(f"must be 0 or more, got {v}; leave it empty or set 0 to turn this clipping off")
+        return v
 
     @field_validator("learning_rate")
     @classmethod

@@ -7,7 +7,10 @@ import pytest
 mx = pytest.importorskip("mlx.core", reason="MLX is not installed (pip install -e '.[mlx]')")
 nn = pytest.importorskip("mlx.nn")
 
-from tunelab.worker.mlx_loop import IGNORE_INDEX, BatchPlan, loss_sum, make_schedule, pad_batch  # noqa: E402
+import mlx.optimizers as optim  # noqa: E402
+from mlx.utils import tree_flatten  # noqa: E402
+
+from tunelab.worker.mlx_loop import IGNORE_INDEX, BatchPlan, GradientClips, Trainer, loss_sum, make_schedule, pad_batch  # noqa: E402
 
 pytestmark = pytest.mark.mlx
 
@@ -71,3 +74,46 @@ def test_loss_counts_only_labelled_tokens_and_ignores_padding():
     # Padding the short row to the long one's length adds no scored position.
     assert batched_count.item() == alone_count.item() + long_count.item() == 2 + 6
     assert batched_sum.item() == pytest.approx(alone_sum.item() + long_sum.item(), rel=1e-5)
+
+
+class RecordingAdamW(optim.AdamW):
+    """AdamW that keeps, for each update, the gradients it was handed."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.seen = []
+
+    def update(self, model, gradients):
+        self.seen.append([g for _, g in tree_flatten(gradients)])
+        super().update(model, gradients)
+
+
+def _steps_with(clips: GradientClips, steps: int = 3):
+    mx.random.seed(0)
+    model = TinyLM()
+    rows = [{"input_ids": [1 + (i + j) % 10 for j in range(6)], "labels": [1 + (i + j) % 10 for j in range(6)]} for i in range(16)]
+    optimizer = RecordingAdamW(learning_rate=1e-2)
+    trainer = Trainer(model, optimizer, rows, None, BatchPlan(len(rows), batch_size=2, accumulation=2, seed=1), 0, clips, seed=1)
+    norms = [trainer.step(step).grad_norm for step in range(1, steps + 1)]
+    return optimizer.seen, norms
+
+
+def test_leaf_norm_and_value_clips_bound_what_the_optimizer_reads_and_the_logged_norm_is_before_them():
+    plain, plain_norms = _steps_with(GradientClips())
+    leaf, value = 0.05, 0.01
+    clipped, clipped_norms = _steps_with(GradientClips(total_norm=1.0, leaf_norm=leaf, value=value))
+    largest = lambda grads: max(mx.abs(g).max().item() for g in grads)  # noqa: E731
+    leaf_norms = lambda grads: [mx.sqrt(mx.sum(g * g)).item() for g in grads]  # noqa: E731
+    assert all(largest(grads) > 2 * value and max(leaf_norms(grads)) > 2 * leaf for grads in plain)
+    for grads in clipped:
+        assert largest(grads) <= value * (1 + 1e-6)
+        assert max(leaf_norms(grads)) <= leaf * (1 + 1e-4)
+    # Same weights and rows before the first update: the logged norm is the unclipped one.
+    unclipped = sum(n * n for n in leaf_norms(plain[0])) ** 0.5
+    assert plain_norms[0] == pytest.approx(unclipped, rel=1e-4)
+    assert clipped_norms[0] == pytest.approx(unclipped, rel=1e-4)
+
+
+def test_clips_read_from_the_config_with_empty_as_off():
+    assert GradientClips.from_config({"max_grad_norm": 1.0, "max_grad_leaf_norm": None}) == GradientClips(1.0, 0.0, 0.0)
+    assert GradientClips.from_config({"max_grad_norm": -1, "max_grad_leaf_norm": 0.5, "max_grad_value": 0.1}) == GradientClips(0.0, 0.5, 0.1)

@@ -45,6 +45,8 @@ TABLE: list[tuple[str, str, Any, tuple[str, ...]]] = [
     # non-finite numbers
     ("non-finite", "lora_alpha", INF, START),
     ("non-finite", "max_grad_norm", NAN, START),
+    ("non-finite", "max_grad_value", INF, START),
+    ("non-finite", "max_grad_leaf_norm", NAN, START),
     ("non-finite", "learning_rate", -INF, START),
     ("non-finite", "num_epochs", NAN, START),
     ("non-finite", "eval_steps", INF, START),

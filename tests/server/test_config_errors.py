@@ -70,11 +70,18 @@ def test_unknown_key_and_bad_value_are_both_listed(live_server, demo_run):
 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_non_finite_json_literals_are_refused(live_server, demo_run, literal):
-    text = json.dumps(demo_run())[:-1] + f', "lora_alpha": {literal}, "max_grad_norm": {literal}}}'
+    text = json.dumps(demo_run())[:-1] + f', "lora_alpha": {literal}, "max_grad_norm": {literal}, "max_grad_value": {literal}}}'
     response = live_server.client().post("/api/train/start", content=text, headers={"content-type": "application/json"})
     assert response.status_code == 422, response.text
-    assert {f["field"] for f in response.json()["error"]["fields"]} == {"lora_alpha", "max_grad_norm"}
+    assert {f["field"] for f in response.json()["error"]["fields"]} == {"lora_alpha", "max_grad_norm", "max_grad_value"}
     assert live_server.client().get("/api/runs").json()["total"] == 0
+
+
+def test_a_negative_clip_bound_is_refused_naming_the_field(live_server, demo_run):
+    response = live_server.client().post("/api/train/start", json={**demo_run(), "max_grad_leaf_norm": -1})
+    assert response.status_code == 422, response.text
+    fields = {f["field"]: f["message"] for f in response.json()["error"]["fields"]}
+    assert set(fields) == {"max_grad_leaf_norm"} and "0 or more" in fields["max_grad_leaf_norm"]
 
 
 def test_rename_refuses_control_and_bidi_characters(live_server):

@@ -36,12 +36,14 @@ def demo_config(assets: Any, output_dir: Path, **overrides: Any) -> dict[str, An
 
 
 class SpawnedWorker:
-    def __init__(self, config: dict[str, Any]):
+    def __init__(self, config: dict[str, Any], target: Callable[..., None] = run_worker, extra_args: tuple[Any, ...] = ()):
+        """`target` takes (config, events, stops, *extra_args): run_worker, or a test's
+        wrapper around it that watches from inside the child."""
         context = mp.get_context("spawn")
         self.events_queue = context.Queue()
         self.stops = context.Queue()
         self.events: list[dict[str, Any]] = []
-        self.process = context.Process(target=run_worker, args=(config, self.events_queue, self.stops), daemon=True)
+        self.process = context.Process(target=target, args=(config, self.events_queue, self.stops, *extra_args), daemon=True)
         self.process.start()
 
     def next_event(self, timeout: float) -> dict[str, Any] | None:

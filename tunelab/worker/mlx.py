@@ -41,7 +41,7 @@ from tunelab.worker.mlx_checkpoint import (
     save_checkpoint,
     save_final,
 )
-from tunelab.worker.mlx_loop import BatchPlan, StepResult, Trainer, make_optimizer, warmup_steps_for
+from tunelab.worker.mlx_loop import BatchPlan, GradientClips, StepResult, Trainer, make_optimizer, warmup_steps_for
 
 
 def run(config: dict[str, Any], ctx: WorkerContext) -> None:
@@ -82,7 +82,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     if eval_every:
         ctx.emit(events.make(events.EVAL_CONFIGURED, eval_rows=len(eval_rows)))
     trainer = Trainer(model, optimizer, train_rows, eval_rows, plan, _pad_id(hf_tokenizer),
-                      float(config.get("max_grad_norm") or 0.0), seed)
+                      GradientClips.from_config(config), seed)
     run_state = _RunState(config, plan, total_steps, output_dir, adapter_config, history, tokens_before,
                           {"lr_scheduler_type": config.get("lr_scheduler_type") or "linear",
                            "warmup_steps": warmup_steps_for(config, total_steps), "total_steps": total_steps})

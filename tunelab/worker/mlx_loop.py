@@ -146,18 +146,47 @@ class StepResult:
     input_tokens: int
 
 
+@dataclass(frozen=True)
+class GradientClips:
+    """The run's gradient clips in the torch backend's order, each 0 for off: the total
+    norm (max_grad_norm, whose pre-clip value is the logged grad_norm), then each
+    parameter's norm (max_grad_leaf_norm), then each element (max_grad_value). Each later
+    clip only shrinks gradients, so every bound holds at the end."""
+
+    total_norm: float = 0.0
+    leaf_norm: float = 0.0
+    value: float = 0.0
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "GradientClips":
+        return cls(*(max(0.0, float(config.get(name) or 0.0)) for name in ("max_grad_norm", "max_grad_leaf_norm", "max_grad_value")))
+
+    def apply(self, grads: Any) -> tuple[Any, mx.array]:
+        grads, norm = optim.clip_grad_norm(grads, self.total_norm if self.total_norm > 0 else math.inf)
+        if self.leaf_norm > 0:
+            grads = tree_map(self._leaf, grads)
+        if self.value > 0:
+            grads = tree_map(lambda g: mx.clip(g, -self.value, self.value), grads)
+        return grads, norm
+
+    def _leaf(self, g: mx.array) -> mx.array:
+        # torch's clip_grad_norm_ formula, so both backends scale a parameter alike.
+        norm = mx.sqrt(mx.sum(mx.square(g.astype(mx.float32))))
+        return (g * mx.minimum(1.0, self.leaf_norm / (norm + 1e-6))).astype(g.dtype)
+
+
 class Trainer:
     """Runs optimizer steps and evaluations on prepared rows; holds no run bookkeeping."""
 
     def __init__(self, model: nn.Module, optimizer: optim.Optimizer, train_rows: list[Row], eval_rows: list[Row] | None,
-                 plan: BatchPlan, pad_id: int, max_grad_norm: float, seed: int):
+                 plan: BatchPlan, pad_id: int, clips: GradientClips, seed: int):
         self.model = model
         self.optimizer = optimizer
         self.train_rows = train_rows
         self.eval_rows = eval_rows
         self.plan = plan
         self.pad_id = pad_id
-        self.max_grad_norm = max_grad_norm if max_grad_norm > 0 else math.inf
+        self.clips = clips
         self.seed = seed
         self._loss_and_grad = nn.value_and_grad(model, loss_sum)
 
@@ -183,7 +212,7 @@ class Trainer:
             mx.eval(grads, total, labelled)  # keep each micro-batch's graph from piling up
         denominator = mx.maximum(labelled, 1).astype(mx.float32)
         grads = tree_map(lambda g: g / denominator, grads)
-        grads, norm = optim.clip_grad_norm(grads, self.max_grad_norm)
+        grads, norm = self.clips.apply(grads)
         self.optimizer.update(self.model, grads)
         mx.eval(self.model.parameters(), self.optimizer.state, norm)
         return StepResult(

@@ -150,13 +150,16 @@ def _describe_method(config: dict[str, Any], device: Any, model: Any, family: st
 
 def _build_trainer(config, ctx, device, model, family, loaded, prepared, output_dir) -> tuple[Any, Any]:
     """The family's trainer (TRL's SFTTrainer, or sentence-transformers' own), reporting
-    through the same callbacks: progress events and stopping on request."""
+    through the same callbacks: progress events, stopping on request, and the per-parameter
+    and per-element gradient clips where the run asks for them."""
     from transformers import PrinterCallback
 
     from tunelab.worker.callbacks import ProgressReporter, StopOnRequest
+    from tunelab.worker.grad_clipping import gradient_clipper
 
     stopper = StopOnRequest(ctx)
-    trainer = family.build_trainer(config, device, model, loaded, prepared, output_dir, [ProgressReporter(ctx), stopper])
+    callbacks = [*gradient_clipper(config), ProgressReporter(ctx), stopper]
+    trainer = family.build_trainer(config, device, model, loaded, prepared, output_dir, callbacks)
     # With tqdm off the Trainer prints every log dict to stdout; progress events replace it.
     trainer.remove_callback(PrinterCallback)
     return trainer, stopper

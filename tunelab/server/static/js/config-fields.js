@@ -114,6 +114,8 @@ export const ADVANCED_FIELDS = [
   f("weight_decay", "Weight decay", "float", 0.001, { section: "Optimiser" }),
   f("embedding_learning_rate", "Embedding learning rate", "float", null, { section: "Optimiser", help: "Own rate for embed_tokens / lm_head (2-10x below the learning rate) when teaching a new domain or language; with LoRA they then train whole." }),
   f("max_grad_norm", "Gradient clip", "float", 1, { section: "Optimiser", help: "0 disables clipping." }),
+  f("max_grad_leaf_norm", "Clip each parameter", "float", null, { section: "Optimiser", help: "Clip each parameter's gradient to this norm (after the gradient clip). Empty or 0: off. Torch backend only." }),
+  f("max_grad_value", "Clip each element", "float", null, { section: "Optimiser", help: "Clip every gradient element to ± this value (last, before the optimizer step). Empty or 0: off. Torch backend only." }),
   f("lr_scheduler_type", "LR schedule", "text", "linear", { section: "Optimiser", help: "linear, cosine, constant, …" }),
   f("optim", "Optimiser", "text", "adamw_torch_fused", { section: "Optimiser" }),
   f("seed", "Seed", "int", 3407, { section: "Optimiser" }),
