@@ -108,6 +108,8 @@ class _Reader:
     def __init__(self, model: str, token: str | None, download: bool):
         self.model, self.token, self.download = model, token, download
         self.folder = Path(model).expanduser() if Path(model).expanduser().is_dir() else None
+        if self.folder is None and model.startswith(("/", "~", ".")):
+            raise RemoteCodeUnavailable(f"{model} is not a model folder (no such folder)")
 
     def read(self, name: str) -> bytes | None:
         path = self._local(name) if self.folder is not None else self._hub(name)
