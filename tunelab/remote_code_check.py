@@ -121,3 +121,20 @@ def _remembered(fingerprint: str) -> dict[str, str] | None:
     except (OSError, ValueError):
         return None
     return files if isinstance(files, dict) else None
+
+
+def check_run_model(config: Mapping[str, Any], weights: str | None = None) -> None:
+    """Export, chat and eval of a stored run check again before loading: the base model's
+    code must still be the approved code, and a full run's saved `weights` folder (which
+    holds the copies transformers saved) may hold only those approved files, unchanged."""
+    code = check_approved(config)
+    if code is None or not config.get(FIELD) or weights is None:
+        return
+    try:
+        saved = read_remote_code(weights)
+    except RemoteCodeUnavailable as exc:
+        raise RemoteCodeRefused(FIELD, f"the code saved with the run cannot be checked, so none of it is run: {exc}") from None
+    differ = sorted(name for name, digest in saved.files.items() if code.files.get(name) != digest)
+    if differ:
+        raise RemoteCodeRefused(FIELD, f"{weights} holds code files that are not the approved ones ({', '.join(differ)}), so "
+                                       f"none of it is run; restore them from the approved model ({config.get('model_name')})")

@@ -13,6 +13,9 @@ import pytest
 from spawned_worker import demo_config, run_to_end
 
 from tunelab import events as ev
+from tunelab.export.plan import ExportInputError, plan_export
+from tunelab.inference.generate import LoadRefused, load_model
+from tunelab.inference.target import resolve_target
 from tunelab.remote_code import read_remote_code
 
 pytestmark = pytest.mark.slow
@@ -53,6 +56,9 @@ def test_approved_code_trains_and_changed_code_never_runs(demo_assets, tmp_path,
     assert final["type"] == ev.COMPLETE, final
     assert marker.read_text() == "imported"  # the run used the model's own code
     marker.unlink()
+    run = {"id": 1, "status": "completed", "output_dir": config["output_dir"], "config": config,
+           "model_name": str(model), "modality": "text"}
+    assert plan_export(run, 1, "adapter", None, None).kind == "adapter"  # approved code: export goes ahead
 
     modeling = model / "modeling_marked.py"
     modeling.write_bytes(modeling.read_bytes().replace(b"    pass", b"    pass "))  # one byte more
@@ -66,3 +72,12 @@ def test_approved_code_trains_and_changed_code_never_runs(demo_assets, tmp_path,
     assert approved in message and changed in message and "modeling_marked.py" in message
     assert not any(e["type"] == ev.MODEL_LOAD_STARTED for e in worker.events)
     assert not marker.exists()  # not one line of the changed file ran
+
+    # Export, chat and eval (the last two load through load_model) of the trained run check again.
+    with pytest.raises(ExportInputError) as refused_export:
+        plan_export(run, 1, "merged", None, None)
+    assert refused_export.value.field == "approved_remote_code_fingerprint" and changed in str(refused_export.value)
+    with pytest.raises(LoadRefused) as refused_chat:
+        load_model(resolve_target(run, 1).child_request())
+    assert "approved_remote_code_fingerprint" in str(refused_chat.value) and changed in str(refused_chat.value)
+    assert not marker.exists()
