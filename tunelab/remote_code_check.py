@@ -138,3 +138,16 @@ def check_run_model(config: Mapping[str, Any], weights: str | None = None) -> No
     if differ:
         raise RemoteCodeRefused(FIELD, f"{weights} holds code files that are not the approved ones ({', '.join(differ)}), so "
                                        f"none of it is run; restore them from the approved model ({config.get('model_name')})")
+
+
+def code_summary(model: str, trust_remote_code: bool) -> dict[str, Any]:
+    """What the dataset preview and memory estimate show of the model's code, read from a
+    local folder or the local hub cache only (they never wait on the network): the files,
+    their fingerprint, and a note where there is nothing to approve or it cannot be read."""
+    try:
+        code = current_code(model, download=False)
+    except RemoteCodeUnavailable as exc:
+        return {"fingerprint": None, "files": [], "note": f"the model's code files cannot be read here: {exc}"}
+    if code.fingerprint is None:
+        return {**code.as_dict(), "note": no_code_note(code) if trust_remote_code else "the model names no code of its own"}
+    return {**code.as_dict(), "note": f"review these files; {FIELD}: {code.fingerprint} approves exactly them"}
