@@ -81,3 +81,16 @@ def test_approved_code_trains_and_changed_code_never_runs(demo_assets, tmp_path,
         load_model(resolve_target(run, 1).child_request())
     assert "approved_remote_code_fingerprint" in str(refused_chat.value) and changed in str(refused_chat.value)
     assert not marker.exists()
+
+
+def test_trust_remote_code_on_a_model_without_code_is_a_note_not_an_error(demo_assets):
+    import queue
+
+    from tunelab.worker.context import WorkerContext
+    from tunelab.worker.entry import check_remote_code
+
+    events: queue.Queue = queue.Queue()
+    check_remote_code({"model_name": str(demo_assets.model_dir), "trust_remote_code": True}, WorkerContext(events))
+    note = events.get_nowait()
+    assert note["type"] == ev.STATUS and note["message"].startswith("note: trust_remote_code:")
+    assert "changes nothing" in note["message"]
