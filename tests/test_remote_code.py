@@ -108,3 +108,21 @@ def test_the_cli_prints_the_files_and_the_fingerprint(tmp_path, home):
     missing = subprocess.run([sys.executable, "-m", "tunelab.cli", "fingerprint", str(tmp_path / "nowhere")], env=env,
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "model_name" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_a_start_refuses_a_local_model_whose_code_changed_before_any_run_exists(tmp_path, home):
+    from tunelab.orchestrator.prechecks import check_before_start
+
+    model = own_code_model(tmp_path / "m")
+    (model / "tokenizer_config.json").unlink()  # a simpler model: its config and modeling code
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "auto_map": {"AutoModel": "modeling_x.X"}}))
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"instruction": "a", "output": "b"}\n')
+    settings = {"model_name": str(model), "local_datasets": [str(data)], "trust_remote_code": True,
+                FIELD: read_remote_code(str(model)).fingerprint}
+    check_before_start(parse_config(settings))  # the approved code: no refusal
+    (model / "layers" / "rope.py").write_text(RUNS + "# changed\n")
+    with pytest.raises(ConfigError) as refused:
+        check_before_start(parse_config(settings))
+    assert [e.field for e in refused.value.errors] == [FIELD]
+    assert "layers/rope.py" in refused.value.errors[0].message
