@@ -70,10 +70,10 @@ def read_remote_code(model: str, token: str | None = None, download: bool = True
             continue
         if len(files) >= MAX_FILES:
             raise RemoteCodeUnavailable(f"{model} names more than {MAX_FILES} code files")
-        reader = readers.setdefault(repo, _Reader(repo, token, download))
+        reader = readers.get(repo) or readers.setdefault(repo, _Reader(repo, token, download))
         content = reader.read(name)
         if content is None:
-            raise RemoteCodeUnavailable(f"{shown} is named in {model}'s auto_map but {reader.missing(name)}")
+            raise RemoteCodeUnavailable(f"{shown} is named in {model}'s auto_map (or imported by its code) but {reader.missing(name)}")
         files[shown] = hashlib.sha256(content).hexdigest()
         base = module.rsplit(".", 1)[0] + "." if "." in module else ""
         text = content.decode("utf-8", errors="replace")
@@ -145,7 +145,5 @@ class _Reader:
                 return Path(hf_hub_download(self.model, name, token=self.token))
             except EntryNotFoundError:
                 return None
-        except RemoteCodeUnavailable:
-            raise
         except Exception as exc:  # not a repo id, no network, gated, ...: the files cannot be had
             raise RemoteCodeUnavailable(f"{self.model}'s {name} cannot be fetched ({type(exc).__name__}: {exc})") from None
