@@ -1,4 +1,4 @@
-"""The `tunelab` command line: serve, train, resume, runs, show, export, chat, speak, eval, token, fields, demo.
+"""The `tunelab` command line: serve, train, resume, runs, show, export, chat, speak, eval, fingerprint, token, fields, demo.
 
 Bad input exits with code 2 and a message naming the field — never a traceback.
 Heavy libraries are never imported here; training happens in a child process.
@@ -364,7 +364,11 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind; anything but loopback prints a warning."),
     port: int = typer.Option(8765, min=1, max=65535),
     allow_remote_code: bool = typer.Option(False, "--allow-remote-code",
-                                           help="Let API callers set trust_remote_code (runs code from model repositories)."),
+                                           help="Let API callers set trust_remote_code with approved_remote_code_fingerprint "
+                                                "(runs that code from the model's repository, and only that)."),
+    allow_unpinned_remote_code: bool = typer.Option(False, "--allow-unpinned-remote-code",
+                                                    help="Also without approved_remote_code_fingerprint (runs whatever code "
+                                                         "the model holds when it loads)."),
     allow_output_anywhere: bool = typer.Option(False, "--allow-output-anywhere",
                                                help="Let API callers set allow_output_outside_root (write outside the outputs root)."),
     allow_ray: bool = typer.Option(False, "--allow-ray", help="Let API callers set ray_address (sends the run's config, secrets included, to a Ray cluster)."),
@@ -378,9 +382,21 @@ def serve(
     """Serve the web page and the REST/SSE API."""
     from tunelab.server.main import serve as run_server
 
-    run_server(host=host, port=port, allow_remote_code=allow_remote_code, allow_output_anywhere=allow_output_anywhere,
+    run_server(host=host, port=port, allow_remote_code=allow_remote_code, allow_unpinned_remote_code=allow_unpinned_remote_code,
+               allow_output_anywhere=allow_output_anywhere,
                allow_ray=allow_ray, allow_multi_node=allow_multi_node, allow_reward_code=allow_reward_code,
                allowed_hosts=allowed_host, max_queued_per_key=max_queued_per_key)
+
+
+@app.command()
+def fingerprint(
+    model: str = typer.Argument(..., help="Hub id or local model folder."),
+    as_json: bool = typer.Option(False, "--json", help="Print the files and the fingerprint as JSON."),
+) -> None:
+    """Print a model's own code files and the approved_remote_code_fingerprint that approves exactly them."""
+    from tunelab.remote_code_cli import fingerprint_command
+
+    raise typer.Exit(fingerprint_command(model, as_json, _fail))
 
 
 @app.command()

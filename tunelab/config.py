@@ -29,6 +29,7 @@ from tunelab.config_checks import FINETUNE_SWITCHES, MLX_LR_SCHEDULERS, finetune
 from tunelab.config_errors import ConfigError, ErrorList, FieldError, errors_from_validation, rebuilt_error, unknown_key_error  # noqa: F401
 from tunelab.export_after_settings import EXPORT_AFTER_HELP, export_after_errors, export_after_format
 from tunelab.layout import layout_errors
+from tunelab.remote_code_check import HELP as REMOTE_CODE_HELP, fingerprint_errors
 from tunelab.config_text import DisplayName, Name, PathText, Secret
 
 TrainingType = Literal["lora", "qlora", "full", "continued_pretraining"]
@@ -121,7 +122,10 @@ class RunConfig(BaseModel):
     temperature: float | None = Field(None, gt=0, le=100, description=TEMPERATURE_HELP)
     max_seq_length: int = Field(2048, ge=16, le=1_048_576, description="Longest tokenized example; longer rows are truncated.")
     load_in_4bit: bool = Field(False, description="Load the base model in 4-bit (QLoRA). Needs CUDA.")
-    trust_remote_code: bool = Field(False, description="Allow model code from the hub to run.")
+    trust_remote_code: bool = Field(False, description="Allow the model's own code (its auto_map files) to run. Over HTTP it needs "
+                                    "`tunelab serve --allow-remote-code`, and without approved_remote_code_fingerprint "
+                                    "also --allow-unpinned-remote-code.")
+    approved_remote_code_fingerprint: Annotated[str, Field(min_length=1, max_length=200)] | None = Field(None, description=REMOTE_CODE_HELP)
     hf_token: Secret | None = Field(None, description="Hub token (secret; never stored).")
 
     # --- data
@@ -306,6 +310,7 @@ class RunConfig(BaseModel):
             errs.extend(mlx_limits(self))
         errs.extend(layout_errors(self))
         errs.extend(export_after_errors(self))
+        errs.extend(fingerprint_errors(self))
         if errs:
             raise ErrorList(errs)
         return self

@@ -154,3 +154,20 @@ def test_the_memory_estimate_follows_the_form(server, open_page, demo_assets, sh
     page.get_by_label("Batch size").fill("64")
     expect(activations).not_to_have_text(before, timeout=20_000)
     shoot(page, "configure-memory-estimate")
+
+
+def test_the_memory_estimate_lists_the_models_own_code_and_its_fingerprint(server, open_page, demo_assets):
+    """A model with code of its own: the panel lists the files and the fingerprint that approves them."""
+    import json
+
+    from tunelab.remote_code import read_remote_code
+
+    model = demo_assets.root / "own-code-model"  # inside the server's data roots
+    model.mkdir(exist_ok=True)
+    config = json.loads((demo_assets.model_dir / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForCausalLM": "modeling_own.Own"}}))
+    (model / "modeling_own.py").write_text("raise SystemExit('never run')\n")
+    page = open_page()
+    page.get_by_label("Model", exact=True).fill(str(model))
+    expect(page.locator("#remote-code-fingerprint")).to_contain_text(read_remote_code(str(model)).fingerprint, timeout=20_000)
+    expect(page.locator("#remote-code-files")).to_contain_text("modeling_own.py")

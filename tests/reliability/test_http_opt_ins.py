@@ -2,7 +2,8 @@
 cluster need the server's own opt-in: `trust_remote_code`, `allow_output_outside_root` and
 `ray_address` and `nodes` are refused with 403 naming the field and the flag
 (`--allow-remote-code`, `--allow-output-anywhere`, `--allow-ray`, `--allow-multi-node`) unless the
-server was started with it — at start, at resume of a run that carries them (e.g. one
+server was started with it (`trust_remote_code` without `approved_remote_code_fingerprint` needs
+`--allow-unpinned-remote-code`) — at start, at resume of a run that carries them (e.g. one
 started from the CLI), and for an export that would load the run's model code. A python
 reward (objective grpo) needs `--allow-reward-code` and a file inside the data roots."""
 
@@ -24,6 +25,8 @@ VALUES = {"ray_address": RAY_ADDRESS, "nodes": NODES}
 
 def _opt_in_body(demo_run, field, outside):
     extra = {"output_dir": str(outside)} if field == "allow_output_outside_root" else {}
+    if field == "trust_remote_code":  # pinned: what --allow-remote-code admits (unpinned needs more, tested below)
+        extra["approved_remote_code_fingerprint"] = "0" * 64
     return demo_run(max_steps=1, **{field: VALUES.get(field, True)}, **extra)
 
 
@@ -87,6 +90,23 @@ def test_the_servers_opt_in_allows_them(start_server, demo_run, tmp_path, field)
     other = next(f for f in OPT_INS if f != field)
     refused = client.post("/api/train/start", json=_opt_in_body(demo_run, other, outside.parent / "other"))
     assert refused.status_code == 403 and refused.json()["error"]["field"] == other
+
+
+def test_unpinned_remote_code_needs_the_stronger_opt_in(start_server, demo_run, tmp_path):
+    body = demo_run(max_steps=1, trust_remote_code=True)
+    pinned_only = start_server(home=tmp_path / "pinned", extra_env=worker_env("scripted_workers:trainer"),
+                               extra_args=["--allow-remote-code"]).client()
+    refused = pinned_only.post("/api/train/start", json=body)
+    assert refused.status_code == 403, refused.text
+    error = refused.json()["error"]
+    assert error["field"] == "trust_remote_code" and error["code"] == "opt_in_required"
+    assert "--allow-unpinned-remote-code" in error["message"] and "approved_remote_code_fingerprint" in error["message"]
+    assert "tunelab fingerprint" in error["message"]
+    assert pinned_only.get("/api/runs").json()["total"] == 0
+
+    unpinned = start_server(home=tmp_path / "unpinned", extra_env=worker_env("scripted_workers:trainer"),
+                            extra_args=["--allow-unpinned-remote-code"]).client()
+    assert wait_run_ended(unpinned, start_run(unpinned, body))["status"] == "completed"
 
 
 def test_a_python_reward_needs_the_reward_code_opt_in_and_a_file_in_the_data_roots(start_server, demo_run, demo_assets, tmp_path):

@@ -27,6 +27,8 @@ def test_alpaca_rows_are_rendered_through_the_models_chat_template(live_server, 
     assert f"<|user|>\n{first['instruction']}" in text
     assert f"<|assistant|>\n{first['output']}<|end|>" in text
     assert [m["role"] for m in preview["rows"][0]["messages"]][-1] == "assistant"
+    # The demo model names no code of its own: nothing to approve (and nothing of it was run).
+    assert preview["remote_code"] == {"fingerprint": None, "files": [], "note": "the model names no code of its own"}
 
 
 def test_sharegpt_without_a_model_shows_plain_turns(live_server, demo_assets):

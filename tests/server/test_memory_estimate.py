@@ -24,6 +24,10 @@ def gpu_server(start_server, tmp_path, demo_assets):
     (models / "llama-7b").mkdir(parents=True)
     (models / "llama-7b" / "config.json").write_text(json.dumps(LLAMA_7B))
     (models / "empty").mkdir()
+    own_code = models / "llama-7b-own-code"  # its own modeling file, which the estimate lists but never runs
+    own_code.mkdir()
+    (own_code / "config.json").write_text(json.dumps({**LLAMA_7B, "auto_map": {"AutoModelForCausalLM": "modeling_own.Own"}}))
+    (own_code / "modeling_own.py").write_text("raise SystemExit('never run')\n")
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "TUNELAB_DATA_ROOTS": os.pathsep.join([str(demo_assets.root), str(models)])}
     return start_server(extra_env=env), models
 
@@ -51,3 +55,19 @@ def test_estimate_names_each_term_and_what_a_start_would_do(gpu_server):
         assert "no config.json" in missing.json()["error"]["fields"][0]["message"]
         bad = client.post("/api/memory/estimate", json={**body, "batch_size": 0})
         assert bad.status_code == 422 and bad.json()["error"]["fields"][0]["field"] == "batch_size"
+
+
+def test_estimate_shows_the_models_code_files_and_their_fingerprint(gpu_server):
+    from tunelab.remote_code import read_remote_code
+
+    server, models = gpu_server
+    with server.client() as client:
+        own = client.post("/api/memory/estimate", json={"model_name": str(models / "llama-7b-own-code")})
+        assert own.status_code == 200, own.text
+        fingerprint = read_remote_code(str(models / "llama-7b-own-code")).fingerprint
+        shown = own.json()["remote_code"]
+        assert shown["fingerprint"] == fingerprint and [f["name"] for f in shown["files"]] == ["modeling_own.py"]
+        assert f"approved_remote_code_fingerprint: {fingerprint}" in shown["note"]
+        plain = client.post("/api/memory/estimate", json={"model_name": str(models / "llama-7b"), "trust_remote_code": True})
+        assert plain.json()["remote_code"]["fingerprint"] is None
+        assert "trust_remote_code=true changes nothing" in plain.json()["remote_code"]["note"]  # a note, not an error

@@ -172,7 +172,8 @@ def test_members_manage_only_their_own_runs_and_admins_alone_use_opt_ins(start_s
     wait_until_ended(as_["admin"], continuation.json()["job_id"])
 
     # An admin may use the opt-in the server allows (here it gets as far as the path check).
-    outside = demo_run(trust_remote_code=True, local_datasets=[str(tmp_path / "elsewhere.jsonl")])
+    outside = demo_run(trust_remote_code=True, approved_remote_code_fingerprint="0" * 64,
+                       local_datasets=[str(tmp_path / "elsewhere.jsonl")])
     admitted = as_["admin"].post("/api/train/start", json=outside)
     assert admitted.json()["error"]["code"] == "path_not_allowed", admitted.text
     assert admitted.json()["error"]["field"] == "local_datasets"

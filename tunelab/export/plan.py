@@ -21,6 +21,7 @@ from tunelab.checkpoints import WEIGHT_FILES, InvalidCheckpoint, validate_checkp
 from tunelab.config import RunConfig
 from tunelab.config_text import check_path_text
 from tunelab.export.gguf_fit import gguf_refusal
+from tunelab.remote_code_check import RemoteCodeRefused, check_run_model
 from tunelab.run_facts import LOFTQ_BASE, read_run_facts
 
 FORMATS = ("adapter", "merged", "gguf", "gguf-adapter")
@@ -115,6 +116,10 @@ def plan_export(run: dict[str, Any] | None, run_id: int, fmt: str, dest: str | N
         raise ExportInputError("format", refusal)
     _check_gguf_tools(fmt, quant)
     base_weights = _loftq_base(run, kind)
+    try:  # what the export child would run is checked again, as it was when the run trained
+        check_run_model(config, str(source))
+    except RemoteCodeRefused as exc:
+        raise ExportInputError(exc.field, str(exc)) from None
     if fmt == "gguf-adapter" and base_weights is not None:
         raise ExportInputError("format", f"run {run_id} is a LoftQ run: its adapter belongs to the base weights as LoftQ changed "
                                          "them, not to the published base model; use format gguf (merged)")

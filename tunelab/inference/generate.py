@@ -86,6 +86,7 @@ def load_model(request: dict[str, Any]) -> LoadedModel:
 
     remote_code = bool(request["trust_remote_code"])
     adapter = request["kind"] == "adapter"
+    _check_remote_code(request)
     config = AutoConfig.from_pretrained(request["base_model"] if adapter else request["weights"], trust_remote_code=remote_code)
     if is_vision_config(config):
         raise LoadRefused(f"run {request['run_id']} trained a vision-language model; chat and serving cover text models for now")
@@ -106,6 +107,17 @@ def load_model(request: dict[str, Any]) -> LoadedModel:
     ensure_chat_template(tokenizer)
     return LoadedModel(model=model, tokenizer=tokenizer, kind=request["kind"], device=device,
                        base_model=request["base_model"], trust_remote_code=remote_code)
+
+
+def _check_remote_code(request: dict[str, Any]) -> None:
+    """A run approved by fingerprint loads only the approved code, as its training did."""
+    from tunelab.remote_code_check import FIELD, RemoteCodeRefused, check_run_model
+
+    config = {"trust_remote_code": request["trust_remote_code"], FIELD: request.get(FIELD), "model_name": request["base_model"]}
+    try:
+        check_run_model(config, request["weights"])
+    except RemoteCodeRefused as exc:
+        raise LoadRefused(f"{exc.field}: {exc}") from None
 
 
 class StopStrings:

@@ -50,6 +50,7 @@ class ModelTarget:
     weights: Path              # the folder holding the weights and the tokenizer
     base_model: str            # the run's model_name: what an adapter applies to, what "base" means
     trust_remote_code: bool
+    approved_remote_code_fingerprint: str | None = None  # checked again by the child before it loads any of the code
 
     @property
     def key(self) -> tuple[int, str]:
@@ -64,7 +65,8 @@ class ModelTarget:
 
     def child_request(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "kind": self.kind, "weights": str(self.weights), "base_model": self.base_model,
-                "trust_remote_code": self.trust_remote_code}
+                "trust_remote_code": self.trust_remote_code,
+                "approved_remote_code_fingerprint": self.approved_remote_code_fingerprint}
 
 
 def model_id(run_id: int, step: int | None = None, base: bool = False) -> str:
@@ -142,7 +144,8 @@ def resolve_target(run: dict[str, Any] | None, run_id: int, step: int | None = N
     config = run.get("config") or {}
     return ModelTarget(run_id=run_id, step=step, kind=_kind_of(run_id, folder), weights=folder,
                        base_model=str(config.get("model_name") or run.get("model_name") or ""),
-                       trust_remote_code=bool(config.get("trust_remote_code")))
+                       trust_remote_code=bool(config.get("trust_remote_code")),
+                       approved_remote_code_fingerprint=config.get("approved_remote_code_fingerprint"))
 
 
 # What a run of each modality trained, for a refusal.

@@ -7,7 +7,8 @@ a local model folder holds `config.json`; a hub model is either in the local hub
 or the hub answers (one HEAD request with a short timeout, on a thread so a slow DNS
 lookup cannot hang a start). Every problem is reported at once as a `ConfigError`.
 Ray must be installed for a run on a Ray cluster. A vision-language model (its
-config.json has a vision sub-config) or a sentence-transformers folder is refused for the mlx backend. No heavy library is imported; `huggingface_hub` only to look in its cache.
+config.json has a vision sub-config) or a sentence-transformers folder is refused for the mlx backend.
+A local model folder whose code is not the approved code (approved_remote_code_fingerprint) is refused. No heavy library is imported; `huggingface_hub` only to look in its cache.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import threading
 from pathlib import Path
 
 from tunelab.config import ConfigError, FieldError, RunConfig
+from tunelab.remote_code_check import RemoteCodeRefused, check_approved
 
 DATA_FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 HUB_TIMEOUT_S = 3.0
@@ -44,6 +46,11 @@ def check_before_start(cfg: RunConfig) -> None:
         problem = mlx_model_problem(cfg.model_name)
         if problem:
             errors.append(FieldError(field="backend", message=problem))
+    if not problem and cfg.trust_remote_code and cfg.approved_remote_code_fingerprint and Path(cfg.model_name).expanduser().is_dir():
+        try:  # a local folder's code is read at once; a hub model's, by the worker (it downloads)
+            check_approved(cfg.model_dump())
+        except RemoteCodeRefused as exc:
+            errors.append(FieldError(field=exc.field, message=str(exc)))
     if cfg.ray_address and importlib.util.find_spec("ray") is None:
         errors.append(FieldError(field="ray_address", message=RAY_NOT_INSTALLED))
     if errors:

@@ -95,6 +95,7 @@ def create_app(
     static_dir: Path | None = STATIC_DIR,
     prewarm: bool = False,
     allow_remote_code: bool = False,
+    allow_unpinned_remote_code: bool = False,
     allow_output_anywhere: bool = False,
     allow_ray: bool = False,
     allow_multi_node: bool = False,
@@ -107,7 +108,8 @@ def create_app(
     `home` sets TUNELAB_HOME for this process, and so for the workers it spawns.
     `prewarm` keeps a worker with its imports done for the next run (an owned
     orchestrator only, from the lifespan's start on; TUNELAB_PREWARM=0/1 overrides it). `allow_remote_code` and
-    `allow_output_anywhere` let API callers set trust_remote_code and
+    `allow_output_anywhere` let API callers set trust_remote_code (with an approved
+    fingerprint; `allow_unpinned_remote_code`: without one too) and
     allow_output_outside_root; `allow_ray`, ray_address; `allow_multi_node`, nodes; `allow_reward_code`, a python reward. `allowed_hosts`: the Host names answered (None: any;
     `serve` passes loopback names for a loopback bind). `max_queued_per_key`: how many
     queued runs one key may have waiting (None: TUNELAB_MAX_QUEUED_PER_KEY, else 20)."""
@@ -166,6 +168,7 @@ def create_app(
     app.state.start_lock = threading.Lock()
     app.state.preview_slots = asyncio.Semaphore(PREVIEW_SLOTS)
     app.state.allow_remote_code = allow_remote_code
+    app.state.allow_unpinned_remote_code = allow_unpinned_remote_code
     app.state.allow_output_anywhere = allow_output_anywhere
     app.state.allow_ray = allow_ray
     app.state.allow_multi_node = allow_multi_node

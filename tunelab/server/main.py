@@ -157,12 +157,14 @@ class GracefulServer(uvicorn.Server):
 
 
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str = "info",
-          allow_remote_code: bool = False, allow_output_anywhere: bool = False, allow_ray: bool = False,
+          allow_remote_code: bool = False, allow_unpinned_remote_code: bool = False,
+          allow_output_anywhere: bool = False, allow_ray: bool = False,
           allow_multi_node: bool = False, allow_reward_code: bool = False,
           allowed_hosts: list[str] | None = None, max_queued_per_key: int | None = None) -> None:
     """Serve the API and the web page until a signal (Ctrl-C, SIGTERM, SIGHUP) ends it,
     after stopping and saving the active run. `allow_remote_code` / `allow_output_anywhere`:
-    let API callers set trust_remote_code / allow_output_outside_root; `allow_ray`: ray_address;
+    let API callers set trust_remote_code (with approved_remote_code_fingerprint;
+    `allow_unpinned_remote_code`: without it too) / allow_output_outside_root; `allow_ray`: ray_address;
     `allow_reward_code`: a python reward file (in the data roots). `allowed_hosts`:
     more Host names to answer to. `max_queued_per_key`: how many queued runs one key may
     have waiting (None: TUNELAB_MAX_QUEUED_PER_KEY, else 20)."""
@@ -192,6 +194,7 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str 
     os.environ[paths.CONFINE_READS_ENV] = "1"
     # A served lab starts runs again and again: keep a worker warm for the next one.
     app = create_app(token=token, prewarm=True, allow_remote_code=allow_remote_code,
+                     allow_unpinned_remote_code=allow_unpinned_remote_code,
                      allow_output_anywhere=allow_output_anywhere, allow_ray=allow_ray,
                      allow_multi_node=allow_multi_node, allow_reward_code=allow_reward_code,
                      allowed_hosts=allowed_hosts_for(host, allowed_hosts or []), max_queued_per_key=max_queued_per_key)
@@ -216,7 +219,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help="port; 0 picks a free one and prints it")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.add_argument("--allow-remote-code", action="store_true",
-                        help="let API callers set trust_remote_code (runs code from model repositories)")
+                        help="let API callers set trust_remote_code with approved_remote_code_fingerprint "
+                             "(runs that code from model repositories, and only that)")
+    parser.add_argument("--allow-unpinned-remote-code", action="store_true",
+                        help="also without approved_remote_code_fingerprint (runs whatever code the model holds at load time)")
     parser.add_argument("--allow-output-anywhere", action="store_true",
                         help="let API callers set allow_output_outside_root (write outside the outputs root)")
     parser.add_argument("--allow-ray", action="store_true",
@@ -231,6 +237,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="how many queued runs one key may have waiting (default: TUNELAB_MAX_QUEUED_PER_KEY, else 20)")
     args = parser.parse_args(argv)
     serve(args.host, args.port, log_level=args.log_level, allow_remote_code=args.allow_remote_code,
+          allow_unpinned_remote_code=args.allow_unpinned_remote_code,
           allow_output_anywhere=args.allow_output_anywhere, allow_ray=args.allow_ray,
           allow_multi_node=args.allow_multi_node, allow_reward_code=args.allow_reward_code, allowed_hosts=args.allowed_host,
           max_queued_per_key=args.max_queued_per_key)

@@ -25,6 +25,7 @@ from fastapi import APIRouter, Request
 
 from tunelab import paths
 from tunelab.config import RunConfig, parse_config
+from tunelab.remote_code_check import code_summary
 from tunelab.server.errors import ApiError
 from tunelab.server.schemas import DatasetPreview, DatasetPreviewRequest, error_responses
 from tunelab.server.user_paths import checked_config
@@ -144,4 +145,5 @@ async def preview(body: DatasetPreviewRequest, request: Request) -> DatasetPrevi
     if not answer.get("ok"):
         error = answer.get("error") or {}
         raise ApiError(422, error.get("code", "bad_dataset"), error.get("message", "the dataset cannot be read"), error.get("field"))
-    return DatasetPreview(**answer["preview"])
+    remote_code = await asyncio.to_thread(code_summary, tokenizer, config.trust_remote_code) if tokenizer else None
+    return DatasetPreview(**answer["preview"], remote_code=remote_code)

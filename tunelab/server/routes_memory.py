@@ -2,7 +2,8 @@
 
 The body is a run's settings, as `/api/train/start` takes them (data settings may be left
 out: memory does not depend on them). The answer is the estimate per device, each term
-named (memory_plan.py), for the devices a start would get now — this machine's GPUs
+named (memory_plan.py), with the model's own code files and their fingerprint (what an
+approved_remote_code_fingerprint approves), for the devices a start would get now — this machine's GPUs
 as `hardware` lists them, or its RAM — and the verdict a start would reach: fits, the
 change memory_fit=auto would make, or the refusal with its fix. Pure Python: only the
 model's config.json is read (a local folder, or the local hub cache), never the model.
@@ -19,7 +20,8 @@ from tunelab import hardware, layout, paths
 from tunelab.config import ConfigError, parse_config
 from tunelab.orchestrator.gpus import choose_gpus
 from tunelab.orchestrator.memory_check import budget_for
-from tunelab.server.schemas import error_responses
+from tunelab.remote_code_check import code_summary
+from tunelab.server.schemas import RemoteCodeInfo, error_responses
 
 router = APIRouter(prefix="/api/memory", tags=["memory"], responses=error_responses(401))
 # Stands in for the data settings when none are given: they do not change the estimate.
@@ -52,6 +54,7 @@ class MemoryEstimate(BaseModel):
     resolved: dict[str, Any] = Field(description="The settings the estimate assumed: precision, gradient_checkpointing, batch_size, gradient_accumulation_steps.")
     notes: list[str]
     device: MemoryDevice | None = Field(None, description="The check against this machine's devices; null when their free memory is unknown.")
+    remote_code: RemoteCodeInfo = Field(description="The model's own code files and their fingerprint, read from its folder or the hub cache.")
 
 
 @router.post("/estimate", response_model=MemoryEstimate, responses=error_responses(422))
@@ -84,4 +87,4 @@ def memory_estimate(body: dict[str, Any] = Body(description="A run's settings, a
             verdict, message, changes = "refused", exc.errors[0].message, {}
         device = MemoryDevice(where=budget.where, cuda=budget.cuda, free_bytes=budget.free_bytes, verdict=verdict,
                               message=message, changes=changes)
-    return MemoryEstimate(**estimate(shape, settings).as_dict(), device=device)
+    return MemoryEstimate(**estimate(shape, settings).as_dict(), device=device, remote_code=code_summary(name, cfg.trust_remote_code))

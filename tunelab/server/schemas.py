@@ -293,6 +293,20 @@ class PreviewRow(BaseModel):
     images: list[PreviewImage] | None = Field(None, description="The row's images (image-text data only).")
 
 
+class RemoteCodeFile(BaseModel):
+    name: str = Field(description="The file, relative to the model (another repository's as 'repo--file.py').")
+    sha256: str
+
+
+class RemoteCodeInfo(BaseModel):
+    """The model's own code files (what trust_remote_code would run), read without running them."""
+
+    fingerprint: str | None = Field(description="The approved_remote_code_fingerprint that approves exactly these files; "
+                                                "null when the model names no code of its own or its files cannot be read here.")
+    files: list[RemoteCodeFile]
+    note: str = ""
+
+
 class DatasetPreview(BaseModel):
     format: str = Field(description="alpaca, sharegpt, chatml, text, caption or transcription.")
     columns: list[str]
@@ -306,6 +320,7 @@ class DatasetPreview(BaseModel):
     image_rows_checked: int | None = Field(None, description="How many rows (from the first) bad_image_rows covers.")
     bad_audio_rows: int | None = Field(None, description="Rows with a clip training would not take: missing, unreadable, empty, outside the readable folders, or (with a model given) longer than its feature extractor's window (audio + transcript data only; skip_bad_audio skips them in a run, except those outside the readable folders).")
     audio_rows_checked: int | None = Field(None, description="How many rows (from the first) bad_audio_rows covers.")
+    remote_code: RemoteCodeInfo | None = Field(None, description="model_name's own code files and their fingerprint (when model_name is given).")
 
 
 # --- health ---------------------------------------------------------------------------

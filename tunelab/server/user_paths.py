@@ -16,9 +16,11 @@ included, to a Ray cluster and a `python` entry in `rewards` runs the user's own
 file in the worker: over HTTP each is refused (403) unless the server was started with
 `--allow-remote-code` / `--allow-output-anywhere` / `--allow-ray` / `--allow-multi-node` /
 `--allow-reward-code` (and a reward file must lie in the data roots, like data files), and then
-only for an admin (the token, or an admin key: tunelab.keys). The CLI, run by the machine's
-own user, does not come through here. A chosen `output_dir` must be the caller's to write
-into (`check_output_dir_owned`).
+only for an admin (the token, or an admin key: tunelab.keys). `--allow-remote-code` admits
+`trust_remote_code` only with `approved_remote_code_fingerprint` (the worker then loads only
+that code); without one it needs `--allow-unpinned-remote-code`. The CLI, run by the
+machine's own user, does not come through here. A chosen `output_dir` must be the caller's
+to write into (`check_output_dir_owned`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from tunelab.config_resume import stored_settings
 from tunelab.folder_owners import foreign_writer
 from tunelab.grpo_settings import uses_reward_code
 from tunelab.paths import PathNotAllowed
+from tunelab.remote_code_check import FIELD as FINGERPRINT_FIELD
 from tunelab.server.errors import ApiError
 
 PATH_LIST_FIELDS = ("local_datasets", "local_eval_datasets")
@@ -47,6 +50,8 @@ KNOWN_FILE_READERS = frozenset({"json", "csv", "text", "parquet", "arrow", "pand
 # Settings that need an opt-in given when the server was started: field -> the flag.
 OPT_INS = {"trust_remote_code": "--allow-remote-code", "allow_output_outside_root": "--allow-output-anywhere",
            "ray_address": "--allow-ray", "nodes": "--allow-multi-node", "rewards": "--allow-reward-code"}
+# trust_remote_code without an approved fingerprint needs this stronger opt-in (it implies --allow-remote-code).
+UNPINNED_FLAG = "--allow-unpinned-remote-code"
 OPT_IN_WHY = {"trust_remote_code": "it runs code from the model's repository on this machine",
               "allow_output_outside_root": "it lets a run write anywhere this server's user can",
               "ray_address": "it sends the run's config, secrets included, to a Ray cluster",
@@ -79,7 +84,9 @@ def check_opt_ins(config: Mapping[str, Any], state: Any, run_id: int | None = No
     """403 naming the field and the server flag, for a setting this server was not
     started to allow, or that the caller's `role` (not admin) may not use. With `run_id`
     it is worded for a stored run being resumed or exported (`action`)."""
-    allowed = {"trust_remote_code": state.allow_remote_code, "allow_output_outside_root": state.allow_output_anywhere,
+    unpinned_allowed = getattr(state, "allow_unpinned_remote_code", False)
+    allowed = {"trust_remote_code": state.allow_remote_code or unpinned_allowed,
+               "allow_output_outside_root": state.allow_output_anywhere,
                "ray_address": state.allow_ray, "nodes": state.allow_multi_node,
                "rewards": getattr(state, "allow_reward_code", False)}
     for field in fields:
@@ -99,6 +106,25 @@ def check_opt_ins(config: Mapping[str, Any], state: Any, run_id: int | None = No
             what = f"run {run_id} was started with {field}, so an HTTP {action} of it" if run_id is not None else field
             raise ApiError(403, "admin_required", f"{what} needs an admin key: {OPT_IN_WHY[field]}, and this server "
                                                   f"lets only admins use it (your key's role: {role})", field=field)
+        if field == "trust_remote_code" and wanted and not config.get(FINGERPRINT_FIELD) and not unpinned_allowed:
+            _refuse_unpinned(config, run_id, action)
+
+
+def _refuse_unpinned(config: Mapping[str, Any], run_id: int | None, action: str) -> None:
+    """403 for trust_remote_code without an approved fingerprint: it would run whatever code
+    the model holds when it loads, so it needs the stronger opt-in."""
+    model = config.get("model_name")
+    if run_id is not None:
+        what = (f"run {run_id} was started with trust_remote_code and no {FINGERPRINT_FIELD}, so an HTTP {action} "
+                f"of it is refused: it would run whatever code {model} holds now")
+        fix = f"or {action} it with `tunelab {action} {run_id}` on the machine itself"
+    else:
+        what = (f"trust_remote_code without {FINGERPRINT_FIELD} is refused over HTTP: it would run whatever code {model} "
+                "holds when the run loads it")
+        fix = (f"or review the model's code files and set {FINGERPRINT_FIELD} to the fingerprint `tunelab fingerprint "
+               f"{model}` prints (the dataset preview and memory estimate show it too)")
+    raise ApiError(403, "opt_in_required", f"{what}. Start the server with `tunelab serve {UNPINNED_FLAG}` to allow that, "
+                                           f"{fix}", field="trust_remote_code")
 
 
 def checked_config(config: RunConfig, state: Any, role: str = "admin") -> RunConfig:

@@ -23,7 +23,7 @@ import traceback
 from typing import Any
 
 from tunelab import events as ev
-from tunelab import layout
+from tunelab import layout, remote_code_check
 from tunelab.worker import tokenizer_threads
 from tunelab.worker.context import RunSettingError, StopRequested, WorkerContext
 from tunelab.worker.out_of_memory import explain_out_of_memory
@@ -92,6 +92,7 @@ def run_in_context(config: dict[str, Any], ctx: WorkerContext, module: str | Non
     """Run `module.run(config, ctx)` (by default the module the config chooses); every way
     it ends becomes exactly one final event. Returns False when it failed."""
     try:
+        check_remote_code(config, ctx)
         backend = importlib.import_module(module or _backend_module(config))
         backend.run(config, ctx)
         if not ctx.finished:
@@ -104,6 +105,17 @@ def run_in_context(config: dict[str, Any], ctx: WorkerContext, module: str | Non
             report_failure(ctx, config, exc)
         return False
     return True
+
+
+def check_remote_code(config: dict[str, Any], ctx: WorkerContext) -> None:
+    """With trust_remote_code, the model's code must be the approved code (if a fingerprint
+    is set) before anything can import it; a model with no code of its own gets a note."""
+    try:
+        code = remote_code_check.check_approved(config)
+    except remote_code_check.RemoteCodeRefused as exc:
+        raise RunSettingError(exc.field, str(exc)) from None
+    if code is not None and code.fingerprint is None:
+        ctx.emit(ev.status(remote_code_check.no_code_note(code)))
 
 
 def stop_and_save_on_sigterm(ctx: WorkerContext, repeat_window_s: float = 0.0) -> None:

@@ -125,7 +125,8 @@ export const ADVANCED_FIELDS = [
   f("save_total_limit", "Checkpoints kept", "int", null, { section: "Optimiser", help: "Empty = keep all." }),
   f("logging_steps", "Log every", "int", 1, { section: "Optimiser" }),
 
-  f("trust_remote_code", "Trust remote code", "bool", false, { section: "Model access", help: "Lets model code from the hub run on this machine." }),
+  f("trust_remote_code", "Trust remote code", "bool", false, { section: "Model access", help: "Lets the model's own code (its auto_map files) run on this machine." }),
+  f("approved_remote_code_fingerprint", "Approved code fingerprint", "text", "", { section: "Model access", placeholder: "64 hex characters", help: "With trust remote code: the run loads only code with this fingerprint. The memory estimate shows the model's code files and their fingerprint; review them first." }),
   f("hf_token", "Hub token", "secret", "", { section: "Model access", help: "Never stored or saved to YAML." }),
 
   f("report_to", "Report to", "select", "none", { section: "Tracking", options: ["none", "tensorboard", "wandb", "mlflow"] }),

@@ -2,7 +2,8 @@
  * "Will it fit?": while the configure form changes, asks `/api/memory/estimate` (debounced,
  * latest answer wins) and shows the estimated peak memory per device, its terms, and
  * whether a start would fit this machine's GPU (or RAM), be adjusted (memory_fit=auto)
- * or be refused. Without a model name there is nothing to estimate and the panel hides.
+ * or be refused, and the model's own code files with their fingerprint (for
+ * approved_remote_code_fingerprint). Without a model name there is nothing to estimate and the panel hides.
  */
 
 import { api, getToken } from "./api.js";
@@ -65,6 +66,19 @@ function render(panel, answer) {
     parts.push(verdict);
   }
   for (const note of answer.notes) parts.push(el("p", "muted", note));
+  parts.push(...remoteCode(answer.remote_code));
   panel.hidden = false;
   panel.replaceChildren(...parts);
+}
+
+// The model's own code files (what trust_remote_code would run) and their fingerprint, to
+// review before approving exactly them with approved_remote_code_fingerprint.
+function remoteCode(code) {
+  if (!code || !code.files.length) return [];
+  const files = el("dl", "memory-terms");
+  files.id = "remote-code-files";
+  for (const file of code.files) files.append(el("dt", "", file.name), el("dd", "muted", file.sha256));
+  const fingerprint = el("p", "", `Fingerprint: ${code.fingerprint}`);
+  fingerprint.id = "remote-code-fingerprint";
+  return [el("h3", "", "The model's own code"), files, fingerprint, el("p", "muted", code.note)];
 }
