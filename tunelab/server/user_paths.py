@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from tunelab import paths
 from tunelab.config import RunConfig, parse_config
 from tunelab.config_resume import stored_settings
-from tunelab.folder_owners import foreign_writer
+from tunelab.folder_owners import foreign_writer, writers_touching
 from tunelab.grpo_settings import uses_reward_code
 from tunelab.paths import PathNotAllowed
 from tunelab.remote_code_check import FIELD as FINGERPRINT_FIELD
@@ -139,6 +139,8 @@ def check_output_dir_owned(config: RunConfig, store: Any, owner: str | None) -> 
     The config's paths are confined (resolved) already."""
     if not config.output_dir:
         return
+    if any(w.what == "folder" for w in writers_touching(store, config.output_dir)):
+        return  # the start's own check refuses any run folder taken or nested, naming that run (422)
     whose = foreign_writer(store, config.output_dir, run_id=None, owner=owner)
     if whose:
         raise ApiError(409, "folder_not_owned", f"output_dir {config.output_dir} holds {whose}; a new run never writes among files "
