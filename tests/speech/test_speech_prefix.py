@@ -56,7 +56,8 @@ def _prepare(model_dir: Path, data: Path, cache: Path, **settings):
 
 
 def _started(model, features, **kwargs) -> list[int]:
-    return model.generate(features, max_new_tokens=1, **kwargs)[0, :4].tolist()
+    """The tokens generation forces before its first own one (kept in the dict output's sequences)."""
+    return model.generate(features, max_new_tokens=1, return_dict_in_generate=True, **kwargs).sequences[0, :4].tolist()
 
 
 def test_a_detected_language_is_one_prefix_for_labels_eval_the_saved_config_and_the_export(open_whisper, rows, tmp_path):

@@ -78,38 +78,50 @@ def settle(config: dict[str, Any], model: Any, processor: Any, raw: Any) -> str 
     tokenizer, generation = processor.tokenizer, getattr(model, "generation_config", None)
     if not has_prefix(tokenizer) or generation is None or raw.format != TRANSCRIPTION:
         return None  # nothing to settle, or data the preparation refuses next
-    name, setting = config["model_name"], config.get("speech_language")
     if not _multilingual(generation):
-        english_only = getattr(generation, "is_multilingual", None) is False
-        if setting:
-            raise RunSettingError("speech_language", f"{name} is an English-only model: its transcripts carry no language token; remove speech_language"
-                                  if english_only else f"{name}'s generation_config.json names no languages (lang_to_id), so its generation "
-                                  "cannot be told one; remove speech_language")
-        if english_only:  # its generation starts <|startoftranscript|><|notimestamps|>: so do the labels
-            tokenizer.language = tokenizer.task = None
-            tokenizer.set_prefix_tokens()
+        _without_language(config, tokenizer, generation)
         return None
-    if setting:
-        code, why = language_code(setting), f"speech_language {setting}"
-    elif tokenizer.language:
-        code, why = language_code(tokenizer.language), "the language its tokenizer was saved with; set speech_language to change it"
-    else:
-        heard = _heard(config, model, processor, raw)
-        if not heard:
-            return None  # no training clip reads: the preparation that follows names the rows
-        (code, count), total = heard.most_common(1)[0], sum(heard.values())
-        if count * 2 <= total:
-            found = ", ".join(f"{lang} {n}" for lang, n in heard.most_common())
-            raise RunSettingError("speech_language", f"speech_language is not set and {name} hears different languages in the first {total} "
-                                                     f"training clips ({found}); set speech_language to the transcripts' language (e.g. en)")
-        why = (f"speech_language is not set: the model hears {code} in {count} of the first {total} training clips; "
-               "set speech_language to choose another")
+    chosen = _chosen(config, model, processor, raw)
+    if chosen is None:
+        return None  # no training clip reads: the preparation that follows names the rows
+    code, why = chosen
     if f"<|{code}|>" not in generation.lang_to_id:
-        raise RunSettingError("speech_language", f"{name} has no <|{code}|> token; choose one of its languages")
+        raise RunSettingError("speech_language", f"{config['model_name']} has no <|{code}|> token; choose one of its languages")
     tokenizer.set_prefix_tokens(language=code, task=TASK)
     _set_generation(generation, code)
     prefix = "".join(tokenizer.convert_ids_to_tokens(tokenizer.prefix_tokens))
     return f"Transcripts start {prefix} in the labels, the eval transcripts and the saved generation_config ({why})"
+
+
+def _without_language(config: dict[str, Any], tokenizer: Any, generation: Any) -> None:
+    """A model whose generation takes no language: speech_language is refused, and an English-only
+    model's labels start as its generation does, <|startoftranscript|><|notimestamps|>."""
+    english_only = getattr(generation, "is_multilingual", None) is False
+    if config.get("speech_language"):
+        why = ("is an English-only model: its transcripts carry no language token" if english_only else
+               "has a generation_config.json that names no languages (lang_to_id), so its generation cannot be told one")
+        raise RunSettingError("speech_language", f"{config['model_name']} {why}; remove speech_language")
+    if english_only:
+        tokenizer.language = tokenizer.task = None
+        tokenizer.set_prefix_tokens()
+
+
+def _chosen(config: dict[str, Any], model: Any, processor: Any, raw: Any) -> tuple[str, str] | None:
+    """The language's code and why it is the one: the setting, the tokenizer's own, or what the model hears."""
+    setting, saved = config.get("speech_language"), processor.tokenizer.language
+    if setting:
+        return language_code(setting), f"speech_language {setting}"
+    if saved:
+        return language_code(saved), "the language its tokenizer was saved with; set speech_language to change it"
+    heard = _heard(config, model, processor, raw)
+    if not heard:
+        return None
+    (code, count), total = heard.most_common(1)[0], sum(heard.values())
+    if count * 2 <= total:
+        found = ", ".join(f"{lang} {n}" for lang, n in heard.most_common())
+        raise RunSettingError("speech_language", f"speech_language is not set and {config['model_name']} hears different languages in "
+                                                 f"the first {total} training clips ({found}); set speech_language to the transcripts' language (e.g. en)")
+    return code, f"speech_language is not set: the model hears {code} in {count} of the first {total} training clips; set speech_language to choose another"
 
 
 def _heard(config: dict[str, Any], model: Any, processor: Any, raw: Any) -> Counter:
