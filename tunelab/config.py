@@ -176,7 +176,7 @@ class RunConfig(BaseModel):
     matryoshka_dims: list[int] | None = Field(None, description=MATRYOSHKA_HELP)
 
     # --- speech-to-text models (detected from the model's config)
-    speech_language: Name | None = Field(None, max_length=40, description="Language of the transcripts for a multilingual speech model (e.g. en or english): Whisper's labels and its eval transcripts start with this language's token. None: the tokenizer's own setting.")
+    speech_language: Name | None = Field(None, max_length=40, description="Language of the transcripts for a multilingual speech model (e.g. en or english): Whisper's labels, its eval transcripts and its saved generation_config start with this language's token. None: the language its tokenizer was saved with, else the one the model detects in the first training clips.")
     skip_bad_audio: bool = Field(False, description="Skip rows whose audio is missing, unreadable, empty or longer than the model takes (counted and reported before training) instead of ending the run; a path outside the data roots is still refused.")
     finetune_audio_layers: bool = Field(False, description="Audio chat models (Qwen2-Audio) only: train the audio tower and its projector too (adapter targets, or weights in full fine-tuning). Off: only the language model trains, on the pretrained encoder's features.")
 

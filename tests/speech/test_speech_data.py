@@ -207,20 +207,3 @@ def test_the_dataset_check_shows_each_rows_clip_and_transcript_and_counts_bad_cl
     config = {"local_datasets": [str(data)], "format": "auto"}
     counted = {model: build_preview(config, 2, model, tmp_path / "cache")["bad_audio_rows"] for model in (None, str(speech_assets.model_dir))}
     assert counted == {None: 3, str(speech_assets.model_dir): 4}
-
-
-def test_speech_language_sets_the_transcripts_language_token(speech_assets):
-    from transformers import AutoModelForSpeechSeq2Seq
-
-    from tunelab.worker.context import RunSettingError
-    from tunelab.worker.speech_model import generation_kwargs, load_processor
-
-    processor = load_processor({"model_name": str(speech_assets.model_dir), "speech_language": "german"})
-    tokenizer = processor.tokenizer
-    assert tokenizer("one").input_ids[:2] == [tokenizer.convert_tokens_to_ids(t) for t in ("<|startoftranscript|>", "<|de|>")]
-    # Eval transcripts start the same way.
-    model = AutoModelForSpeechSeq2Seq.from_pretrained(speech_assets.model_dir)
-    assert generation_kwargs(model, tokenizer) == {"language": "german", "task": "transcribe"}  # generate takes names and codes
-    with pytest.raises(RunSettingError) as caught:
-        load_processor({"model_name": str(speech_assets.model_dir), "speech_language": "klingon"})
-    assert caught.value.field == "speech_language" and "Unsupported language" in caught.value.message

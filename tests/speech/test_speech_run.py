@@ -1,7 +1,8 @@
 """A speech-to-text LoRA run through the real worker and orchestrator: stop-and-save then
 resume continues the step count, and the merged export (`tunelab export`) loads with
 AutoProcessor + AutoModelForSpeechSeq2Seq (and as an automatic-speech-recognition
-pipeline) and gives the trained model's logits."""
+pipeline), gives the trained model's logits and carries the run's transcript language in
+its generation_config."""
 
 from __future__ import annotations
 
@@ -62,6 +63,12 @@ def _export_gives_the_trained_logits(assets, home: Path, run_id: int, output: Pa
         untrained = AutoModelForSpeechSeq2Seq.from_pretrained(assets.model_dir)(input_features=features, labels=labels).logits
     assert (merged - trained).abs().max() < 1e-4
     assert (trained - untrained).abs().max() > 1e-2  # the adapter changed the model, so losing it would show
+    # The export transcribes with the prefix the run's labels had (speech_prefix), not the base's detection.
+    from transformers import GenerationConfig
+
+    saved = GenerationConfig.from_pretrained(dest)
+    assert (saved.language, saved.task) == ("en", "transcribe")
+    assert processor.tokenizer("one").input_ids[:2] == processor.tokenizer.convert_tokens_to_ids(["<|startoftranscript|>", "<|en|>"])
     # What people load a speech-to-text export with.
     transcribe = pipeline("automatic-speech-recognition", model=str(dest), device="cpu")
     assert isinstance(transcribe({"raw": clip, "sampling_rate": 16000}, generate_kwargs={"max_new_tokens": 8})["text"], str)

@@ -45,6 +45,8 @@ def test_a_lora_run_skips_bad_clips_trains_evaluates_word_error_rate_and_saves_t
     assert f"Skipped 1 of 6 eval rows whose audio is missing, unreadable, empty or too long (skip_bad_audio): row 1 ({tmp_path / 'silence.wav'}: unreadable)" in stages
     assert stages.index("Training") > max(i for i, m in enumerate(stages) if m.startswith("Skipped"))
     assert any("lora of a speech-to-text model" in message for message in stages)
+    # The transcripts' language, said before training: the demo tokenizer's own (en).
+    assert any(m.startswith("Transcripts start <|startoftranscript|><|en|><|transcribe|><|notimestamps|> ") for m in stages)
     assert [p["step"] for p in worker.progress()] == [1, 2, 3]
     assert [e["modality"] for e in worker.events if e["type"] == ev.MODALITY] == ["speech"]
     assert any(e["type"] == ev.EVAL_CONFIGURED and e["eval_rows"] == 5 for e in worker.events)

@@ -74,8 +74,9 @@ def test_rows_become_masked_codec_tokens_and_the_cache_is_reused(tts_assets, spe
     first = prepare(config, tokenizer, layout, codec, raw, tmp_path / "out")
     assert len(calls) == 4 and first.notes[0].startswith("Encoded 4 training clips to codec tokens")
     row = first.train[0]
-    prompt = [layout.control["start_of_human"]] + tokenizer(f"tara: {rows[0]['text']}").input_ids + [
-        layout.control[name] for name in ("end_of_human", "start_of_ai", "start_of_speech")]
+    # Orpheus's layout (tests/speech/test_orpheus_layout.py checks it id for id): the demo tokenizer adds no BOS itself.
+    prompt = [layout.control["start_of_human"], tokenizer.bos_token_id, *tokenizer(f"tara: {rows[0]['text']}").input_ids,
+              tokenizer.eos_token_id] + [layout.control[name] for name in ("end_of_human", "start_of_ai", "start_of_speech")]
     assert row["input_ids"][:len(prompt)] == prompt and row["labels"][:len(prompt)] == [IGNORE_INDEX] * len(prompt)
     audio = row["input_ids"][len(prompt):-2]
     assert audio and len(audio) % 7 == 0 and row["labels"][len(prompt):] == row["input_ids"][len(prompt):]

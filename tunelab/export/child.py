@@ -8,7 +8,8 @@ as it trained against them (`run_facts.LOFTQ_BASE`). A full run's weights are lo
 they are. The model is cast to the requested dtype and saved with its tokenizer, ready
 for `AutoModelForCausalLM.from_pretrained` — or, for a vision-language or speech-to-text
 model (told from its config), with its processor, ready for `AutoModelForImageTextToText`
-or `AutoModelForSpeechSeq2Seq` (and the automatic-speech-recognition pipeline) + `AutoProcessor`
+or `AutoModelForSpeechSeq2Seq` (and the automatic-speech-recognition pipeline, which transcribes
+with the language and task the run trained on: `speech_prefix.carry_to_generation`) + `AutoProcessor`
 (an audio chat model: `AutoModelForMultimodalLM`); a Sesame CSM model as
 `CsmForConditionalGeneration` (its Mimi codec inside) + its `CsmProcessor`.
 The parent hides the GPUs: all of it runs on the CPU (and a training worker calling
@@ -58,9 +59,13 @@ def export(request: dict[str, Any]) -> None:
     elif request["format"] == "gguf-adapter":
         _export_gguf_adapter(request, dest)
     else:
+        from tunelab.worker.speech_prefix import carry_to_generation
+
         model, processing = _merged_model(request)
         # The run trained without the KV cache; whoever loads the export wants it back.
         model.config.use_cache = True
+        # A speech-to-text run's transcripts' language, from the tokenizer saved with it (an adapter's base knows nothing of it).
+        carry_to_generation(model, processing)
         model.save_pretrained(dest)
         processing.save_pretrained(dest)
         carry_codec(Path(request["source"]), dest)

@@ -11,7 +11,9 @@ A Sesame CSM model (its config's model_type, as the worker tells it) speaks thro
 generation and the Mimi codec inside it (`speak_csm`); any other is Orpheus-style: the weights load as chat loads them (`generate.load_model`: the adapter on its base, or the
 full model); the layout comes from the model's config and tokenizer (`tts_model`), the
 codec from the `codec/` the parent found beside the weights (a checkpoint's in its run
-folder, as export finds it), and the speech is synthesised as the run's eval samples are (`tts_sample`).
+folder, as export finds it), and the speech is synthesised as the run's eval samples are (`tts_sample`),
+from the prompt Orpheus's own engine sends (`tts_data.prompt_ids`); a speaker is asked for as
+Orpheus asks, by starting the text with "name: ".
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ def speak(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> No
 def _speak_orpheus(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> Path:
     from tunelab.inference.generate import load_model
     from tunelab.worker.context import RunSettingError
+    from tunelab.worker.tts_data import prompt_ids
     from tunelab.worker.tts_model import check_codec_matches, layout_of, model_config_dict
     from tunelab.worker.tts_sample import write_sample
 
@@ -70,7 +73,7 @@ def _speak_orpheus(request: dict[str, Any], send: Callable[[dict[str, Any]], Non
     room = getattr(loaded.model.config, "max_position_embeddings", None)
     tokens = int(request["max_new_tokens"])
     if room:  # the prompt and the speech together stay within the model's positions
-        tokens = min(tokens, int(room) - len(loaded.tokenizer(request["text"]).input_ids) - 4)
+        tokens = min(tokens, int(room) - len(prompt_ids(loaded.tokenizer, layout, request["text"])))
     send({"type": "progress", "message": f"speaking on {loaded.device}"})
     return write_sample(loaded.model, loaded.tokenizer, layout, codec, request["text"], tokens, Path(request["dest"]),
                         float(request.get("temperature") or 0.0))

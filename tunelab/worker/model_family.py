@@ -13,7 +13,8 @@ result is saved. `detect(config)` picks the family from the model's own files
   embedding  a sentence-transformers model (`embedding_family`): pair/triplet/scored rows,
           sentence-transformers' own trainer and losses; saved as a sentence-transformers folder.
   speech  AutoProcessor (feature extractor + tokenizer) + AutoModelForSpeechSeq2Seq;
-          audio + transcript rows through `speech_data.prepare` and its collator, and
+          audio + transcript rows through `speech_data.prepare` and its collator (the
+          transcripts' language settled first: `speech_prefix`), and
           transformers' Seq2SeqTrainer with word error rate at eval (`speech_trainer`).
   tts     an Orpheus-style causal LM over SNAC codec tokens (`tts_family`, told apart by
           `tts_model.is_tts_model`), or Sesame CSM over its own Mimi codec (`csm_family`,
@@ -144,9 +145,13 @@ class SpeechFamily(_Family):
         return Loaded(model, processor.tokenizer, processor)
 
     def prepare(self, config: dict[str, Any], loaded: Loaded, raw: Any) -> data.PreparedData:
-        from tunelab.worker import speech_data
+        from tunelab.worker import speech_data, speech_prefix
 
-        return speech_data.prepare(config, loaded.processing, raw, loaded.model.config)
+        # The transcripts' language first: the labels are written with its prefix.
+        note = speech_prefix.settle(config, loaded.model, loaded.processing, raw)
+        prepared = speech_data.prepare(config, loaded.processing, raw, loaded.model.config)
+        prepared.notes[:0] = [note] if note else []
+        return prepared
 
     def modality(self, raw: Any) -> str:
         return "speech"

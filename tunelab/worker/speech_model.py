@@ -8,8 +8,10 @@ message until their own path lands. `config_dict_is_speech` answers for a raw
 config.json without importing transformers (the parent's start checks use it), from a
 list of model types kept equal to transformers' mapping by a test.
 Such a model loads through `AutoModelForSpeechSeq2Seq` with its `AutoProcessor`
-(feature extractor + tokenizer). `speech_language` sets the language of the transcripts
-(Whisper's prefix tokens <|startoftranscript|><|lang|><|transcribe|><|notimestamps|>).
+(feature extractor + tokenizer). The language of the transcripts (Whisper's prefix tokens
+<|startoftranscript|><|lang|><|transcribe|><|notimestamps|>) is settled once the data is read,
+for the labels, eval and the saved generation_config alike (`speech_prefix`); `speech_language`
+is checked here, before the model loads.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 from tunelab.worker.context import RunSettingError
 from tunelab.worker.hub_config import load_auto_processor, model_config_or_none
+from tunelab.worker.speech_prefix import check_setting
 
 # transformers 5.24's MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES (tests/speech checks it).
 SPEECH_SEQ2SEQ_TYPES = (
@@ -66,27 +69,10 @@ def load_processor(config: dict[str, Any]) -> Any:
         raise RunSettingError("model_name", f"{name} is a speech-to-text model but ships no processor with a feature extractor and "
                                             "a tokenizer; save the model together with its AutoProcessor")
     tokenizer = processor.tokenizer
-    language = config.get("speech_language")
-    if language:
-        if not hasattr(tokenizer, "set_prefix_tokens"):
-            raise RunSettingError("speech_language", f"{name}'s tokenizer has no language prefix to set; remove speech_language")
-        try:
-            tokenizer.set_prefix_tokens(language=language, task="transcribe")
-        except ValueError as exc:
-            raise RunSettingError("speech_language", f"{exc}") from exc
+    check_setting(config, tokenizer)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.unk_token
     return processor
-
-
-def generation_kwargs(model: Any, tokenizer: Any) -> dict[str, Any]:
-    """What `generate` needs to start transcripts as the labels do: Whisper detects the
-    language unless told, so it is told the tokenizer's language and task."""
-    generation = getattr(model, "generation_config", None)
-    language = getattr(tokenizer, "language", None)
-    if language and getattr(generation, "lang_to_id", None):
-        return {"language": language, "task": getattr(tokenizer, "task", None) or "transcribe"}
-    return {}
 
 
 def model_class() -> Any:

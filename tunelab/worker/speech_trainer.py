@@ -4,7 +4,7 @@ Built from the same run settings as the SFT Trainer (`trainer_setup.training_arg
 and with the same callbacks (the backend's), so progress, stop-and-save,
 cancel, checkpoints and resume behave exactly as for text runs. With an eval split
 every evaluation also transcribes the eval clips (`generate`, started as the labels
-start: `speech_model.generation_kwargs`) and scores them against their transcripts
+start: `speech_prefix.generation_kwargs`) and scores them against their transcripts
 with jiwer: `eval_wer` (a fraction: 0 is perfect, 1 as many errors as reference words)
 lands in the Trainer's logs next to `eval_loss`. Rows whose transcript is empty have
 no words to score and are left out of the rate.
@@ -18,7 +18,7 @@ import numpy as np
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from tunelab.worker.speech_collator import IGNORE_INDEX
-from tunelab.worker.speech_model import generation_kwargs
+from tunelab.worker.speech_prefix import generation_kwargs
 
 
 def word_error_rate(references: list[str], predictions: list[str]) -> float | None:
@@ -83,5 +83,5 @@ def build_speech_trainer(config: dict[str, Any], device: Any, model: Any, proces
         compute_metrics=wer_metric(processing.tokenizer) if evaluates else None,
         callbacks=callbacks,
     )
-    trainer.generation_kwargs = generation_kwargs(model, processing.tokenizer)
+    trainer.generation_kwargs = generation_kwargs(model)
     return trainer

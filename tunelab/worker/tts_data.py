@@ -8,8 +8,8 @@ naming its row, path and field, or with `skip_bad_audio` a skipped row counted i
 too long means more audio than `max_seq_length` leaves room for), decoded and resampled
 to the codec's rate (`speech_collator.decode_clip`) and encoded by SNAC once; the codes are kept in the
 run's codec cache (`tts_cache`) and a resumed run reads them back without decoding or
-encoding a clip. Each row becomes (tts_layout)
-  input_ids  <start_of_human> text <end_of_human> <start_of_ai> <start_of_speech> audio <end_of_speech> <end_of_ai>
+encoding a clip. Each row becomes Orpheus's layout (tts_layout)
+  input_ids  <start_of_human> BOS text <end-of-text> <end_of_human> <start_of_ai> <start_of_speech> audio <end_of_speech> <end_of_ai>
   labels     -100 over the prompt (through <start_of_speech>): the loss is on the audio and its end markers.
 A row longer than `max_seq_length` is an error naming the row and both fixes.
 """
@@ -44,8 +44,17 @@ def prompt_of(row: dict[str, Any], text_name: str) -> str:
 
 
 def prompt_ids(tokenizer: Any, layout: Any, prompt: str) -> list[int]:
+    """The prompt half of a row, as Orpheus's engine sends it: everything up to <start_of_speech>."""
     c = layout.control
-    return [c["start_of_human"]] + tokenizer(prompt).input_ids + [c["end_of_human"], c["start_of_ai"], c["start_of_speech"]]
+    text = list(tokenizer(prompt).input_ids)  # with the tokenizer's special tokens, as Orpheus encodes
+    if layout.bos is not None and text[:1] != [layout.bos]:
+        text.insert(0, layout.bos)  # a tokenizer that adds no BOS (Llama 3's does)
+    return [c["start_of_human"], *text, layout.end_of_text, c["end_of_human"], c["start_of_ai"], c["start_of_speech"]]
+
+
+def speech_ids(layout: Any, offsets: list[int]) -> list[int]:
+    """The rest of a row: the audio tokens, then <end_of_speech> <end_of_ai>."""
+    return layout.audio_ids(offsets) + [layout.control["end_of_speech"], layout.control["end_of_ai"]]
 
 
 @dataclass
@@ -97,13 +106,12 @@ def _rows(split: _Split, config: dict[str, Any], layout: Any, codec: Any, notes:
     codes, encoded, note = encode_split(split.clips, codec, encode)
     notes.append(note)
     limit = int(config.get("max_seq_length") or 2048)
-    c = layout.control
     ids, labels, bad = [], [], []
     for index, (head, offsets) in enumerate(zip(split.heads, codes)):
         if isinstance(offsets, str):  # skipped (skip_bad_audio): its reason
             ids.append([]), labels.append([]), bad.append(offsets)
             continue
-        tail = layout.audio_ids(offsets) + [c["end_of_speech"], c["end_of_ai"]]
+        tail = speech_ids(layout, offsets)
         if len(head) + len(tail) > limit:  # codes cached under a larger max_seq_length
             raise DataFormatError("max_seq_length", f"row {index} of the {split.clips.what} data is {len(head) + len(tail)} tokens ({len(tail) - 2} "
                                                     f"of them audio) and max_seq_length is {limit}; raise max_seq_length, or cut the clip shorter")

@@ -9,8 +9,14 @@ added tokens named `<custom_token_N>`:
 A frame is SNAC's three codebooks over one coarse step, seven tokens in Orpheus's
 order: coarse[i], mid[2i], fine[4i], fine[4i+1], mid[2i+1], fine[4i+2], fine[4i+3]
 (`frames_to_offsets` / `offsets_to_codes`; an offset is N - 10).
-A training row reads: <start_of_human> text-tokens <end_of_human> <start_of_ai>
-<start_of_speech> audio-tokens <end_of_speech> <end_of_ai>.
+A training row is laid out as Orpheus's own preparation lays it (its finetune data script
+and its inference engine's prompt, ids as in Orpheus's Llama-3 vocabulary):
+  <start_of_human> <BOS> text-tokens <end-of-text> <end_of_human>     128259 128000 ... 128009 128260
+  <start_of_ai> <start_of_speech> audio-tokens <end_of_speech> <end_of_ai>   128261 128257 ... 128258 128262
+The text is what the tokenizer writes with its special tokens (Llama 3 puts its BOS first;
+one that adds none gets its BOS put there), the end-of-text is `<|eot_id|>` where the
+vocabulary has it (Orpheus's 128009), else the tokenizer's EOS. Orpheus-compatible servers
+send exactly the prompt half (`tts_data.prompt_ids`) and read audio up to <end_of_speech>.
 
 A model is text-to-speech when its own files say so, never its name: its config.json
 carries a `tunelab_tts` marker (what tunelab writes: `{"codec": "snac", "codebook_size": K}`),
@@ -27,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 MARKER = "tunelab_tts"
+END_OF_TEXT = "<|eot_id|>"  # Llama 3's end of a turn: Orpheus ends the human's text with it (id 128009)
 ORPHEUS_CODEBOOK_SIZE = 4096
 FRAME = 7  # tokens per frame: 1 coarse + 2 mid + 4 fine
 AUDIO_BASE = 10  # <custom_token_10> is the first audio token

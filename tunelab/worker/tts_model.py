@@ -61,6 +61,7 @@ class Layout:
     audio_start: int  # id of <custom_token_10>: code c at place p is audio_start + p * K + c
     control: dict[str, int]  # tts_layout.CONTROL names -> ids
     bos: int | None
+    end_of_text: int  # closes the human's text, before <end_of_human> (tts_layout.END_OF_TEXT)
 
     def audio_ids(self, offsets: list[int]) -> list[int]:
         return [self.audio_start + offset for offset in offsets]
@@ -82,7 +83,19 @@ def layout_of(tokenizer: Any, model_config: dict[str, Any]) -> Layout:
     start = ids[tts_layout.AUDIO_BASE]
     if ids[tts_layout.AUDIO_BASE:] != list(range(start, start + tts_layout.FRAME * size)):
         raise RunSettingError("model_name", "the model's audio tokens do not have consecutive ids; the Orpheus layout needs them in order")
-    return Layout(size, start, {name: ids[n] for name, n in tts_layout.CONTROL.items()}, tokenizer.bos_token_id)
+    return Layout(size, start, {name: ids[n] for name, n in tts_layout.CONTROL.items()}, tokenizer.bos_token_id,
+                  _end_of_text(tokenizer))
+
+
+def _end_of_text(tokenizer: Any) -> int:
+    """Orpheus's end of the human's text: <|eot_id|> where the vocabulary has it, else the EOS."""
+    found = tokenizer.convert_tokens_to_ids(tts_layout.END_OF_TEXT)
+    if found is not None and found != tokenizer.unk_token_id:
+        return int(found)
+    if tokenizer.eos_token_id is None:
+        raise RunSettingError("model_name", f"the model's tokenizer has neither {tts_layout.END_OF_TEXT} nor an EOS token; the Orpheus "
+                                            "layout ends the prompt's text with one (set eos_token in its tokenizer_config.json)")
+    return int(tokenizer.eos_token_id)
 
 
 def check_codec_matches(layout: Layout, codec: Any) -> None:
