@@ -6,9 +6,10 @@ field); the time cap and the idle close are the operator's, from the environment
 
 from __future__ import annotations
 
-import os
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from tunelab.env_seconds import positive_seconds
 
 MAX_NEW_TOKENS_LIMIT = 4096
 DEFAULT_MAX_NEW_TOKENS = 256
@@ -51,21 +52,13 @@ class Sampling(BaseModel):
         return self
 
 
-def _seconds(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name, default))
-    except ValueError:
-        return default
-    return value if value > 0 else default
-
-
 def max_time_s() -> float:
-    return _seconds(MAX_TIME_ENV, DEFAULT_MAX_TIME_S)
+    return positive_seconds(MAX_TIME_ENV, DEFAULT_MAX_TIME_S)
 
 
 def idle_s() -> float:
-    return _seconds(IDLE_ENV, DEFAULT_IDLE_S)
+    return positive_seconds(IDLE_ENV, DEFAULT_IDLE_S)
 
 
 def load_timeout_s() -> float:
-    return _seconds(LOAD_TIMEOUT_ENV, DEFAULT_LOAD_TIMEOUT_S)
+    return positive_seconds(LOAD_TIMEOUT_ENV, DEFAULT_LOAD_TIMEOUT_S)

@@ -19,10 +19,11 @@ Responses are not limited: a progress stream stays open as long as its client re
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from tunelab.env_seconds import positive_seconds
 
 HEADER_TIMEOUT_ENV = "TUNELAB_HEADER_TIMEOUT_S"
 BODY_TIMEOUT_ENV = "TUNELAB_BODY_TIMEOUT_S"
@@ -30,20 +31,12 @@ DEFAULT_HEADER_TIMEOUT_S = 10.0
 DEFAULT_BODY_TIMEOUT_S = 30.0
 
 
-def _seconds(name: str, default: float) -> float:
-    try:
-        value = float(os.environ.get(name, default))
-    except ValueError:
-        return default
-    return value if value > 0 else default
-
-
 def header_timeout_s() -> float:
-    return _seconds(HEADER_TIMEOUT_ENV, DEFAULT_HEADER_TIMEOUT_S)
+    return positive_seconds(HEADER_TIMEOUT_ENV, DEFAULT_HEADER_TIMEOUT_S)
 
 
 def body_timeout_s() -> float:
-    return _seconds(BODY_TIMEOUT_ENV, DEFAULT_BODY_TIMEOUT_S)
+    return positive_seconds(BODY_TIMEOUT_ENV, DEFAULT_BODY_TIMEOUT_S)
 
 
 class HeadDeadlineProtocol(H11Protocol):
