@@ -47,7 +47,8 @@ def server(tmp_path_factory) -> Iterator[VisionServer]:
     base = tmp_path_factory.mktemp("vision-page")
     assets = ensure_vision_demo_assets(base / "assets")
     home = base / "tunelab"
-    env = {**{k: v for k, v in os.environ.items() if k != "TUNELAB_TOKEN"}, "TUNELAB_HOME": str(home), "PYTHONUNBUFFERED": "1"}
+    env = {**{k: v for k, v in os.environ.items() if k != "TUNELAB_TOKEN"}, "TUNELAB_HOME": str(home), "PYTHONUNBUFFERED": "1",
+           "TUNELAB_DATA_ROOTS": str(assets.root)}  # the page's evaluation reads the images there
     config = {"model_name": str(assets.model_dir), "local_datasets": [str(assets.messages)], **DEMO_TRAINING, "max_steps": 10,
               "train_on_completions": True, "eval_steps": 10, "eval_holdout": 0.1}
     (base / "run.yaml").write_text(yaml.safe_dump(config))

@@ -18,6 +18,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
+from tunelab import paths
 from tunelab.worker.formats import DataFormatError
 
 IGNORE_INDEX = -100
@@ -103,6 +104,11 @@ def image_prompts(raw: Any, config: dict[str, Any], count: int) -> list[dict[str
         images = []
         for ref in refs:
             image = image_reference(ref, folders)
+            if paths.reads_confined() and not image["bytes"]:  # a server's evaluation reads only its data roots
+                try:
+                    paths.check_readable(image["path"], "eval_split")
+                except paths.PathNotAllowed as exc:
+                    raise DataFormatError("eval_split", f"row {index} of the eval data: image {exc}") from None
             try:
                 check_image(image)
                 data = image["bytes"] or Path(image["path"]).read_bytes()
