@@ -67,8 +67,8 @@ def evaluate(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) ->
     elif request.get("generations"):
         prompts = request.get("prompts")
         source = "file" if prompts is not None else "eval split"
-        if prompts is None and media == "vision":
-            prompts = measure_media.image_prompts(raw, config, max_prompts)
+        if prompts is None and media in ("vision", "audio_chat"):
+            prompts = measure_media.media_prompts(raw, config, loaded.family.media, max_prompts)
         elif prompts is None:
             prompts = measure.default_prompts(raw, config, max_prompts)
         if not prompts:

@@ -3,6 +3,7 @@ through the family's own collator (vision-language, audio chat, speech-to-text),
 to the eval rows' images (vision-language), and transcripts with their word error rate
 (speech-to-text).
 
+An audio chat run's generations are its eval rows' clips and questions answered.
 The eval rows are prepared by the training family's `prepare` (the same checks, tokens,
 loss mask and collator as training), given the eval split where it takes its training
 rows. The loss follows the Trainer's eval convention as `measure.mean_loss` does: batches
@@ -86,41 +87,58 @@ def loss(loaded: Any, config: dict[str, Any], raw: Any) -> dict[str, Any]:
     return result
 
 
-def image_prompts(raw: Any, config: dict[str, Any], count: int) -> list[dict[str, Any]]:
-    """Prompts from the first eval rows of a vision run: the conversation up to its last
-    assistant turn, its images inline (the child's media form), that turn's text the reference."""
-    from tunelab.worker.vision_data import check_image, data_folders, image_reference
-    from tunelab.worker.vision_formats import vision_messages
+def _media_file(kind: str, ref: Any, index: int, config: dict[str, Any]) -> bytes:
+    """The bytes of eval row `index`'s image or clip, read as training read it (relative to the
+    data files; in a server's evaluation only inside the data roots), or a DataFormatError naming the row."""
+    if kind == "audio":
+        from tunelab.worker.speech_data import checked_clip, clip_place
 
-    folders = data_folders(config, "eval")
+        found = checked_clip(ref, index, clip_place(config, "eval", "audio"), None)  # checks the place and decodes it once
+    else:
+        from tunelab.worker.vision_data import check_image, data_folders, image_reference
+
+        found = image_reference(ref, data_folders(config, "eval"))
+        if paths.reads_confined() and not found["bytes"]:
+            try:
+                paths.check_readable(found["path"], "eval_split")
+            except paths.PathNotAllowed as exc:
+                raise DataFormatError("eval_split", f"row {index} of the eval data: image {exc}") from None
+        try:
+            check_image(found)
+        except Exception as exc:  # noqa: BLE001 - named for the user with its row
+            raise DataFormatError("eval_split", f"row {index} of the eval data: image {found.get('path') or '(embedded)'} "
+                                                f"cannot be read ({exc})") from exc
+    return found["bytes"] or Path(found["path"]).read_bytes()
+
+
+def media_prompts(raw: Any, config: dict[str, Any], kind: str, count: int) -> list[dict[str, Any]]:
+    """Prompts from the first eval rows of a vision (`kind` image) or audio chat (audio) run:
+    the conversation up to its last assistant turn, its media inline (the child's form),
+    that turn's text the reference."""
+    if kind == "image":
+        from tunelab.worker.vision_formats import vision_messages as row_messages
+    else:
+        from tunelab.worker.audio_chat_formats import audio_messages as row_messages
+
     prompts: list[dict[str, Any]] = []
     for index, row in enumerate(raw.eval):
         if len(prompts) >= count:
             break
-        messages, refs = vision_messages(row, raw.format, config)
+        messages, refs = row_messages(row, raw.format, config)
         last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
         if not last:
             continue
-        images = []
-        for ref in refs:
-            image = image_reference(ref, folders)
-            if paths.reads_confined() and not image["bytes"]:  # a server's evaluation reads only its data roots
-                try:
-                    paths.check_readable(image["path"], "eval_split")
-                except paths.PathNotAllowed as exc:
-                    raise DataFormatError("eval_split", f"row {index} of the eval data: image {exc}") from None
-            try:
-                check_image(image)
-                data = image["bytes"] or Path(image["path"]).read_bytes()
-            except Exception as exc:  # noqa: BLE001 - named for the user with its row
-                raise DataFormatError("eval_split", f"row {index} of the eval data: image {image.get('path') or '(embedded)'} "
-                                                    f"cannot be read ({exc})") from exc
-            images.append(base64.b64encode(data).decode("ascii"))
-        pending = iter(images)
-        inline = [{**m, "content": [({"type": "image", "data": next(pending)} if p["type"] == "image" else p)
-                                    for p in m["content"]]} for m in messages[:last]]
-        reference = "".join(p.get("text", "") for p in messages[last]["content"] if p["type"] == "text")
-        prompts.append({"messages": inline, "reference": reference})
+        pending = iter([base64.b64encode(_media_file(kind, ref, index, config)).decode("ascii") for ref in refs])
+
+        def inline(content: Any) -> Any:
+            if not isinstance(content, list):
+                return content
+            return [{"type": kind, "data": next(pending)} if part.get("type") == kind else part for part in content]
+
+        reference = messages[last]["content"]
+        if isinstance(reference, list):
+            reference = "".join(p.get("text", "") for p in reference if p.get("type") == "text")
+        prompts.append({"messages": [{**m, "content": inline(m["content"])} for m in messages[:last]], "reference": reference})
     return prompts
 
 
