@@ -178,19 +178,21 @@ export class PlaygroundPanel {
     if ((!text && !file) || this.controller || !this.target || cannotUse()) return;
     const sampling = this.#sampling();
     if (!sampling) return;
+    // Taken before the file is read, so a second Enter meanwhile sends nothing.
+    const controller = new AbortController();
+    this.controller = controller;
     let content = text;
     if (file) {
       try {
         content = [await mediaPart(file, this.run.modality), ...(text ? [{ type: "text", text }] : [])];
       } catch (err) {
         $("chat-media-error").textContent = `Cannot read ${file.name}: ${err.message}`;
+        this.controller = null;
         return;
       }
     }
     $("chat-media-error").textContent = "";
     const system = $("chat-system").value.trim();
-    const controller = new AbortController();
-    this.controller = controller;
     $("chat-input").value = "";
     $("chat-media").value = "";
     this.#busy(true);
