@@ -164,6 +164,12 @@ def transcripts(loaded: Any, config: dict[str, Any], raw: Any, max_items: int, m
     tokenizer = loaded.tokenizer
     batch_size = int(config.get("batch_size") or 2)
     references = [tokenizer.decode(list(rows[i]["labels"]), skip_special_tokens=True).strip() for i in range(len(rows))]
+    # The decoder's window holds the transcript's prefix (Whisper: <sot><lang><task><notimestamps>) and the words.
+    window = getattr(loaded.model.config, "max_target_positions", None) or getattr(loaded.model.config, "max_position_embeddings", None)
+    if window:
+        special = set(tokenizer.all_special_ids)
+        prefix = next((i for i, token in enumerate(rows[0]["labels"]) if token not in special), 0)
+        max_new_tokens = max(1, min(max_new_tokens, window - prefix - 1))
     heard: dict[str, list[str]] = {}
     for side, adapter in (("base", False), ("fine_tune", True)):
         progress(f"transcribing {len(rows)} eval clips ({side.replace('_', '-')})")
