@@ -1,7 +1,8 @@
 """The page with a vision-language run: Chat offers an image to attach, the image goes with the
 message, and the answer is the one `/v1/chat/completions` gives for the same image; Evaluate
 measures the run's loss on its held-out image rows. Against a real server holding one short
-vision LoRA run on the tiny LLaVA (trained once for the module through the CLI)."""
+vision LoRA run on the tiny LLaVA (trained once for the module through the CLI). A run of a
+family that cannot chat says why on its row."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ QUESTION = "Describe the image."
 
 
 class VisionServer:
-    def __init__(self, process: subprocess.Popen, url: str, token: str, image: Path):
-        self.process, self.url, self.token, self.image = process, url, token, image
+    def __init__(self, process: subprocess.Popen, url: str, token: str, image: Path, home: Path):
+        self.process, self.url, self.token, self.image, self.home = process, url, token, image, home
 
     def answer(self, max_tokens: int) -> str:
         uri = "data:image/png;base64," + base64.b64encode(self.image.read_bytes()).decode()
@@ -62,7 +63,7 @@ def server(tmp_path_factory) -> Iterator[VisionServer]:
     try:
         match = re.search(r"(http://127\.0\.0\.1:\d+/)", process.stdout.readline())
         assert match, f"the server announced no address; its log:\n{(base / 'server.log').read_text()}"
-        served = VisionServer(process, match.group(1), token, assets.data_dir / "images" / "003.png")
+        served = VisionServer(process, match.group(1), token, assets.data_dir / "images" / "003.png", home)
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -114,3 +115,26 @@ def test_evaluate_on_the_page_measures_a_vision_runs_loss(server, open_page):
     expect(table).to_be_visible(timeout=LOAD_MS * 2)
     expect(table).to_contain_text("Fine-tune")
     expect(row.locator('section.eval-record[data-kind="generations"]')).to_contain_text("[image]")
+
+
+def test_a_run_whose_family_cannot_chat_says_why_on_its_row(server, open_page, tmp_path):
+    """Runs of the families without a chat (recorded here as finished runs of those modalities)
+    keep their row's actions and say why Chat is not among them."""
+    from tunelab.store import Store
+
+    with Store(server.home / "tunelab.db") as store:
+        ids = {}
+        for modality in ("speech", "embedding"):
+            ids[modality] = store.create_run({"model_name": "base-model"}, "base-model", "data")
+            store.finalize_run(ids[modality], status="completed", output_dir=str(tmp_path))
+            store.set_modality(ids[modality], modality)
+    page = open_page()
+    speech = page.locator(f'#runs-list li[data-run-id="{ids["speech"]}"]')
+    expect(speech.locator(".run-use-note")).to_contain_text("transcribes audio")
+    expect(speech.get_by_role("button", name=f"Evaluate Run #{ids['speech']}")).to_be_visible()  # its word error rate
+    embedding = page.locator(f'#runs-list li[data-run-id="{ids["embedding"]}"]')
+    expect(embedding.locator(".run-use-note").first).to_contain_text("answers with vectors")
+    for row, run_id in ((speech, ids["speech"]), (embedding, ids["embedding"])):
+        expect(row.get_by_role("button", name=f"Chat with Run #{run_id}")).to_have_count(0)
+        expect(row.get_by_role("button", name=f"Export Run #{run_id}")).to_be_visible()
+    expect(embedding.get_by_role("button", name=f"Evaluate Run #{ids['embedding']}")).to_have_count(0)
