@@ -85,11 +85,16 @@ def test_runs_that_cannot_answer_say_why(store, tmp_path):
     mlx_run = _run(store, "completed", mlx)
     with pytest.raises(TargetRefused, match="mlx"):
         resolve_target(store.get_run(mlx_run), mlx_run)
-    for modality, reason in (("embedding", "embedding model"), ("vision", "vision-language"), ("tts", "speak with it")):
+    for modality, reason in (("embedding", "embedding model"), ("speech", "transcribes audio.*tunelab eval"), ("tts", "speak with it")):
         other = _run(store, "completed", mlx)
         store.set_modality(other, modality)
         with pytest.raises(TargetRefused, match=reason):
             resolve_target(store.get_run(other), other)
+    # An evaluation measures a speech-to-text run (its word error rate): only its weights decide.
+    with pytest.raises(TargetRefused, match="mlx"):
+        resolve_target(store.get_run(other - 1), other - 1, evaluate=True)
+    with pytest.raises(TargetRefused, match="embedding model"):
+        resolve_target(store.get_run(other - 2), other - 2, evaluate=True)
     assert servable_targets(store.list_runs()) == []
     # Speaking is the other way round: a text-to-speech run only, the others refused naming what they trained.
     with pytest.raises(TargetRefused, match="trained a text model, not a text-to-speech one.*tunelab chat"):

@@ -7,6 +7,9 @@ Protocol (the parent side is `runner.run_eval`): the parent writes one JSON line
 and the child answers with JSON lines on its real stdout:
   {"type": "progress", "message"}
   {"type": "result", "kind": "perplexity" | "generations" | "lm_eval", "payload": {...}}
+A run that reads images or audio is measured by `measure_media`: its loss through its
+family's collator, a vision run's answers to the eval rows' images, and a speech-to-text
+run's transcripts of the eval clips with their word error rate (in the generations payload).
   {"type": "error", "message", "field"?}   then it exits (2: refused as asked, 1: failed)
   {"type": "done"}
 Libraries print to stdout now and then, so it is moved to stderr, as in the inference child.
@@ -31,7 +34,7 @@ def _sender(stream: Any) -> Callable[[dict[str, Any]], None]:
 
 
 def evaluate(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
-    from tunelab.evaluate import measure
+    from tunelab.evaluate import measure, measure_media
     from tunelab.inference.generate import load_model
     from tunelab.worker.formats import DataFormatError
 
@@ -46,25 +49,34 @@ def evaluate(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) ->
         progress("finding the lm-eval tasks")
         manager = find_tasks(request["tasks"], request.get("task_path"))  # a misspelt task fails before the model loads
     progress("loading the model")
-    loaded = load_model(request["target"])
+    # A speech-to-text run transcribes with the language its training set (speech_language).
+    loaded = load_model({**request["target"], "speech_language": config.get("speech_language")})
+    media = loaded.family.name if loaded.family is not None else None
     raw = None
-    if request.get("perplexity") or (request.get("generations") and request.get("prompts") is None):
+    if request.get("perplexity") or (request.get("generations") and (request.get("prompts") is None or media == "speech")):
         progress("reading the eval split")
         raw = measure.eval_data(config, Path(request["cache_dir"]))
     if request.get("perplexity"):
         progress("measuring loss on the eval split")
-        payload = measure.perplexity(loaded, config, raw)
+        payload = measure_media.loss(loaded, config, raw) if media else measure.perplexity(loaded, config, raw)
         send({"type": "result", "kind": "perplexity", "payload": {**payload, "device": loaded.device}})
-    if request.get("generations"):
+    max_prompts = int(request.get("max_prompts") or measure.DEFAULT_PROMPTS)
+    if request.get("generations") and media == "speech":
+        payload = measure_media.transcripts(loaded, config, raw, max_prompts, int(request["sampling"]["max_new_tokens"]), progress)
+        send({"type": "result", "kind": "generations", "payload": {**payload, "sampling": request["sampling"]}})
+    elif request.get("generations"):
         prompts = request.get("prompts")
         source = "file" if prompts is not None else "eval split"
-        if prompts is None:
-            prompts = measure.default_prompts(raw, config, int(request.get("max_prompts") or measure.DEFAULT_PROMPTS))
-            if not prompts:
-                raise DataFormatError("prompts_file", "no eval row has an assistant turn to cut a prompt from; give a prompts file")
+        if prompts is None and media in ("vision", "audio_chat"):
+            prompts = measure_media.media_prompts(raw, config, loaded.family.media, max_prompts)
+        elif prompts is None:
+            prompts = measure.default_prompts(raw, config, max_prompts)
+        if not prompts:
+            raise DataFormatError("prompts_file", "no eval row has an assistant turn to cut a prompt from; give a prompts file")
         items = measure.generations(loaded, prompts, request["sampling"], float(request["max_time_s"]), progress)
         send({"type": "result", "kind": "generations",
-              "payload": {"source": request.get("prompts_file") or source, "sampling": request["sampling"], "items": items}})
+              "payload": {"source": request.get("prompts_file") or source, "sampling": request["sampling"],
+                          "items": [measure_media.without_media_data(item) for item in items]}})
     if request.get("tasks"):
         from tunelab.evaluate.harness import run_tasks
 

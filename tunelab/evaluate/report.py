@@ -35,9 +35,16 @@ def _perplexity(payload: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _content(content: Any) -> str:
+    """A message's text, with [image] / [audio] where a media part was."""
+    if isinstance(content, list):
+        return "".join(f"[{p.get('type')}]" if p.get("type") in ("image", "audio") else str(p.get("text") or "") for p in content)
+    return str(content)
+
+
 def _prompt_text(item: dict[str, Any]) -> str:
     if "messages" in item:
-        return " | ".join(f"{m.get('role')}: {m.get('content')}" for m in item["messages"])
+        return " | ".join(f"{m.get('role')}: {_content(m.get('content'))}" for m in item["messages"])
     return str(item.get("prompt") or "")
 
 
@@ -46,6 +53,10 @@ def _generations(payload: dict[str, Any]) -> list[str]:
     items = payload.get("items") or []
     lines = [f"answers to {len(items)} prompt(s) from {printable(payload.get('source'))} ({_what(payload)}, greedy, "
              f"at most {sampling.get('max_new_tokens')} tokens):"]
+    wer = payload.get("wer")
+    if wer is not None:  # a speech-to-text run: its transcripts of every eval clip, scored
+        lines[0] = (f"transcripts of {payload.get('rows')} eval clip(s), {len(items)} shown ({_what(payload)}, greedy):")
+        lines.append(f"  word error rate  base {_number(wer.get('base'))}  fine-tune {_number(wer.get('fine_tune'))}")
     for i, item in enumerate(items, 1):
         lines.append(f"  [{i}] prompt:    {_one_line(_prompt_text(item))}")
         if item.get("reference") is not None:

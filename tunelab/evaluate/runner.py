@@ -74,7 +74,7 @@ def build_request(run: dict[str, Any] | None, run_id: int, options: EvalOptions,
     if not (options.perplexity or options.generations or options.tasks):
         raise EvalInputError("perplexity", "nothing to evaluate: keep perplexity or generations on, or name lm-eval tasks")
     try:
-        target = resolve_target(run, run_id, options.checkpoint)
+        target = resolve_target(run, run_id, options.checkpoint, evaluate=True)
     except TargetNotFound as exc:
         raise EvalNotFound(str(exc).replace("chat with it", "evaluate it")) from None
     except TargetInputError as exc:

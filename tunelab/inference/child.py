@@ -2,8 +2,10 @@
 
 Protocol, one JSON object per line (the parent side is `client.InferenceChild`):
 parent -> child
-  first line  {"op": "load", "run_id", "kind", "weights", "base_model", "trust_remote_code"}
+  first line  {"op": "load", "run_id", "kind", "weights", "base_model", "trust_remote_code", "modality", "image_size"}
   {"op": "generate", "id", "messages" | "prompt", "adapter": bool, "sampling": {...}, "max_time_s"}
+              (a message's content is text, or for a model that reads images or audio a list of
+              {"type": "text", "text"} and {"type": "image" | "audio", "data": base64} parts)
   {"op": "stop", "id"}   ends that generation at its next token (or drops it while queued)
   end of input           stops the generation in progress; the child exits
 child -> parent

@@ -172,7 +172,7 @@ class InferenceChild:
             except (BrokenPipeError, ValueError, OSError):
                 pass  # the child has gone; its reader reports that to every pending answer
 
-    def generate(self, *, messages: list[dict[str, str]] | None = None, prompt: str | None = None,
+    def generate(self, *, messages: list[dict[str, Any]] | None = None, prompt: str | None = None,
                  sampling: Sampling, adapter: bool = True, loop: asyncio.AbstractEventLoop | None = None) -> Generation:
         """Queue one answer: a chat (`messages`, rendered with the run's chat template) or a
         plain `prompt`. `adapter=False` asks the base model. `loop`: read it with `aevents`."""

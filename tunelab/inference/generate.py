@@ -1,5 +1,9 @@
 """The model side of the inference child: load a run's weights, and stream one answer.
 
+A text run loads as a causal LM with its tokenizer; a vision-language, audio chat or
+speech-to-text run with its processor and its family's auto class (`media_models`), and
+a chat with images or clips goes through that processor as its training rows did.
+
 An adapter run loads its base once with the PEFT adapter on top; its base answers come
 from the same weights with the adapter switched off (`disable_adapter()`), so compare
 costs no second copy. A full run loads its own folder, and for base answers its base
@@ -39,6 +43,9 @@ class LoadedModel:
     base_model: str
     trust_remote_code: bool
     base: Any = field(default=None)  # a full run's base model, once a base answer was asked for
+    processor: Any = None            # a media family's processor (its tokenizer is `tokenizer`)
+    family: Any = None               # media_models.MediaFamily, None for a text model
+    image_size: int = 512            # a vision run's vision_image_size
 
     def describe(self) -> dict[str, Any]:
         return {"device": self.device, "dtype": str(self.model.dtype).removeprefix("torch."), "kind": self.kind}
@@ -50,7 +57,8 @@ class LoadedModel:
         if self.kind == "adapter":
             return self.model, self.model.disable_adapter()
         if self.base is None:
-            self.base = _causal_lm(self.base_model, self.trust_remote_code, self.device)
+            auto_class = self.family.model_class() if self.family is not None else None
+            self.base = _pretrained(self.base_model, self.trust_remote_code, self.device, auto_class)
         return self.base, contextlib.nullcontext()
 
 
@@ -66,11 +74,11 @@ def _quiet_libraries() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-def _causal_lm(source: str, remote_code: bool, device: str) -> Any:
+def _pretrained(source: str, remote_code: bool, device: str, auto_class: Any = None) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(source, dtype="auto", trust_remote_code=remote_code)
+    model = (auto_class or AutoModelForCausalLM).from_pretrained(source, dtype="auto", trust_remote_code=remote_code)
     if device == "cpu" and model.dtype in (torch.float16, torch.bfloat16):
         model = model.float()  # half precision on a CPU is slow, and some kernels lack it
     return model.to(device).eval()
@@ -81,32 +89,39 @@ def load_model(request: dict[str, Any]) -> LoadedModel:
     import torch
     from transformers import AutoConfig, AutoTokenizer
 
+    from tunelab.inference import media_models
+    from tunelab.worker.context import RunSettingError
     from tunelab.worker.tokenization import ensure_chat_template
-    from tunelab.worker.vision_model import is_vision_config
 
     remote_code = bool(request["trust_remote_code"])
     adapter = request["kind"] == "adapter"
     _check_remote_code(request)
     config = AutoConfig.from_pretrained(request["base_model"] if adapter else request["weights"], trust_remote_code=remote_code)
-    if is_vision_config(config):
-        raise LoadRefused(f"run {request['run_id']} trained a vision-language model; chat and serving cover text models for now")
-    from tunelab.worker.audio_chat_model import is_audio_chat_config
-
-    if is_audio_chat_config(config):
-        raise LoadRefused(f"run {request['run_id']} trained an audio chat model; chat and serving cover text models for now")
+    family = media_models.family_of(config)
+    processor = None
+    if family is not None:
+        try:
+            processor = media_models.load_processor(family, request)
+        except RunSettingError as exc:
+            raise LoadRefused(f"run {request['run_id']}: {exc}") from None
+    auto_class = family.model_class() if family is not None else None
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if adapter:
         from peft import PeftModel
 
-        base = _causal_lm(request["base_model"], remote_code, device)
+        base = _pretrained(request["base_model"], remote_code, device, auto_class)
         model = PeftModel.from_pretrained(base, request["weights"]).eval()
     else:
-        model = _causal_lm(request["weights"], remote_code, device)
-    # The run saved its tokenizer (with the chat template it trained with) beside the weights.
-    tokenizer = AutoTokenizer.from_pretrained(request["weights"], trust_remote_code=remote_code)
-    ensure_chat_template(tokenizer)
+        model = _pretrained(request["weights"], remote_code, device, auto_class)
+    if processor is not None:
+        tokenizer = processor.tokenizer
+    else:
+        # The run saved its tokenizer (with the chat template it trained with) beside the weights.
+        tokenizer = AutoTokenizer.from_pretrained(request["weights"], trust_remote_code=remote_code)
+        ensure_chat_template(tokenizer)
     return LoadedModel(model=model, tokenizer=tokenizer, kind=request["kind"], device=device,
-                       base_model=request["base_model"], trust_remote_code=remote_code)
+                       base_model=request["base_model"], trust_remote_code=remote_code, processor=processor,
+                       family=family, image_size=int(request.get("image_size") or 512))
 
 
 def _check_remote_code(request: dict[str, Any]) -> None:
@@ -148,19 +163,35 @@ class StopStrings:
         return out
 
 
-def _encode(loaded: LoadedModel, request: dict[str, Any]) -> Any:
+def _encode(loaded: LoadedModel, request: dict[str, Any]) -> dict[str, Any]:
+    """The model's inputs: at least input_ids, and a media model's pixel values or audio features."""
     from tunelab.worker.formats import DataFormatError
     from tunelab.worker.tokenization import render
 
     tokenizer = loaded.tokenizer
-    if request.get("messages") is not None:
+    messages = request.get("messages")
+    if messages is not None and loaded.family is not None and loaded.family.media is not None:
+        from tunelab.inference.media_models import encode
+
+        return encode(loaded.processor, loaded.family, loaded.image_size, messages)
+    if messages is not None:
+        if any(isinstance(m.get("content"), list) for m in messages):
+            raise GenerationInputError("messages", "this model reads text only; send each message's content as text")
         try:
-            text = render(tokenizer, request["messages"], add_generation_prompt=True)
+            text = render(tokenizer, messages, add_generation_prompt=True)
         except DataFormatError as exc:
             raise GenerationInputError("messages", exc.message) from None
         # The template writes every special token itself, as in training.
-        return tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
-    return tokenizer(str(request.get("prompt") or ""), add_special_tokens=True, return_tensors="pt")["input_ids"]
+        return {"input_ids": tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]}
+    return {"input_ids": tokenizer(str(request.get("prompt") or ""), add_special_tokens=True, return_tensors="pt")["input_ids"]}
+
+
+def _on_device(inputs: dict[str, Any], model: Any, device: str) -> dict[str, Any]:
+    """The inputs on the model's device; pixel values and features in the model's float type."""
+    import torch
+
+    return {key: (value.to(device, model.dtype) if torch.is_floating_point(value) else value.to(device))
+            for key, value in inputs.items()}
 
 
 def _eos_ids(loaded: LoadedModel, model: Any) -> set[int]:
@@ -186,12 +217,14 @@ def generate(loaded: LoadedModel, request: dict[str, Any], stop: threading.Event
 
     gen_id = request["id"]
     sampling = request.get("sampling") or {}
-    input_ids = _encode(loaded, request)
+    inputs = _encode(loaded, request)
+    input_ids = inputs["input_ids"]
     prompt_tokens = int(input_ids.shape[1])
     if prompt_tokens == 0:
         raise GenerationInputError("prompt" if request.get("messages") is None else "messages", "the prompt is empty; send some text")
     model, context = loaded.model_for(bool(request.get("adapter", True)))
-    window = getattr(model.config, "max_position_embeddings", None)
+    # A vision-language model names its language model's window in its text config.
+    window = getattr(model.config.get_text_config(), "max_position_embeddings", None)
     max_new = int(sampling.get("max_new_tokens", 256))
     if window:
         if prompt_tokens >= window:
@@ -201,8 +234,9 @@ def generate(loaded: LoadedModel, request: dict[str, Any], stop: threading.Event
     max_time = float(request.get("max_time_s") or 300.0)
     halted = threading.Event()
     streamer = TextIteratorStreamer(loaded.tokenizer, skip_prompt=True, skip_special_tokens=True)
+    inputs.setdefault("attention_mask", torch.ones_like(input_ids))
     kwargs: dict[str, Any] = {
-        "input_ids": input_ids.to(loaded.device), "attention_mask": torch.ones_like(input_ids).to(loaded.device),
+        **_on_device(inputs, model, loaded.device),
         "streamer": streamer, "max_new_tokens": max_new, "min_new_tokens": min(int(sampling.get("min_new_tokens", 0)), max_new),
         "max_time": max_time, "stopping_criteria": StoppingCriteriaList([FlagStop()]), "use_cache": True,
         "pad_token_id": loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else loaded.tokenizer.eos_token_id,

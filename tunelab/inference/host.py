@@ -45,7 +45,7 @@ class InferenceHost:
         self._closed = threading.Event()
         self._idle_watch: threading.Thread | None = None  # started with the first child
 
-    def start(self, target: ModelTarget, *, messages: list[dict[str, str]] | None = None, prompt: str | None = None,
+    def start(self, target: ModelTarget, *, messages: list[dict[str, Any]] | None = None, prompt: str | None = None,
               sampling: Sampling, adapter: bool = True, loop: asyncio.AbstractEventLoop | None = None) -> Generation:
         """Queue one answer from `target` (loading it first if needed; blocks while it loads)."""
         with self._lock:

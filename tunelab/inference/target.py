@@ -51,6 +51,8 @@ class ModelTarget:
     base_model: str            # the run's model_name: what an adapter applies to, what "base" means
     trust_remote_code: bool
     approved_remote_code_fingerprint: str | None = None  # checked again by the child before it loads any of the code
+    modality: str = "text"     # what the run trained (events.MODALITIES): which inputs its answers may take
+    image_size: int = 512      # a vision run's vision_image_size: images are shrunk to it, as in training
 
     @property
     def key(self) -> tuple[int, str]:
@@ -66,7 +68,8 @@ class ModelTarget:
     def child_request(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "kind": self.kind, "weights": str(self.weights), "base_model": self.base_model,
                 "trust_remote_code": self.trust_remote_code,
-                "approved_remote_code_fingerprint": self.approved_remote_code_fingerprint}
+                "approved_remote_code_fingerprint": self.approved_remote_code_fingerprint,
+                "modality": self.modality, "image_size": self.image_size}
 
 
 def model_id(run_id: int, step: int | None = None, base: bool = False) -> str:
@@ -110,13 +113,15 @@ def _checkpoint_hint(run_id: int, output_dir: str | None) -> str:
     return f"valid checkpoints of run {run_id}: {', '.join(map(str, steps))} (--checkpoint N, or model run-{run_id}-checkpoint-N)"
 
 
-def resolve_target(run: dict[str, Any] | None, run_id: int, step: int | None = None, speech: bool = False) -> ModelTarget:
+def resolve_target(run: dict[str, Any] | None, run_id: int, step: int | None = None, speech: bool = False,
+                   evaluate: bool = False) -> ModelTarget:
     """The weights to load for `run` (the store's record), at checkpoint `step` if given;
-    `speech`: for speaking (a text-to-speech run), not chat."""
+    `speech`: for speaking (a text-to-speech run), not chat; `evaluate`: for an evaluation,
+    which also measures a speech-to-text run."""
     if run is None:
         raise TargetNotFound(f"there is no run {run_id}; list runs with `tunelab runs`")
     status, output_dir = run["status"], run.get("output_dir")
-    _check_modality(run_id, run.get("modality"), speech)
+    _check_modality(run_id, run.get("modality"), speech, evaluate)
     if status == "running":
         raise TargetRefused(f"run {run_id} is still training; chat with it once it has finished or been stopped with save")
     if status == "stopped" and (run.get("cancel_requested") or not output_dir):
@@ -145,17 +150,19 @@ def resolve_target(run: dict[str, Any] | None, run_id: int, step: int | None = N
     return ModelTarget(run_id=run_id, step=step, kind=_kind_of(run_id, folder), weights=folder,
                        base_model=str(config.get("model_name") or run.get("model_name") or ""),
                        trust_remote_code=bool(config.get("trust_remote_code")),
-                       approved_remote_code_fingerprint=config.get("approved_remote_code_fingerprint"))
+                       approved_remote_code_fingerprint=config.get("approved_remote_code_fingerprint"),
+                       modality=run.get("modality") or "text", image_size=int(config.get("vision_image_size") or 512))
 
 
 # What a run of each modality trained, for a refusal.
 TRAINED = {"text": "a text model", "embedding": "an embedding model", "vision": "a vision-language model",
-           "speech": "a speech-to-text model"}
+           "speech": "a speech-to-text model", "audio_chat": "an audio chat model"}
 
 
-def _check_modality(run_id: int, modality: str | None, speech: bool = False) -> None:
-    """Chat is for text models, speaking for text-to-speech ones; a run's modality is what
-    its worker reported it trained."""
+def _check_modality(run_id: int, modality: str | None, speech: bool = False, evaluate: bool = False) -> None:
+    """Chat is for the models that answer in text (text, vision-language with images,
+    audio chat with clips), speaking for text-to-speech ones, evaluation for those and
+    speech-to-text; a run's modality is what its worker reported it trained."""
     if speech:
         if modality != "tts":
             trained = TRAINED.get(modality or "text", f"a {modality} model")
@@ -169,8 +176,10 @@ def _check_modality(run_id: int, modality: str | None, speech: bool = False) -> 
     if modality == "embedding":
         raise TargetRefused(f"run {run_id} trained an embedding model, which answers with vectors, not text; load its "
                             "folder with sentence-transformers (SentenceTransformer(<folder>)) to embed with it")
-    if modality == "vision":
-        raise TargetRefused(f"run {run_id} trained a vision-language model; chat and serving cover text models for now")
+    if modality == "speech" and not evaluate:
+        raise TargetRefused(f"run {run_id} trained a speech-to-text model, which transcribes audio rather than answering a chat; "
+                            f"evaluate it for its word error rate (`tunelab eval {run_id}`, or Evaluate on the page), or export "
+                            "it and load it as an automatic-speech-recognition pipeline")
 
 
 def _kind_of(run_id: int, folder: Path) -> str:

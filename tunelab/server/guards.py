@@ -7,7 +7,9 @@
   names can be allowed (`--allowed-host`, TUNELAB_ALLOWED_HOSTS).
 - Body size: a run config is a few KB, so a body over `max_body_bytes` (1 MiB) is
   refused with 413 before it is read into memory — by its Content-Length when it
-  declares one, else while it streams in.
+  declares one, else while it streams in. A chat completion may carry images or audio
+  clips (base64, a third larger than their bytes): its body may hold the media limit
+  (`media_input.max_media_bytes`) on top.
 - Body time: the whole body must arrive within `body_timeout_s` (slow_clients.py), else
   408 and the connection is closed: a client trickling bytes holds nothing for long.
 - Body text: a JSON body with a lone UTF-16 surrogate in any string is a 400 naming the
@@ -23,6 +25,7 @@ from typing import Iterable
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tunelab.inference.media_input import MAX_MEDIA_ENV, max_media_bytes
 from tunelab.server import slow_clients
 from tunelab.server.body_text import lone_surrogate
 from tunelab.server.errors import error_response
@@ -32,6 +35,8 @@ from tunelab.server.openai_schemas import OpenAIError
 ALLOWED_HOSTS_ENV = "TUNELAB_ALLOWED_HOSTS"
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 MAX_BODY_BYTES = 1 << 20
+# The route whose body may carry images and audio clips.
+MEDIA_PATHS = ("/v1/chat/completions",)
 
 
 def host_name(header: str) -> str:
@@ -82,16 +87,18 @@ class RequestGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        if self._declared_too_large(headers):
-            await self._too_large(scope, receive, send)
+        media = scope.get("path") in MEDIA_PATHS
+        limit = self.max_body_bytes + (max_media_bytes() * 4 // 3 + 4 if media else 0)
+        if self._declared_too_large(headers, limit):
+            await self._too_large(scope, receive, send, limit, media)
             return
         try:
-            body = await asyncio.wait_for(self._read_body(receive), self.body_timeout_s)
+            body = await asyncio.wait_for(self._read_body(receive, limit), self.body_timeout_s)
         except asyncio.TimeoutError:
             await self._too_slow(scope, receive, send)
             return
         if body is None:
-            await self._too_large(scope, receive, send)
+            await self._too_large(scope, receive, send, limit, media)
             return
         bad_text = lone_surrogate(body)
         if bad_text is not None:
@@ -99,7 +106,7 @@ class RequestGuard:
             return
         await self.app(scope, _replay(body, receive), send)
 
-    async def _read_body(self, receive: Receive) -> bytes | None:
+    async def _read_body(self, receive: Receive, limit: int) -> bytes | None:
         """The whole body, or None once it grows past the limit. Read here, up front, so
         a body sent without Content-Length is held to the same limit (an API body is small)."""
         chunks, size = [], 0
@@ -109,22 +116,24 @@ class RequestGuard:
                 return b"".join(chunks)  # the client went away; the app sees an empty body
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body_bytes:
+            if size > limit:
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    def _declared_too_large(self, headers: dict[str, str]) -> bool:
+    def _declared_too_large(self, headers: dict[str, str], limit: int) -> bool:
         try:
-            return int(headers.get("content-length", "0")) > self.max_body_bytes
+            return int(headers.get("content-length", "0")) > limit
         except ValueError:
             return False
 
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
-        limit = f"{self.max_body_bytes // 1024} KiB"
-        await error_response(413, "too_large", f"the request body is larger than {limit}, the most this server reads; "
-                                               "a run config is a few KB — send only the settings", field="body")(scope, receive, send)
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send, limit: int, media: bool) -> None:
+        shown = f"{limit // 1024} KiB"
+        hint = (f"images and audio clips in one request may total {max_media_bytes() // 1024} KiB ({MAX_MEDIA_ENV}); send smaller ones"
+                if media else "a run config is a few KB — send only the settings")
+        await error_response(413, "too_large", f"the request body is larger than {shown}, the most this server reads; {hint}",
+                             field="body")(scope, receive, send)
 
 
     async def _too_slow(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -4,15 +4,18 @@ Fields follow OpenAI's chat and completions APIs. Parameters tunelab cannot hono
 (n > 1, log probabilities, tools, penalties, echo) are refused by name rather than
 silently ignored; fields a client sends that change nothing (user, metadata, store) are
 accepted. `min_tokens` is vLLM's extension: tokens before an end token may end the answer.
+Chat content may hold images (`image_url` parts with base64 data: URIs) and audio clips
+(`input_audio` parts), checked by `inference.media_input`.
 Every failure is an `OpenAIError` naming the parameter, in OpenAI's error shape.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tunelab.inference.media_input import MAX_MEDIA_ENV, MAX_MEDIA_PARTS, MediaInputError, audio_part, image_part, max_media_bytes
 from tunelab.inference.settings import MAX_NEW_TOKENS_LIMIT, Sampling
 
 # OpenAI's own default for completions is 16 tokens; chat answers get room for a reply.
@@ -40,20 +43,73 @@ class OpenAIError(Exception):
         return {"error": error}
 
 
+PART_TYPES = ("text", "image_url", "input_audio")
+
+
 class TextPart(BaseModel):
     type: Literal["text"]
     text: str
 
 
+class ImageUrl(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    url: str = Field(min_length=1)
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class ImagePart(BaseModel):
+    type: Literal["image_url"]
+    image_url: ImageUrl
+
+
+class InputAudio(BaseModel):
+    data: str = Field(min_length=1)
+    format: str
+
+
+class AudioPart(BaseModel):
+    type: Literal["input_audio"]
+    input_audio: InputAudio
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[TextPart] | None = None
+    content: str | list[Annotated[TextPart | ImagePart | AudioPart, Field(discriminator="type")]] | None = None
 
-    def plain(self) -> dict[str, str]:
-        content = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or [])
+    @field_validator("content", mode="before")
+    @classmethod
+    def _known_parts(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            for j, part in enumerate(value):
+                kind = part.get("type") if isinstance(part, dict) else None
+                if kind not in PART_TYPES:
+                    raise ValueError(f"part {j} has type {kind!r}; content parts are {', '.join(PART_TYPES)} "
+                                     "(an image as a base64 data: URI, audio as base64 input_audio)")
+        return value
+
+    def plain(self, index: int) -> dict[str, Any]:
+        """The message as the inference child takes it: text content as one string, or,
+        with images or audio, a list of text parts and checked media parts (media_input)."""
         # "developer" is OpenAI's newer name for the system turn; chat templates know "system".
-        return {"role": "system" if self.role == "developer" else self.role, "content": content}
+        role = "system" if self.role == "developer" else self.role
+        if isinstance(self.content, str) or not self.content:
+            return {"role": role, "content": self.content or ""}
+        if all(isinstance(part, TextPart) for part in self.content):
+            return {"role": role, "content": "".join(part.text for part in self.content)}
+        parts: list[dict[str, str]] = []
+        for j, part in enumerate(self.content):
+            field = f"messages.{index}.content.{j}"
+            try:
+                if isinstance(part, ImagePart):
+                    parts.append(image_part(part.image_url.url, field + ".image_url.url"))
+                elif isinstance(part, AudioPart):
+                    parts.append(audio_part(part.input_audio.data, part.input_audio.format, field + ".input_audio"))
+                else:
+                    parts.append({"type": "text", "text": part.text})
+            except MediaInputError as exc:
+                raise OpenAIError(400, str(exc), param=exc.field) from None
+        return {"role": role, "content": parts}
 
 
 class StreamOptions(BaseModel):
@@ -93,6 +149,21 @@ class ChatRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1, max_length=1000)
     max_completion_tokens: int | None = Field(None, ge=1, le=MAX_NEW_TOKENS_LIMIT)
 
+    def child_messages(self) -> list[dict[str, Any]]:
+        """The messages in the inference child's form, each media part checked (400 naming the part)."""
+        media = sum(1 for m in self.messages if isinstance(m.content, list) for p in m.content if not isinstance(p, TextPart))
+        if media > MAX_MEDIA_PARTS:
+            raise OpenAIError(400, f"messages: {media} images or audio clips in one request; send at most {MAX_MEDIA_PARTS}",
+                              param="messages")
+        messages = [message.plain(i) for i, message in enumerate(self.messages)]
+        total = sum(len(part["data"]) * 3 // 4 for m in messages if isinstance(m["content"], list)
+                    for part in m["content"] if "data" in part)
+        if total > max_media_bytes():
+            raise OpenAIError(400, f"messages: the images and audio clips of this request total {total} bytes, more than "
+                                   f"{max_media_bytes()} (the server's limit, {MAX_MEDIA_ENV}); send fewer or smaller ones",
+                              param="messages")
+        return messages
+
     def sampling(self, default_max: int = DEFAULT_CHAT_MAX_TOKENS) -> Sampling:
         if self.max_completion_tokens is not None and self.max_tokens is None:
             self.max_tokens = self.max_completion_tokens
@@ -125,7 +196,8 @@ def parse(model: type[_Common], body: Any) -> Any:
     except ValidationError as exc:
         first = exc.errors()[0]
         param = ".".join(str(part) for part in first["loc"]) or None
-        raise OpenAIError(400, f"{param}: {first['msg']}" if param else first["msg"], param=param) from None
+        message = first["msg"].removeprefix("Value error, ")
+        raise OpenAIError(400, f"{param}: {message}" if param else message, param=param) from None
     for name, unused in UNSUPPORTED.items():
         value = body.get(name)
         if value not in unused:

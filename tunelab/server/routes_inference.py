@@ -2,7 +2,8 @@
 
 `GET /v1/models` lists one id per run that can answer (`run-12`) and its base (`run-12-base`);
 `run-12-checkpoint-40` names a checkpoint. `POST /v1/chat/completions` renders the
-messages with the run's chat template; `POST /v1/completions` continues a plain prompt.
+messages with the run's chat template (with images for a vision-language run, audio clips
+for an audio chat run: `inference.media_input`); `POST /v1/completions` continues a plain prompt.
 Both stream (`stream: true`: Server-Sent Events in OpenAI's chunk format, ending with
 `data: [DONE]`) or answer at once. The model runs in the inference child
 (`tunelab.inference`), never in this process; a client that goes away stops its answer.
@@ -25,7 +26,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from tunelab.inference.client import Generation, GenerationRefused, InferenceFailed
 from tunelab.inference.devices import DeviceBusy
 from tunelab.inference.host import HostBusy
-from tunelab.inference.target import InferenceError, ModelTarget, model_id, parse_model_id, resolve_target, servable_targets
+from tunelab.inference.media_input import media_kinds
+from tunelab.inference.target import TRAINED, InferenceError, ModelTarget, model_id, parse_model_id, resolve_target, servable_targets
 from tunelab.server.openai_schemas import ChatRequest, CompletionRequest, OpenAIError, parse
 from tunelab.server.roles import caller_of
 from tunelab.server.run_uses import RunBeingDeleted
@@ -178,12 +180,29 @@ def _shown_base(base_model: str) -> str:
     return base_model
 
 
+# Which run modality reads each kind of media part, and how a refusal names that kind of run.
+MEDIA_MODALITY = {"image": ("vision", "a vision-language run"), "audio": ("audio_chat", "an audio chat run")}
+
+
+def _check_media(target: ModelTarget, messages: list[dict[str, Any]]) -> None:
+    """Images only to a vision-language run, audio clips only to an audio chat run (400 otherwise)."""
+    for kind in sorted(media_kinds(messages)):
+        modality, runs = MEDIA_MODALITY[kind]
+        if target.modality != modality:
+            trained = TRAINED.get(target.modality, f"a {target.modality} model")
+            raise OpenAIError(400, f"messages: {target.model_id()} trained {trained}, which cannot take {kind} input; "
+                                   f"send text only, or choose {runs}", param="messages")
+
+
 @router.post("/chat/completions", response_model=None)
 async def chat_completions(request: Request, body: dict[str, Any] = Body(..., description=BODY_HELP)) -> Any:
-    """OpenAI's chat completion: the messages rendered with the run's chat template."""
+    """OpenAI's chat completion: the messages rendered with the run's chat template. A
+    vision-language run also reads images (`image_url` parts, base64 data: URIs), an audio
+    chat run audio clips (`input_audio` parts)."""
     ask = parse(ChatRequest, body)
+    messages = ask.child_messages()
     target, base = _target(request, ask.model)
-    messages = [message.plain() for message in ask.messages]
+    _check_media(target, messages)
     generation = await _start(request, target, base, messages=messages, sampling=ask.sampling())
     answer_id, created = f"chatcmpl-{secrets.token_hex(12)}", int(time.time())
     if ask.stream:

@@ -1,6 +1,7 @@
 /**
  * A finished run's evaluations in the history: an "Evaluate" button (loss and perplexity
- * on the eval split, and the eval prompts answered by the base and the fine-tune) and a
+ * on the eval split, and the eval prompts answered by the base and the fine-tune — for a
+ * speech-to-text run its transcripts of the eval clips and their word error rate) and a
  * fold-out "Evaluations" section with the stored results, the answers side by side.
  * Everything from a model or data is set as text, never as markup.
  */
@@ -13,9 +14,30 @@ import { cannotUse, guard } from "./rights.js";
 
 const path = (id) => `/api/runs/${encodeURIComponent(id)}`;
 
+/** A message's text, with [image] / [audio] where a media part was. */
+function contentText(content) {
+  if (!Array.isArray(content)) return String(content ?? "");
+  return content.map((part) => (part.type === "image" || part.type === "audio" ? `[${part.type}]` : part.text || "")).join("");
+}
+
 function promptText(item) {
-  if (item.messages) return item.messages.map((m) => `${m.role}: ${m.content}`).join("\n");
+  if (item.messages) return item.messages.map((m) => `${m.role}: ${contentText(m.content)}`).join("\n");
   return item.prompt || "";
+}
+
+/** A speech-to-text run's word error rate, base beside fine-tune. */
+function werView(payload) {
+  const table = el("table", "eval-table eval-wer");
+  table.append(el("caption", "", `Word error rate on ${payload.rows} eval clips (${what(payload)})`));
+  const head = el("tr");
+  for (const label of ["", "Word error rate"]) head.append(el("th", "", label));
+  table.append(head);
+  for (const [label, side] of [["Base", "base"], ["Fine-tune", "fine_tune"]]) {
+    const row = el("tr");
+    row.append(el("th", "", label), el("td", "", fmtNumber(payload.wer[side])));
+    table.append(row);
+  }
+  return table;
 }
 
 function what(payload) {
@@ -39,6 +61,7 @@ function perplexityView(payload) {
 
 function generationsView(payload) {
   const wrap = el("div", "eval-generations");
+  if (payload.wer) wrap.append(werView(payload));
   wrap.append(el("p", "eval-note", `${payload.items.length} prompts from ${payload.source} (${what(payload)}, greedy, at most ${payload.sampling?.max_new_tokens} tokens)`));
   for (const item of payload.items) {
     const block = el("div", "eval-item");

@@ -3,7 +3,8 @@
  * final loss and duration, and the actions on it (rename, resume, delete, select for
  * comparison; chat, compare with its base and export, for a run with weights to use;
  * evaluate, with the run's evaluations folding out below it; for a text-to-speech run,
- * speak in place of chat and evaluate). The selection survives
+ * speak in place of chat and evaluate; where a run's family cannot chat or be evaluated,
+ * a note on its row says why). The selection survives
  * paging and refreshes. An action the signed-in key may not take on a run (another
  * member's, or any for a viewer) is disabled, the reason on hover (rights.js).
  */
@@ -20,8 +21,16 @@ const PAGE_SIZE = 20;
 const $ = (id) => document.getElementById(id);
 
 export const runName = (run) => run.display_name || `Run #${run.id}`;
-// Runs that answer with vectors or need images; chat covers text models.
-const NO_CHAT_MODALITIES = new Set(["embedding", "vision", "audio_chat"]);
+// Runs that cannot chat, and why (shown in place of Chat). A vision-language run chats
+// with images, an audio chat run with clips; a text-to-speech run speaks instead.
+const NO_CHAT = {
+  embedding: "An embedding model answers with vectors, not text, so it has no chat: load its folder with sentence-transformers (SentenceTransformer(folder)) to embed with it.",
+  speech: "A speech-to-text model transcribes audio rather than answering a chat: Evaluate reports its word error rate on the eval clips, and its export loads as a speech-recognition pipeline.",
+};
+// Evaluation needs text answers or transcripts to measure.
+const NO_EVAL = {
+  embedding: "Evaluate measures text answers; an embedding run's retrieval scores are in its training metrics.",
+};
 /** A finished run, or one stopped with its checkpoint kept (not cancelled). */
 const hasWeights = (run) => run.status === "completed" || (run.status === "stopped" && !run.cancel_requested && !!run.output_dir);
 
@@ -137,19 +146,23 @@ export class HistoryPanel {
     // A text-to-speech run answers with audio: Speak takes the place of Chat (and of Evaluate, which reads text).
     const speaks = hasWeights(run) && run.modality === "tts";
     const speech = speaks ? speakSection(run, name) : null;
+    // What this run cannot do with its weights, said on its row rather than left unsaid.
+    const notes = [];
     if (hasWeights(run)) {
-      // The server says why when a run's weights cannot answer (e.g. an embedding model).
       if (speaks) actions.append(speech.button);
-      else if (!NO_CHAT_MODALITIES.has(run.modality)) {
+      else if (NO_CHAT[run.modality]) notes.push(NO_CHAT[run.modality]);
+      else {
         actions.append(button("Chat", "secondary", `Chat with ${name}`, () => this.onChat(run, false)));
         actions.append(button("Compare with base", "quiet", `Compare ${name} with its base`, () => this.onChat(run, true)));
       }
       actions.append(owned(button("Export", "quiet", `Export ${name}`, () => this.onExport(run))));
+      if (NO_EVAL[run.modality]) notes.push(NO_EVAL[run.modality]);
     }
-    // Evaluation loads the weights as chat does, so it is offered to the same runs.
-    const evals = hasWeights(run) && !speaks && !NO_CHAT_MODALITIES.has(run.modality) ? evalSection(run, name) : null;
+    // A text-to-speech run's samples are its evaluation (Speak); the others measure text or transcripts.
+    const evals = hasWeights(run) && !speaks && !NO_EVAL[run.modality] ? evalSection(run, name) : null;
     if (evals) actions.append(evals.button);
     actions.append(owned(button("Delete", "quiet danger-text", `Delete ${name}`, () => this.#delete(run))));
+    for (const note of notes) title.append(el("p", "run-use-note", note));
 
     item.append(pick, title, badge, facts, spark, actions);
     if (evals) item.append(evals.details);

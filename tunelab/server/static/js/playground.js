@@ -5,7 +5,9 @@
  * switches the adapter off for the base: one copy of the weights). Any valid checkpoint
  * of the run can answer instead of its final weights. Generation is the server's
  * OpenAI-style route (chat-stream.js); Stop closes the connections, which stops the
- * generation on the server.
+ * generation on the server. A vision-language run takes an image with a message, an audio
+ * chat run an audio clip: the file is read here into the message as OpenAI's content
+ * part (`image_url` with a data: URI, `input_audio` with base64 data), and shown in the log.
  */
 
 import { api } from "./api.js";
@@ -17,6 +19,34 @@ import { cannotUse, guard } from "./rights.js";
 
 const $ = (id) => document.getElementById(id);
 // [input id, request field, label, lowest, highest, whole number?]; bounds as the server checks them.
+// What each run modality may attach to a message: [label, accepted files, help].
+const ATTACH = {
+  vision: ["Image", "image/png,image/jpeg,image/gif,image/bmp,image/webp",
+    "Sent with your next message; the model sees it shrunk as its training images were."],
+  audio_chat: ["Audio clip", ".wav,.mp3,.flac,.ogg,audio/wav,audio/mpeg,audio/flac,audio/ogg",
+    "Sent with your next message (wav, mp3, flac or ogg)."],
+};
+const AUDIO_FORMATS = ["wav", "mp3", "flac", "ogg"];
+
+/** A file's contents as a data: URI. */
+function dataUri(file) {
+  return new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve(reader.result);
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(file);
+  });
+}
+
+/** The OpenAI content part for an attached file of a run of `modality`. */
+async function mediaPart(file, modality) {
+  const uri = await dataUri(file);
+  if (modality === "vision") return { type: "image_url", image_url: { url: uri } };
+  const ext = (file.name.split(".").pop() || "").toLowerCase();
+  const format = AUDIO_FORMATS.includes(ext) ? ext : (file.type.split("/")[1] || "").replace("mpeg", "mp3").replace("x-wav", "wav");
+  return { type: "input_audio", input_audio: { data: uri.slice(uri.indexOf(",") + 1), format } };
+}
+
 const SETTINGS = [
   ["chat-temperature", "temperature", "Temperature", 0, 2, false],
   ["chat-top-p", "top_p", "Top-p", Number.MIN_VALUE, 1, false],
@@ -64,6 +94,7 @@ export class PlaygroundPanel {
     const latest = this.target.step === null ? "final weights" : `saved checkpoint (step ${this.target.step})`;
     weights.replaceChildren(new Option(latest, ""), ...this.target.checkpoints.map((step) => new Option(`checkpoint ${step}`, String(step))));
     $("playground-title").textContent = compare ? `Compare ${runName(run)} with its base` : `Chat with ${runName(run)}`;
+    this.#attachFor(run.modality);
     $("chat-side-base").hidden = !compare;
     $("chat-sides").classList.toggle("compare", compare);
     $("playground").hidden = false;
@@ -93,6 +124,18 @@ export class PlaygroundPanel {
       : "tunelab's fallback template (the run saved none)";
     this.#clear();
     return true;
+  }
+
+  /** Offer a file input for the media the run's model reads (none for a text model). */
+  #attachFor(modality) {
+    const attach = ATTACH[modality];
+    $("chat-attach").hidden = !attach;
+    $("chat-media").value = "";
+    $("chat-media-error").textContent = "";
+    if (!attach) return;
+    $("chat-media-label").textContent = attach[0];
+    $("chat-media").accept = attach[1];
+    $("chat-media-help").textContent = attach[2];
   }
 
   /** Stop the answers in progress (the server stops generating when the connection closes). */
@@ -130,17 +173,31 @@ export class PlaygroundPanel {
 
   async #send() {
     const text = $("chat-input").value.trim();
+    const file = $("chat-attach").hidden ? null : $("chat-media").files[0] || null;
     // Enter submits the form itself, past the disabled Send of a key that only reads.
-    if (!text || this.controller || !this.target || cannotUse()) return;
+    if ((!text && !file) || this.controller || !this.target || cannotUse()) return;
     const sampling = this.#sampling();
     if (!sampling) return;
-    const system = $("chat-system").value.trim();
+    // Taken before the file is read, so a second Enter meanwhile sends nothing.
     const controller = new AbortController();
     this.controller = controller;
+    let content = text;
+    if (file) {
+      try {
+        content = [await mediaPart(file, this.run.modality), ...(text ? [{ type: "text", text }] : [])];
+      } catch (err) {
+        $("chat-media-error").textContent = `Cannot read ${file.name}: ${err.message}`;
+        this.controller = null;
+        return;
+      }
+    }
+    $("chat-media-error").textContent = "";
+    const system = $("chat-system").value.trim();
     $("chat-input").value = "";
+    $("chat-media").value = "";
     this.#busy(true);
     $("chat-status").textContent = "Generating… (the first answer may wait while the model loads)";
-    const answers = this.sides.map((side) => this.#answer(side, text, system, sampling, controller.signal));
+    const answers = this.sides.map((side) => this.#answer(side, content, system, sampling, controller.signal));
     const outcomes = await Promise.all(answers);
     this.controller = null;
     this.#busy(false);
@@ -148,12 +205,12 @@ export class PlaygroundPanel {
     $("chat-input").focus();
   }
 
-  /** One side's answer to `text`: streamed into its log, then kept in its conversation. */
-  async #answer(side, text, system, sampling, signal) {
+  /** One side's answer to `content` (text, or parts with an image or clip): streamed into its log, then kept in its conversation. */
+  async #answer(side, content, system, sampling, signal) {
     const log = $(`chat-log-${side}`);
-    const asked = { role: "user", content: text };
+    const asked = { role: "user", content };
     const messages = [...(system ? [{ role: "system", content: system }] : []), ...this.history[side], asked];
-    log.append(el("li", "chat-turn user", text));
+    log.append(userTurn(content));
     const reply = el("li", "chat-turn assistant");
     reply.dataset.state = "streaming";
     const body = el("span", "chat-text");
@@ -186,4 +243,26 @@ export class PlaygroundPanel {
     guard($("chat-send"), cannotUse(), busy);
     $("chat-stop").disabled = !busy;
   }
+}
+
+/** The log entry of a user turn: its text, below the image or clip it carried. */
+function userTurn(content) {
+  if (typeof content === "string") return el("li", "chat-turn user", content);
+  const turn = el("li", "chat-turn user");
+  for (const part of content) {
+    if (part.type === "image_url") {
+      const image = el("img", "chat-media");
+      image.src = part.image_url.url;
+      image.alt = "Attached image";
+      turn.append(image);
+    } else if (part.type === "input_audio") {
+      const audio = el("audio", "chat-media");
+      audio.controls = true;
+      audio.src = `data:audio/${part.input_audio.format};base64,${part.input_audio.data}`;
+      turn.append(audio);
+    } else {
+      turn.append(el("span", "", part.text));
+    }
+  }
+  return turn;
 }

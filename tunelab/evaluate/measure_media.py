@@ -1,0 +1,188 @@
+"""The eval child's measurements for runs that read images or audio: loss on the eval split
+through the family's own collator (vision-language, audio chat, speech-to-text), answers
+to the eval rows' images (vision-language), and transcripts with their word error rate
+(speech-to-text).
+
+An audio chat run's generations are its eval rows' clips and questions answered.
+The eval rows are prepared by the training family's `prepare` (the same checks, tokens,
+loss mask and collator as training), given the eval split where it takes its training
+rows. The loss follows the Trainer's eval convention as `measure.mean_loss` does: batches
+of `batch_size` rows in order, each batch's mean loss, weighted by its row count. The word
+error rate is the speech trainer's own (`speech_trainer.word_error_rate`, jiwer), over every
+eval clip, with generation started as the labels start (`speech_model.generation_kwargs`).
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+from tunelab import paths
+from tunelab.worker.formats import DataFormatError
+
+IGNORE_INDEX = -100
+
+
+def _eval_rows(loaded: Any, config: dict[str, Any], raw: Any) -> Any:
+    """The eval split prepared as the family prepares training rows: (rows, collator)."""
+    from tunelab.worker.sources import RawData
+
+    as_training = RawData(train=raw.eval, eval=None, format=raw.format)
+    # Relative media paths resolve against the eval files' folders too; any batch size fits
+    # (the real one batches the loss below).
+    settings = {**config, "batch_size": 1,
+                "local_datasets": list(config.get("local_eval_datasets") or []) + list(config.get("local_datasets") or [])}
+    name = loaded.family.name
+    if name == "vision":
+        from tunelab.worker.vision_data import prepare
+
+        prepared = prepare(settings, loaded.processor, as_training)
+    elif name == "audio_chat":
+        from tunelab.worker.audio_chat_data import prepare
+
+        prepared = prepare(settings, loaded.processor, as_training)
+    else:
+        from tunelab.worker.speech_data import prepare
+
+        prepared = prepare(settings, loaded.processor, as_training, loaded.model.config)
+    if len(prepared.train) == 0:
+        raise DataFormatError("eval_split", "the eval split has no rows with tokens to measure")
+    return prepared.train, prepared.collator
+
+
+def _batches(rows: Any, collator: Any, batch_size: int, device: str, dtype: Any) -> Any:
+    import torch
+
+    for start in range(0, len(rows), batch_size):
+        batch = collator([rows[i] for i in range(start, min(start + batch_size, len(rows)))])
+        yield {key: (value.to(device, dtype) if torch.is_floating_point(value) else value.to(device))
+               for key, value in batch.items()}
+
+
+def loss(loaded: Any, config: dict[str, Any], raw: Any) -> dict[str, Any]:
+    """Loss and perplexity of the fine-tune and of its base on the eval rows (the perplexity payload)."""
+    import torch
+
+    rows, collator = _eval_rows(loaded, config, raw)
+    batch_size = int(config.get("batch_size") or 2)
+    causal = loaded.family.name != "speech"  # a causal model predicts each label from the tokens before it
+    result: dict[str, Any] = {}
+    for side, adapter in (("fine_tune", True), ("base", False)):
+        model, context = loaded.model_for(adapter)
+        weighted, counted, tokens = 0.0, 0, 0
+        with context, torch.inference_mode():
+            for batch in _batches(rows, collator, batch_size, loaded.device, model.dtype):
+                n = int(batch["labels"].shape[0])
+                weighted += float(model(**batch).loss) * n
+                counted += n
+                labels = batch["labels"][:, 1:] if causal else batch["labels"]
+                tokens += int((labels != IGNORE_INDEX).sum())
+        mean = weighted / counted
+        finite = math.isfinite(mean)
+        result[side] = {"loss": mean if finite else None, "perplexity": math.exp(mean) if finite and mean < 700 else None}
+        result.update(rows=counted, tokens=tokens)
+    result["batch_size"] = batch_size
+    return result
+
+
+def _media_file(kind: str, ref: Any, index: int, config: dict[str, Any]) -> bytes:
+    """The bytes of eval row `index`'s image or clip, read as training read it (relative to the
+    data files; in a server's evaluation only inside the data roots), or a DataFormatError naming the row."""
+    if kind == "audio":
+        from tunelab.worker.speech_data import checked_clip, clip_place
+
+        found = checked_clip(ref, index, clip_place(config, "eval", "audio"), None)  # checks the place and decodes it once
+    else:
+        from tunelab.worker.vision_data import check_image, data_folders, image_reference
+
+        found = image_reference(ref, data_folders(config, "eval"))
+        if paths.reads_confined() and not found["bytes"]:
+            try:
+                paths.check_readable(found["path"], "eval_split")
+            except paths.PathNotAllowed as exc:
+                raise DataFormatError("eval_split", f"row {index} of the eval data: image {exc}") from None
+        try:
+            check_image(found)
+        except Exception as exc:  # noqa: BLE001 - named for the user with its row
+            raise DataFormatError("eval_split", f"row {index} of the eval data: image {found.get('path') or '(embedded)'} "
+                                                f"cannot be read ({exc})") from exc
+    return found["bytes"] or Path(found["path"]).read_bytes()
+
+
+def media_prompts(raw: Any, config: dict[str, Any], kind: str, count: int) -> list[dict[str, Any]]:
+    """Prompts from the first eval rows of a vision (`kind` image) or audio chat (audio) run:
+    the conversation up to its last assistant turn, its media inline (the child's form),
+    that turn's text the reference."""
+    if kind == "image":
+        from tunelab.worker.vision_formats import vision_messages as row_messages
+    else:
+        from tunelab.worker.audio_chat_formats import audio_messages as row_messages
+
+    prompts: list[dict[str, Any]] = []
+    for index, row in enumerate(raw.eval):
+        if len(prompts) >= count:
+            break
+        messages, refs = row_messages(row, raw.format, config)
+        last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
+        if not last:
+            continue
+        pending = iter([base64.b64encode(_media_file(kind, ref, index, config)).decode("ascii") for ref in refs])
+
+        def inline(content: Any) -> Any:
+            if not isinstance(content, list):
+                return content
+            return [{"type": kind, "data": next(pending)} if part.get("type") == kind else part for part in content]
+
+        reference = messages[last]["content"]
+        if isinstance(reference, list):
+            reference = "".join(p.get("text", "") for p in reference if p.get("type") == "text")
+        prompts.append({"messages": [{**m, "content": inline(m["content"])} for m in messages[:last]], "reference": reference})
+    return prompts
+
+
+def without_media_data(item: dict[str, Any]) -> dict[str, Any]:
+    """A stored item's messages keep where each image was, not its bytes."""
+    if "messages" not in item:
+        return item
+    messages = [{**m, "content": [{"type": p["type"]} if p.get("type") in ("image", "audio") else p for p in m["content"]]}
+                if isinstance(m.get("content"), list) else m for m in item["messages"]]
+    return {**item, "messages": messages}
+
+
+def transcripts(loaded: Any, config: dict[str, Any], raw: Any, max_items: int, max_new_tokens: int,
+                progress: Callable[[str], None]) -> dict[str, Any]:
+    """Every eval clip transcribed by the base and by the fine-tune, and each side's word
+    error rate against the transcripts (the generations payload of a speech-to-text run)."""
+    import torch
+
+    from tunelab.worker.speech_model import generation_kwargs
+    from tunelab.worker.speech_trainer import word_error_rate
+
+    rows, collator = _eval_rows(loaded, config, raw)
+    tokenizer = loaded.tokenizer
+    batch_size = int(config.get("batch_size") or 2)
+    references = [tokenizer.decode(list(rows[i]["labels"]), skip_special_tokens=True).strip() for i in range(len(rows))]
+    # The decoder's window holds the transcript's prefix (Whisper: <sot><lang><task><notimestamps>) and the words.
+    window = getattr(loaded.model.config, "max_target_positions", None) or getattr(loaded.model.config, "max_position_embeddings", None)
+    if window:
+        special = set(tokenizer.all_special_ids)
+        prefix = next((i for i, token in enumerate(rows[0]["labels"]) if token not in special), 0)
+        max_new_tokens = max(1, min(max_new_tokens, window - prefix - 1))
+    heard: dict[str, list[str]] = {}
+    for side, adapter in (("base", False), ("fine_tune", True)):
+        progress(f"transcribing {len(rows)} eval clips ({side.replace('_', '-')})")
+        model, context = loaded.model_for(adapter)
+        found: list[str] = []
+        with context, torch.inference_mode():
+            for batch in _batches(rows, collator, batch_size, loaded.device, model.dtype):
+                batch.pop("labels")
+                ids = model.generate(**batch, **generation_kwargs(model, tokenizer), max_new_tokens=max_new_tokens)
+                found += [text.strip() for text in tokenizer.batch_decode(ids, skip_special_tokens=True)]
+        heard[side] = found
+    items = [{"prompt": f"eval clip {i + 1}", "reference": references[i],
+              "base": {"text": heard["base"][i]}, "fine_tune": {"text": heard["fine_tune"][i]}}
+             for i in range(min(max_items, len(rows)))]
+    return {"source": "eval split", "items": items, "rows": len(rows),
+            "wer": {side: word_error_rate(references, heard[side]) for side in ("base", "fine_tune")}}
