@@ -5,7 +5,8 @@ split, and the text TRL renders from tunelab's rows equals what it renders from 
 originals (`maybe_apply_chat_template` with the demo model's chat template). LLaMA-Factory
 rows, which TRL does not read, are compared with the TRL row LLaMA-Factory's own
 conversion means (human -> user, gpt -> assistant; the last message is KTO's completion).
-A dict or list where text belongs is refused naming the row and the column."""
+A dict or list where text belongs is refused naming the row and the column. The dataset
+preview and the tokens DPO trains on hold each user turn once."""
 
 from __future__ import annotations
 
@@ -132,3 +133,38 @@ def test_a_value_that_is_not_text_is_refused_naming_row_and_column(row, column, 
     message = info.value.message
     assert "row 0 of the training data" in message and f"column '{column}'" in message and words in message, message
     assert "expected" in message or "differ" in message
+
+
+@pytest.mark.parametrize("shape", ["ultrafeedback", "llamafactory_dpo", "llamafactory_kto"])
+def test_the_preview_shows_each_user_turn_once_and_no_dict_text(shape, demo_assets, tmp_path):
+    from tunelab.server.preview_child import build_preview
+
+    question = "How many legs does a spider have?"
+    if shape == "ultrafeedback":
+        path = write_jsonl(tmp_path / "uf.jsonl", [ultrafeedback_row(question)])
+    elif shape == "llamafactory_dpo":
+        path = write_json_array(tmp_path / "dpo_en_demo.json", [llamafactory_dpo_row(question, "Eight.", "Six.")])
+    else:
+        path = write_json_array(tmp_path / "kto_en_demo.json", [llamafactory_kto_row(question, "Eight.", True)])
+    preview = build_preview({"local_datasets": [str(path)], "format": "auto"}, 1, str(demo_assets.model_dir), tmp_path / "p")
+    row = preview["rows"][0]
+    assert preview["rendered_with"] == "chat_template"
+    assert row["text"].count(question) == 1 and "{'" not in row["text"] and "'value'" not in row["text"], row["text"]
+    assert [m["role"] for m in row["messages"]] == ["user", "assistant"]
+
+
+def test_the_tokens_dpo_trains_on_hold_the_ultrafeedback_question_once(demo_assets, tokenizer, tmp_path):
+    import datasets
+    from transformers import AutoModelForCausalLM
+    from trl import DPOConfig, DPOTrainer
+
+    question = "How many legs does a spider have?"
+    _, rows = _prepared([ultrafeedback_row(question), ultrafeedback_row(question, "Eight.", "Ten.", 1)], tmp_path, tokenizer)
+    trainer = DPOTrainer(model=AutoModelForCausalLM.from_pretrained(demo_assets.model_dir), processing_class=tokenizer,
+                         train_dataset=datasets.Dataset.from_list(rows),
+                         args=DPOConfig(output_dir=str(tmp_path / "out"), report_to=[], max_steps=1, use_cpu=True))
+    example = trainer.train_dataset[0]
+    for answer in ("chosen_ids", "rejected_ids"):
+        text = tokenizer.decode(example["prompt_ids"] + example[answer])
+        assert text.replace(" ", "").count(question.replace(" ", "")) == 1, text
+    assert question.replace(" ", "") not in tokenizer.decode(example["chosen_ids"]).replace(" ", "")
