@@ -31,10 +31,10 @@ def tokenizer(demo_assets):
     return AutoTokenizer.from_pretrained(demo_assets.model_dir)
 
 
-def _prepared(rows, tmp_path, tokenizer, objective="dpo", array=False):
+def _prepared(rows, tmp_path, tokenizer, objective="dpo", array=False, **config):
     """The rows as tunelab trains them: written to a file, read with format auto, prepared."""
     path = (write_json_array if array else write_jsonl)(tmp_path / ("data.json" if array else "data.jsonl"), rows)
-    raw = load_raw({"local_datasets": [str(path)], "format": "auto"}, tmp_path / "cache")
+    raw = load_raw({"local_datasets": [str(path)], "format": "auto", **config}, tmp_path / "cache")
     prepared = PreferenceMethod(TextFamily(), objective).prepare({"batch_size": 1}, Loaded(None, tokenizer, tokenizer), raw)
     return raw.format, [prepared.train[i] for i in range(len(prepared.train))]
 
@@ -88,6 +88,10 @@ def test_llamafactory_dpo_rows_as_shipped_render_as_their_trl_row(tmp_path, toke
     ours_rendered = apply_chat_template(ours, tokenizer)
     assert ours_rendered == rendered
     assert not any("'from'" in text or "'value'" in text or "{" in text for text in ours_rendered.values())
+    # The advice the old refusal gave, mapping the conversation to the prompt, reads the same rows.
+    (tmp_path / "mapped").mkdir()
+    _, [mapped] = _prepared([row], tmp_path / "mapped", tokenizer, array=True, column_mapping={"prompt": "conversations"})
+    assert mapped == ours
 
 
 @pytest.mark.parametrize("row", [UNPAIRED_STANDARD, UNPAIRED_CONVERSATIONAL], ids=["standard", "conversational"])

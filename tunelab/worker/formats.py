@@ -147,7 +147,7 @@ def required_columns(fmt: str, columns: list[str], sample_rows: list[dict[str, A
     if fmt == preference_formats.PREFERENCE_FORMAT:
         return preference_formats.missing_columns(columns, sample_rows or [])
     if fmt == preference_formats.UNPAIRED_FORMAT:
-        return preference_formats.missing_unpaired_columns(columns, sample_rows or [])
+        return preference_formats.missing_unpaired_columns(columns)
     if fmt == prompt_formats.PROMPT_FORMAT:
         return [] if "prompt" in columns else ["prompt"]
     return [] if "text" in columns else ["text"]

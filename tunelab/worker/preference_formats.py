@@ -74,7 +74,7 @@ def _shares_opening(chosen: Any, rejected: Any) -> bool:
     return isinstance(chosen, str) and isinstance(rejected, str) and bool(chosen) and bool(rejected) and chosen[0] == rejected[0]
 
 
-def missing_unpaired_columns(columns: list[str], sample_rows: list[dict[str, Any]]) -> list[str]:
+def missing_unpaired_columns(columns: list[str]) -> list[str]:
     if "label" in columns and "completion" not in columns and conversation_column(columns):
         return []
     return [c for c in UNPAIRED_COLUMNS if c not in columns]
