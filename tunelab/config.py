@@ -145,8 +145,9 @@ class RunConfig(BaseModel):
                                "for embedding models pairs (anchor, positive) | triplets (anchor, positive, negative) | "
                                "scored_pairs (sentence1, sentence2, score) | labelled_pairs (query, document, label); "
                                "for speech-to-text models transcription (an audio column and a transcript column); "
-                               "for objective dpo/orpo/simpo/kto preference (prompt, chosen, rejected: strings or chat messages lists); "
-                               "for kto also unpaired_preference (prompt, completion, label); "
+                               "for objective dpo/orpo/simpo/kto preference (prompt, chosen, rejected: strings or chat messages lists; "
+                               "the prompt may be the turns chosen and rejected open with, or LLaMA-Factory's conversations column); "
+                               "for kto also unpaired_preference (prompt, completion, label, or LLaMA-Factory's messages and a true/false label); "
                                "for objective grpo prompt_only (a prompt column: strings or chat messages, and an optional reference or answer column).")
     column_mapping: dict[Name, Name] = Field(default_factory=dict, description="Canonical column -> dataset column, e.g. {instruction: question}.")
     role_mapping: dict[Name, Name] = Field(default_factory=dict, description="Dataset role -> chat role, e.g. {function_call: tool}.")

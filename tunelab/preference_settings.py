@@ -6,7 +6,8 @@ picks the trainer: `sft` (TRL's SFTTrainer, the default), `dpo` (DPOTrainer), `o
 (ORPOTrainer), `simpo` (TRL's CPOTrainer with its SimPO loss; TRL 1.16's DPOTrainer has
 no SimPO loss type), `kto` (KTOTrainer) or `grpo` (GRPOTrainer, its own settings in
 `grpo_settings.py`). The preference objectives train on prompt/chosen/rejected rows; kto
-also on prompt/completion/label rows (`worker/preference_formats.py`); grpo on prompts
+also on prompt/completion/label rows (every shape TRL, UltraFeedback and LLaMA-Factory ship:
+`worker/preference_formats.py`, split into turns by `worker/preference_rows.py`); grpo on prompts
 (`worker/prompt_formats.py`). Torch-free, like config.py.
 """
 

@@ -133,7 +133,8 @@ def test_sharegpt_turns_become_chat_roles_and_unknown_turn_keys_are_refused(tmp_
                                                  "rejected": [{"speaker": "bot", "text": "b"}]}] * 3)
     with pytest.raises(DataFormatError) as info:
         PreferenceMethod(TextFamily(), "dpo").prepare({"batch_size": 2}, loaded, _raw(odd, tmp_path / "o"))
-    assert info.value.field == "format" and "'chosen'" in info.value.message and "role/content" in info.value.message
+    assert info.value.field == "dataset" and "row 0 of the training data, column 'chosen'" in info.value.message
+    assert "'speaker': 'bot'" in info.value.message and '{"role": "assistant", "content"' in info.value.message
 
 
 def test_the_dataset_preview_shows_the_prompt_with_the_chosen_answer_and_the_rejected_one(preference_messages, demo_assets, tmp_path):

@@ -1,7 +1,8 @@
 """Preference runs end to end on the demo model: a DPO LoRA run through the real worker
 streams TRL's reward metrics as progress extras and saves an adapter that reloads (without
 TRL's reference adapter); through the orchestrator a DPO run stops and saves, then resumes
-from its checkpoint continuing the step count, with the rewards stored per step."""
+from its checkpoint continuing the step count, with the rewards stored per step; LLaMA-Factory's
+DPO and KTO files, as shipped, train with format auto."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "orchestrator"))
 
 from orch_helpers import EventRecorder  # noqa: E402
+from public_shapes import demo_llamafactory_dpo, demo_llamafactory_kto, write_json_array  # noqa: E402
 from spawned_worker import demo_config, run_to_end  # noqa: E402
 
 from tunelab import events as ev  # noqa: E402
@@ -93,3 +95,14 @@ def test_kto_trains_on_unpaired_rows_and_streams_its_rewards(demo_assets, unpair
     assert [e["step"] for e in progress] == [1, 2]
     assert all({"rewards/chosen", "rewards/rejected", "rewards/margins"} <= set(e["extra"]) for e in progress), progress[0]
     assert (output / "adapter_model.safetensors").is_file() and not (output / "ref").exists()
+
+
+@pytest.mark.parametrize(("objective", "rows"), [("dpo", demo_llamafactory_dpo), ("kto", demo_llamafactory_kto)])
+def test_llamafactory_files_as_shipped_train_with_format_auto(objective, rows, demo_assets, tmp_path):
+    data = write_json_array(tmp_path / f"{objective}_en_demo.json", rows())
+    final, worker = run_to_end(demo_config(demo_assets, tmp_path / objective, local_datasets=[str(data)], objective=objective,
+                                           format="auto", max_steps=2, learning_rate=5e-3))
+    assert final["type"] == ev.COMPLETE, final
+    progress = [e for e in worker.events if e["type"] == ev.PROGRESS]
+    assert [e["step"] for e in progress] == [1, 2]
+    assert "rewards/margins" in progress[0]["extra"]

@@ -75,7 +75,8 @@ def _plain_chat(messages: list[dict[str, str]]) -> str:
 
 def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None, cache_dir: Path) -> dict[str, Any]:
     from tunelab.worker.data import load_raw, to_messages, to_plain_text
-    from tunelab.worker.preference_formats import PREFERENCE_FORMAT, UNPAIRED_FORMAT, row_turns
+    from tunelab.worker.preference_formats import PREFERENCE_FORMAT, UNPAIRED_FORMAT
+    from tunelab.worker.preference_rows import RowPlace, prompt_turns, row_turns
     from tunelab.worker.prompt_formats import PROMPT_FORMAT, reference_column
     from tunelab.worker.tokenization import render, uses_raw_text
 
@@ -102,19 +103,19 @@ def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None,
         messages = None
         if raw.format == PREFERENCE_FORMAT:
             # The prompt with the chosen answer as one conversation, the rejected answer after it.
-            turns = row_turns(row, config.get("role_mapping"))
-            messages = _short_messages(turns.get("prompt", []) + turns["chosen"])
+            turns = row_turns(row, config.get("role_mapping"), RowPlace(index))
+            messages = _short_messages(turns["prompt"] + turns["chosen"])
             text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
             text += "\n[rejected]\n" + "\n".join(m["content"] for m in turns["rejected"])
         elif raw.format == PROMPT_FORMAT:
             # The prompt as the model sees it before generating; the reference answer after it.
-            messages = _short_messages(row_turns({"prompt": row["prompt"]}, config.get("role_mapping"))["prompt"])
+            messages = _short_messages(prompt_turns(row["prompt"], config.get("role_mapping"), RowPlace(index)))
             text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
             reference = reference_column(raw.train.column_names)
             if reference is not None:
                 text += f"\n[reference]\n{row[reference]}"
         elif raw.format == UNPAIRED_FORMAT:
-            turns = row_turns(row, config.get("role_mapping"))
+            turns = row_turns(row, config.get("role_mapping"), RowPlace(index))
             messages = _short_messages(turns["prompt"] + turns["completion"])
             text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
             text += f"\n[{'desirable' if turns['label'] else 'undesirable'}]"

@@ -12,9 +12,10 @@ Four shapes are understood, named after the datasets that made them popular:
             sentence1/sentence2/score, query/document/label)
   transcription  an audio column and a transcript column: speech-to-text data, read by
             `speech_formats` / `speech_data`
-  preference  prompt/chosen/rejected (strings or messages lists), what DPO, ORPO,
-            SimPO and KTO train on; unpaired_preference prompt/completion/label, KTO's own
-            (`preference_formats`; rendered by `worker/methods/preference`)
+  preference  chosen/rejected with a given or implicit prompt (strings, messages lists,
+            LLaMA-Factory's turn objects), what DPO, ORPO, SimPO and KTO train on;
+            unpaired_preference prompt/completion/label or messages + label, KTO's own
+            (`preference_formats`; split into turns by `preference_rows`)
   prompt_only  a prompt column (+ an optional reference answer): what GRPO trains on
             (`prompt_formats`; rendered by `worker/methods/grpo`)
 Rows reaching `to_messages` carry canonical column names (`sources.load_raw` renames
@@ -80,7 +81,7 @@ def detect_format(columns: list[str], sample_rows: list[dict[str, Any]]) -> str:
     # messages column, and their chosen/rejected columns are what marks them.
     if preference_formats.is_preference(columns):
         return preference_formats.PREFERENCE_FORMAT
-    if preference_formats.is_unpaired(columns):
+    if preference_formats.is_unpaired(columns, sample_rows):
         return preference_formats.UNPAIRED_FORMAT
     conv = conversation_column(columns)
     if conv:
@@ -146,7 +147,7 @@ def required_columns(fmt: str, columns: list[str], sample_rows: list[dict[str, A
     if fmt == preference_formats.PREFERENCE_FORMAT:
         return preference_formats.missing_columns(columns, sample_rows or [])
     if fmt == preference_formats.UNPAIRED_FORMAT:
-        return [c for c in preference_formats.UNPAIRED_COLUMNS if c not in columns]
+        return preference_formats.missing_unpaired_columns(columns)
     if fmt == prompt_formats.PROMPT_FORMAT:
         return [] if "prompt" in columns else ["prompt"]
     return [] if "text" in columns else ["text"]

@@ -1,15 +1,25 @@
-"""The preference data shape (DPO, ORPO, SimPO), recognised by its columns.
+"""The preference data shapes (DPO, ORPO, SimPO, KTO), recognised by their columns.
 
-  preference  prompt, chosen, rejected: strings, or chat messages lists
-              ({"role", "content"} turns, TRL's conversational preference format). With
-              messages lists the prompt column may be left out when `chosen` and
-              `rejected` are whole conversations sharing their opening turns (TRL then
-              takes the shared turns as the prompt).
-  unpaired_preference  prompt, completion, label (true = a desirable completion): what
-              KTO reads (it also reads paired rows, which TRL splits into one desirable
-              and one undesirable row each).
+  preference  chosen and rejected, with the prompt given or implicit; every shape TRL
+              documents and those peers ship:
+              - explicit prompt: prompt, chosen, rejected as strings (standard) or as
+                {"role", "content"} turn lists (conversational);
+              - implicit prompt: no prompt column, chosen and rejected share their
+                opening (turns, or text for strings) and TRL takes that as the prompt;
+              - UltraFeedback (`HuggingFaceH4/ultrafeedback_binarized`): a plain-text
+                prompt and chosen/rejected as whole conversations that start with it
+                (TRL ignores the string prompt and takes the shared turns; score
+                columns are not read);
+              - LLaMA-Factory (`dpo_en_demo.json`): a sharegpt `conversations` list of
+                {"from", "value"} turns as the prompt, chosen/rejected as single turn
+                objects.
+  unpaired_preference  what KTO reads: prompt, completion, label (true = a desirable
+              completion), or LLaMA-Factory's `kto_en_demo.json`: a `messages` list whose
+              last (assistant) turn is the completion, and a boolean label. KTO also
+              reads paired rows (TRL splits each into a desirable and an undesirable row).
 Columns are matched after `column_mapping` (e.g. {prompt: question, chosen: good,
-rejected: bad}). Torch-free (`formats.detect_format` asks this module).
+rejected: bad}). Rows become TRL's conversational rows in `preference_rows`.
+Torch-free (`formats.detect_format` asks this module).
 """
 
 from __future__ import annotations
@@ -24,71 +34,54 @@ EXAMPLE_ROW = {"prompt": "What is the capital of France?", "chosen": "Paris.", "
 UNPAIRED_EXAMPLE = {"prompt": "What is the capital of France?", "completion": "Lyon.", "label": False}
 
 
+def conversation_column(columns: list[str]) -> str | None:
+    """The column holding a conversation (LLaMA-Factory's files keep the prompt there)."""
+    from tunelab.worker.formats import conversation_column  # formats imports this module
+
+    return conversation_column(columns)
+
+
 def is_preference(columns: list[str]) -> bool:
     return "chosen" in columns and "rejected" in columns
 
 
-def is_unpaired(columns: list[str]) -> bool:
-    return all(c in columns for c in UNPAIRED_COLUMNS)
+def is_unpaired(columns: list[str], sample_rows: list[dict[str, Any]]) -> bool:
+    """prompt/completion/label, or a conversation with a true/false label (LLaMA-Factory's
+    KTO files). The label must be a real boolean there, so chat data that merely carries a
+    numeric or text `label` column stays chat data."""
+    if all(c in columns for c in UNPAIRED_COLUMNS):
+        return True
+    if "label" not in columns or "completion" in columns or not conversation_column(columns):
+        return False
+    labels = [row.get("label") for row in sample_rows if row.get("label") is not None]
+    return bool(labels) and all(isinstance(label, bool) for label in labels)
 
 
 def missing_columns(columns: list[str], sample_rows: list[dict[str, Any]]) -> list[str]:
-    """The canonical preference columns these columns lack; the prompt is optional only
-    where chosen/rejected are messages lists (TRL's implicit prompt)."""
+    """The preference columns these columns lack. The prompt may be left out where the
+    chosen/rejected answers are conversations, where a conversation column holds it, or
+    where string answers share their opening text (TRL's implicit prompt)."""
     missing = [c for c in ("chosen", "rejected") if c not in columns]
-    if "prompt" not in columns and not _conversational(sample_rows):
-        missing.insert(0, "prompt")
-    return missing
+    if "prompt" in columns or missing or conversation_column(columns):
+        return missing
+    if any(isinstance(row.get("chosen"), (list, dict)) for row in sample_rows):
+        return missing
+    shared = [_shares_opening(row.get("chosen"), row.get("rejected")) for row in sample_rows]
+    return missing if shared and all(shared) else ["prompt"]
 
 
-def _conversational(rows: list[dict[str, Any]]) -> bool:
-    return any(isinstance(row.get("chosen"), list) for row in rows)
+def _shares_opening(chosen: Any, rejected: Any) -> bool:
+    return isinstance(chosen, str) and isinstance(rejected, str) and bool(chosen) and bool(rejected) and chosen[0] == rejected[0]
+
+
+def missing_unpaired_columns(columns: list[str]) -> list[str]:
+    if "label" in columns and "completion" not in columns and conversation_column(columns):
+        return []
+    return [c for c in UNPAIRED_COLUMNS if c not in columns]
 
 
 def describe_shape() -> str:
-    return (f"(prompt, chosen, rejected) = preference, e.g. {EXAMPLE_ROW}; for kto also "
-            f"(prompt, completion, label) = unpaired_preference, e.g. {UNPAIRED_EXAMPLE}")
-
-
-def row_turns(row: dict[str, Any], role_mapping: dict[str, str] | None = None) -> dict[str, list[dict[str, str]]]:
-    """A row as TRL's conversational preference row: string cells become one user turn
-    (prompt) or one assistant turn (chosen, rejected); messages lists keep their turns,
-    role/content (chatml) or from/value (sharegpt speakers, mapped as for sharegpt data;
-    `role_mapping` names others)."""
-    out: dict[str, Any] = {}
-    for column in (*PREFERENCE_COLUMNS, "completion"):
-        if column not in row:
-            continue
-        value = row[column]
-        if isinstance(value, list):
-            out[column] = [_turn(turn, column, role_mapping or {}) for turn in value]
-        else:
-            out[column] = [{"role": "user" if column == "prompt" else "assistant", "content": "" if value is None else str(value)}]
-    if "label" in row:
-        out["label"] = _label(row["label"])
-    return out
-
-
-def _label(value: Any) -> bool:
-    """A KTO label: true/false, 1/0 or their words; anything else is refused."""
-    from tunelab.worker.formats import DataFormatError
-
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
-        return value.strip().lower() in ("true", "1")
-    raise DataFormatError("column_mapping", f"a label is {value!r}; unpaired_preference labels are true (a desirable completion) "
-                                            "or false (an undesirable one), or 1/0")
-
-
-def _turn(turn: Any, column: str, roles: dict[str, str]) -> dict[str, str]:
-    from tunelab.worker.formats import DataFormatError, _map_role  # formats imports this module
-
-    if isinstance(turn, dict) and turn.get("role") is not None and "content" in turn:
-        return {"role": _map_role(str(turn["role"]), "chatml", roles), "content": str(turn["content"] or "")}
-    if isinstance(turn, dict) and turn.get("from") is not None and "value" in turn:
-        return {"role": _map_role(str(turn["from"]), "sharegpt", roles), "content": str(turn["value"] or "")}
-    raise DataFormatError("format", f"a turn in the '{column}' column is {turn!r}; preference messages need role/content "
-                                    "(or sharegpt from/value) keys, e.g. [{\"role\": \"assistant\", \"content\": \"Paris.\"}]")
+    return (f"(prompt, chosen, rejected) = preference, e.g. {EXAMPLE_ROW} (strings or role/content turn lists; without "
+            "a prompt when chosen/rejected are whole conversations sharing their opening turns; LLaMA-Factory's "
+            "conversations + chosen/rejected turn objects); for kto also (prompt, completion, label) = "
+            f"unpaired_preference, e.g. {UNPAIRED_EXAMPLE}, or LLaMA-Factory's messages + boolean label")

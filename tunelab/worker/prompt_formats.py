@@ -37,10 +37,10 @@ def prompt_row(row: dict[str, Any], reference: str | None, role_mapping: dict[st
     """A row as TRL's conversational prompt-only row: a string prompt becomes one user turn,
     a messages list keeps its turns; the reference answer (if any) under `reference`, and
     every other column as it is (a user's reward function receives them)."""
-    from tunelab.worker.preference_formats import row_turns
+    from tunelab.worker.preference_rows import prompt_turns
 
     out = {k: v for k, v in row.items() if k != "prompt" and k != reference}
-    out["prompt"] = row_turns({"prompt": row["prompt"]}, role_mapping)["prompt"]
+    out["prompt"] = prompt_turns(row["prompt"], role_mapping)
     if reference is not None:
         value = row[reference]
         out["reference"] = "" if value is None else str(value)

@@ -2,10 +2,11 @@
 
 `PreferenceMethod(family, objective)` wraps a family (its load, wrap, modality and
 save stay as they are) and replaces two steps:
-  prepare        the prompt/chosen/rejected rows (`preference_formats`) as TRL's
-                 conversational preference format: string cells become one user turn
+  prepare        the preference rows in any shape `preference_formats` recognises, as
+                 TRL's conversational preference format split as TRL splits them
+                 (`preference_rows.row_turns`): string cells become one user turn
                  (prompt) and one assistant turn (chosen, rejected), so TRL renders
-                 every row with the model's chat template; messages lists (role/content,
+                 every row with the model's chat template; turn lists (role/content,
                  or sharegpt from/value turns) become role/content turns.
   build_trainer  TRL's DPOTrainer, ORPOTrainer or CPOTrainer (loss_type=simpo, no SFT
                  term) or KTOTrainer on the shared Trainer arguments (`trainer_setup.training_arguments`)
@@ -27,7 +28,8 @@ from typing import Any
 from tunelab.preference_settings import OBJECTIVE_FORMATS, beta_for
 from tunelab.worker.data import PreparedData, ensure_chat_template
 from tunelab.worker.formats import DataFormatError
-from tunelab.worker.preference_formats import describe_shape, row_turns
+from tunelab.worker.preference_formats import describe_shape
+from tunelab.worker.preference_rows import RowPlace, row_turns
 
 TRAINERS = {"dpo": "DPOTrainer", "orpo": "ORPOTrainer", "simpo": "CPOTrainer", "kto": "KTOTrainer"}
 
@@ -50,12 +52,12 @@ class PreferenceMethod:
                                             f"with columns {raw.train.column_names}; expected {describe_shape()}. Map other names "
                                             "with column_mapping, e.g. {prompt: question, chosen: good_answer, rejected: bad_answer}")
         ensure_chat_template(loaded.tokenizer)
-        train = as_conversations(raw.train, config.get("role_mapping"))
+        train = as_conversations(raw.train, config.get("role_mapping"), "training")
         batch = int(config.get("batch_size") or 1)
         if batch > len(train):
             raise DataFormatError("batch_size", f"batch_size {batch} is larger than the {len(train)} training rows; "
                                                 f"set batch_size to {len(train)} or less, or add data")
-        eval_set = as_conversations(raw.eval, config.get("role_mapping")) if raw.eval is not None else None
+        eval_set = as_conversations(raw.eval, config.get("role_mapping"), "eval") if raw.eval is not None else None
         return PreparedData(train=train, eval=eval_set, format=raw.format)
 
     def build_trainer(self, config: dict[str, Any], device: Any, model: Any, loaded: Any, prepared: Any,
@@ -109,6 +111,7 @@ def _trl_classes(objective: str) -> tuple[Any, Any, dict[str, Any]]:
     return CPOTrainer, CPOConfig, {"loss_type": "simpo", "cpo_alpha": 0.0, "remove_unused_columns": False}
 
 
-def as_conversations(rows: Any, role_mapping: dict[str, str] | None = None) -> Any:
-    """The rows in TRL's conversational preference format (`preference_formats.row_turns`)."""
-    return rows.map(lambda row: row_turns(row, role_mapping), remove_columns=rows.column_names, desc="Reading preference rows")
+def as_conversations(rows: Any, role_mapping: dict[str, str] | None, what: str) -> Any:
+    """The rows in TRL's conversational preference format (`preference_rows.row_turns`)."""
+    return rows.map(lambda row, index: row_turns(row, role_mapping, RowPlace(index, what)), with_indices=True,
+                    remove_columns=rows.column_names, desc="Reading preference rows")
