@@ -7,7 +7,8 @@ the family's image processor constructed in code (its PIL backend: this machine'
 torch has no torchvision), and a chat template that writes the family's image markup.
 `build(name, folder, corpus)` saves model + processor into `folder` the way a hub
 checkpoint is laid out, so tunelab loads it through AutoProcessor / AutoModelForImageTextToText
-exactly as it would a downloaded one.
+exactly as it would a downloaded one. `real_families` builds Gemma 3 and SmolVLM
+(`gemma3_around`, `idefics3_around`) around their real tokenizers instead.
 
 Left out: Mistral 3 (transformers' PixtralProcessor requires torchvision outright, even
 with its PIL image processor) and SmolVLM (its processor imports `num2words`, which is

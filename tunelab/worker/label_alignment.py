@@ -2,8 +2,9 @@
 
 The row was tokenized before the processor expanded its media placeholders (`text_ids`,
 `loss_mask`); the processor's ids differ from those wherever it wrote media tokens and
-their markers. The two id sequences are aligned (difflib): where they match, tokens keep
-their mask. Where they differ, the processor may also have inserted plain text beside its
+their markers. The two id sequences are aligned (difflib, where a whitespace token never
+starts a match, so the row's "\n" is not paired with one the processor wrote elsewhere):
+where they match, tokens keep their mask. Where they differ, the processor may also have inserted plain text beside its
 markers — Gemma 3 writes "\\n\\n" before <start_of_image> — and a tokenizer with tokens
 for whitespace runs then merges the row's own "\\n" with it into one token ("\\n\\n\\n"),
 so a row token is gone although its text is still there. Such changed stretches are
