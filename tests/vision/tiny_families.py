@@ -7,7 +7,8 @@ the family's image processor constructed in code (its PIL backend: this machine'
 torch has no torchvision), and a chat template that writes the family's image markup.
 `build(name, folder, corpus)` saves model + processor into `folder` the way a hub
 checkpoint is laid out, so tunelab loads it through AutoProcessor / AutoModelForImageTextToText
-exactly as it would a downloaded one.
+exactly as it would a downloaded one. `real_families` builds Gemma 3 and SmolVLM
+(`gemma3_around`, `idefics3_around`) around their real tokenizers instead.
 
 Left out: Mistral 3 (transformers' PixtralProcessor requires torchvision outright, even
 with its PIL image processor) and SmolVLM (its processor imports `num2words`, which is
@@ -121,11 +122,18 @@ def qwen3_vl(corpus: list[str]) -> tuple[Any, Any]:
     return config, processor
 
 
+GEMMA3_TOKENS = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
+
+
 def gemma3(corpus: list[str]) -> tuple[Any, Any]:
+    tokenizer = _tokenizer(corpus, tuple(GEMMA3_TOKENS.values()), "<start_of_image>", **GEMMA3_TOKENS)
+    return gemma3_around(tokenizer)
+
+
+def gemma3_around(tokenizer: Any) -> tuple[Any, Any]:
+    """Gemma 3's tiny model and processor around `tokenizer` (which names GEMMA3_TOKENS)."""
     from transformers import Gemma3Config, Gemma3ImageProcessorPil, Gemma3Processor
 
-    names = {"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>", "image_token": "<image_soft_token>"}
-    tokenizer = _tokenizer(corpus, tuple(names.values()), "<start_of_image>", **names)
     ids = tokenizer.convert_tokens_to_ids
     text = {"vocab_size": len(tokenizer), "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 1024,
@@ -175,10 +183,18 @@ def llava_next(corpus: list[str]) -> tuple[Any, Any]:
     return config, processor
 
 
+IDEFICS3_TOKENS = ("<image>", "<fake_token_around_image>", "<global-img>", "<end_of_utterance>")
+
+
 def idefics3(corpus: list[str]) -> tuple[Any, Any]:
+    tokenizer = _tokenizer(corpus, IDEFICS3_TOKENS, "<image>")
+    return idefics3_around(tokenizer)
+
+
+def idefics3_around(tokenizer: Any) -> tuple[Any, Any]:
+    """Idefics3's tiny model and processor around `tokenizer` (which has IDEFICS3_TOKENS)."""
     from transformers import Idefics3Config, Idefics3ImageProcessorPil, Idefics3Processor
 
-    tokenizer = _tokenizer(corpus, ("<image>", "<fake_token_around_image>", "<global-img>", "<end_of_utterance>"), "<image>")
     image_processor = Idefics3ImageProcessorPil(size={"longest_edge": SIDE}, max_image_size={"longest_edge": SIDE},
                                                 do_image_splitting=False)
     # (32/8)^2 patches, pixel-shuffled by scale_factor 2: four image tokens per image.
@@ -200,10 +216,14 @@ FAMILIES: dict[str, Callable[[list[str]], tuple[Any, Any]]] = {
 
 def build(name: str, folder: Path, corpus: list[str]) -> Path:
     """Save family `name`'s tiny model and processor into `folder`."""
+    return save(*FAMILIES[name](corpus), folder)
+
+
+def save(config: Any, processor: Any, folder: Path) -> Path:
+    """A tiny random-init model of `config` and its processor, saved into `folder`."""
     import torch
     from transformers import AutoModelForImageTextToText
 
-    config, processor = FAMILIES[name](corpus)
     torch.manual_seed(0)
     model = AutoModelForImageTextToText.from_config(config)
     model.save_pretrained(folder)

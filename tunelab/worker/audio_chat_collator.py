@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunelab.worker.audio_chat_data import audio_token_ids
+from tunelab.worker.label_alignment import LabelAligner
 from tunelab.worker.speech_collator import decode_clip
 from tunelab.worker.vision_collator import VisionCollator
 
@@ -29,6 +30,7 @@ class AudioChatCollator(VisionCollator):
         self.max_length = max_length
         self.rate = int(processor.feature_extractor.sampling_rate)
         self.marker_ids = audio_token_ids(processor)
+        self.aligner = LabelAligner(processor.tokenizer)
 
     def media_inputs(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         clips = [decode_clip(ref, self.rate) for row in rows for ref in row["audios"]]

@@ -5,22 +5,22 @@ Images are decoded here, one batch at a time, and shrunk so the longest side is 
 size holds no decoded pixels beyond the current batch.
 
 Labels: the processor expands each image placeholder into the model's image tokens, so
-its token ids differ from the row's `text_ids` exactly where images went. The two
-sequences are aligned (difflib, on token ids): tokens that match keep their
-`loss_mask`, and everything the processor inserted or replaced — image tokens and their
-markers — takes no loss, nor does any token that stands for an image (`image_token_ids`). Rows longer than `max_seq_length` are cut after it, but never
-inside an image's tokens (the model needs all of them): such a row keeps its image whole.
+its token ids differ from the row's `text_ids` exactly where images went; `label_alignment`
+carries the row's `loss_mask` over to the processor's ids (everything the processor
+inserted takes no loss, nor does any token that stands for an image, `image_token_ids`).
+Rows longer than `max_seq_length` are cut after it, but never inside an image's tokens
+(the model needs all of them): such a row keeps its image whole.
 """
 
 from __future__ import annotations
 
 import io
-from difflib import SequenceMatcher
 from typing import Any
 
 import torch
 
 from tunelab.worker.context import RunSettingError
+from tunelab.worker.label_alignment import LabelAligner
 from tunelab.worker.vision_data import image_token_ids
 
 IGNORE_INDEX = -100
@@ -36,23 +36,6 @@ def open_image(ref: dict[str, Any], max_side: int) -> Any:
     return image
 
 
-def align_mask(text_ids: list[int], loss_mask: list[int], processed: list[int]) -> tuple[list[int], int]:
-    """The loss mask carried over to the processor's ids, and the end of the last inserted run."""
-    mask = [0] * len(processed)
-    carried = 0
-    last_inserted = 0
-    for op, i1, i2, j1, j2 in SequenceMatcher(None, text_ids, processed, autojunk=False).get_opcodes():
-        if op == "equal":
-            mask[j1:j2] = loss_mask[i1:i2]
-            carried += sum(loss_mask[i1:i2])
-        elif j2 > j1:
-            last_inserted = j2
-    if carried != sum(loss_mask):
-        raise RunSettingError("train_on_completions", "the processor changed text tokens of this row beyond its image "
-                                                      "placeholders, so the trained tokens cannot be placed exactly; set train_on_completions=false")
-    return mask, last_inserted
-
-
 class VisionCollator:
     # How the first-batch check names the rows' media, and what makes one take fewer tokens.
     media = "image"
@@ -66,6 +49,7 @@ class VisionCollator:
         self.max_length = max_length
         self.image_size = image_size
         self.marker_ids = image_token_ids(processor)
+        self.aligner = LabelAligner(processor.tokenizer)
 
     def media_inputs(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         """What the processor gets beside the text: the batch's images, decoded now."""
@@ -81,7 +65,7 @@ class VisionCollator:
         for i, row in enumerate(rows):
             length = int(attention[i].sum())
             processed = ids[i, :length].tolist()
-            mask, media_end = align_mask(row["text_ids"], row["loss_mask"], processed)
+            mask, media_end = self.aligner.align(row["text_ids"], row["loss_mask"], processed)
             length = min(length, max(self.max_length, media_end))
             mask = [0 if token in self.marker_ids else keep for token, keep in zip(processed, mask)]
             trained = torch.tensor(mask[:length], dtype=torch.bool)
