@@ -31,8 +31,9 @@ def _raw(data: Path, tmp_path: Path, **extra):
     return config, load_raw(config, tmp_path / "cache")
 
 
-def test_data_uri_rows_are_image_rows_and_their_pixels_reach_the_collator(vision_assets, processor, tmp_path):
-    data = write_jsonl(tmp_path / "openai.jsonl", openai_rows(vision_assets, 4))
+@pytest.mark.parametrize("answer_as_text", [False, True], ids=["reply as parts", "reply as a string"])
+def test_data_uri_rows_are_image_rows_and_their_pixels_reach_the_collator(vision_assets, processor, tmp_path, answer_as_text):
+    data = write_jsonl(tmp_path / "openai.jsonl", openai_rows(vision_assets, 4, answer_as_text))
     config, raw = _raw(data, tmp_path)
     assert raw.format == "chatml" and has_images(raw) and VisionFamily().modality(raw) == "vision"
     prepared = prepare(config, processor, raw)
@@ -40,6 +41,7 @@ def test_data_uri_rows_are_image_rows_and_their_pixels_reach_the_collator(vision
     row = prepared.train[0]
     assert len(row["images"]) == 1 and row["images"][0]["bytes"] and row["images"][0]["path"] is None
     assert row["text"].count("<image>") == 1 and row["text"].index("What is shown?") < row["text"].index("<image>")
+    assert row["text"].endswith("A red circle.<|end|>\n")
     batch = prepared.collator([prepared.train[0], prepared.train[1]])
     assert batch["pixel_values"].shape[0] == 2
     assert int((batch["input_ids"] == processor.image_token_id).sum()) == 2 * IMAGE_TOKENS_PER_IMAGE

@@ -232,7 +232,7 @@ def prepare_media_rows(config: dict[str, Any], raw: RawData, rows_named: str, me
     return PreparedData(train=train, eval=eval_set, format=raw.format, collator=collator, notes=notes)
 
 
-def image_sources(config: dict[str, Any], what: str) -> ImageSources:
+def run_image_sources(config: dict[str, Any], what: str) -> ImageSources:
     """How this run's `what` data ("training" / "eval") resolves its image references:
     relative paths against its data folders, downloads into its own folder's cache."""
     output_dir = config.get("output_dir")
@@ -241,7 +241,7 @@ def image_sources(config: dict[str, Any], what: str) -> ImageSources:
 
 
 def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str, notes: list[str]) -> Any:
-    sources = image_sources(config, what)
+    sources = run_image_sources(config, what)
     field = sources.field
     completions = bool(config.get("train_on_completions"))
     skip_bad = bool(config.get("skip_bad_images"))

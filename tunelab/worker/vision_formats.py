@@ -104,14 +104,18 @@ def _holds_image(ref: Any) -> bool:
     return bool(ref)
 
 
-def _names_part_types(feature: Any) -> bool:
-    """Whether a column's features hold typed parts (a dict with a `type` key) anywhere."""
+def _may_hold_parts(feature: Any) -> bool:
+    """Whether a column's features may hold typed parts (a dict with a `type` key): false
+    only where every leaf is a plain value. A turn whose content is text in one row and
+    parts in another loads as an opaque JSON feature, which may."""
     if isinstance(feature, dict):
-        return "type" in feature or any(_names_part_types(inner) for inner in feature.values())
+        return "type" in feature or any(_may_hold_parts(inner) for inner in feature.values())
     if isinstance(feature, (list, tuple)):
-        return any(_names_part_types(inner) for inner in feature)
+        return any(_may_hold_parts(inner) for inner in feature)
     inner = getattr(feature, "feature", None)
-    return inner is not None and _names_part_types(inner)
+    if inner is not None:
+        return _may_hold_parts(inner)
+    return getattr(feature, "_type", None) not in ("Value", "ClassLabel")
 
 
 def _image_part_in(turns: Any) -> str | None:
@@ -126,10 +130,10 @@ def _image_part_in(turns: Any) -> str | None:
 
 def first_image_part(rows: Any) -> tuple[int, str] | None:
     """(row index, where) of the first image part in a dataset's conversations, or None.
-    Read a batch of rows at a time, and only where the column's features hold typed parts."""
+    Read a batch of rows at a time, and only where the column's features may hold typed parts."""
     column = conversation_column(list(rows.column_names or []))
     features = getattr(rows, "features", None)
-    if column is None or (features is not None and not _names_part_types(features.get(column))):
+    if column is None or (features is not None and not _may_hold_parts(features.get(column))):
         return None
     turns_only = rows.select_columns([column])  # no other column (an image feature) is read
     for start in range(0, len(turns_only), SCAN_BATCH_ROWS):
