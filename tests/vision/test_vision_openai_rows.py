@@ -109,3 +109,20 @@ def test_a_text_only_model_given_image_parts_names_the_row_and_the_part(vision_a
     assert refused.value.field == "model_name"
     assert refused.value.message.startswith("row 3 of the training data has an image in messages[0].content[1] (image_url part), "
                                             "and tiny-llama is a text-only model")
+
+
+def test_placeholders_without_an_images_column_are_refused_not_trained_as_text(vision_assets, tmp_path):
+    """LLaVA-style rows whose images sit in a column tunelab does not know (`image_path`):
+    a vision model would otherwise train on the `<image>` text without its images."""
+    from tunelab.worker.vision_data import refuse_placeholders_without_images
+
+    rows = [{"conversations": [{"from": "human", "value": "Which shape?"}, {"from": "gpt", "value": "A circle."}], "image_path": "a.png"},
+            {"conversations": [{"from": "human", "value": "<image>\nWhich shape?"}, {"from": "gpt", "value": "A square."}], "image_path": "b.png"}]
+    _, raw = _raw(write_jsonl(tmp_path / "llava.jsonl", rows), tmp_path)
+    assert not has_images(raw)
+    with pytest.raises(DataFormatError) as refused:
+        refuse_placeholders_without_images(raw)
+    assert refused.value.field == "column_mapping"
+    assert refused.value.message.startswith("row 1 of the training data has an <image> placeholder in conversations[0].value "
+                                            "but the data has no images column")
+    assert "column_mapping: {images: your_column}" in refused.value.message

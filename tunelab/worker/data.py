@@ -81,7 +81,7 @@ def _refuse_image_parts(raw: RawData, config: dict[str, Any]) -> None:
     for what, rows in (("training", raw.train), ("eval", raw.eval)):
         found = first_image_part(rows) if rows is not None else None
         if found:
-            raise DataFormatError("model_name", f"row {found[0]} of the {what} data has an image in {found[1]}, and "
+            raise DataFormatError("model_name", f"row {found.row} of the {what} data has an image in {found.place}, and "
                                                 f"{config.get('model_name')} is a text-only model; use an image-text-to-text "
                                                 "model, or remove the image parts from the data")
 

@@ -120,6 +120,7 @@ class VisionFamily(_Family):
         from tunelab.worker import vision_data
 
         if not vision_data.has_images(raw):
+            vision_data.refuse_placeholders_without_images(raw)
             return data.prepare(config, loaded.tokenizer, raw)
         return vision_data.prepare(config, loaded.processing, raw)
 

@@ -99,6 +99,18 @@ def has_images(raw: RawData) -> bool:
     return image_column(raw.train.column_names) is not None or first_image_part(raw.train) is not None
 
 
+def refuse_placeholders_without_images(raw: RawData) -> None:
+    """Conversations with `<image>` placeholders but no images anywhere: the images are in a
+    column tunelab did not recognise, and training on the placeholders as text would
+    silently teach a vision model without its images."""
+    found = first_image_part(raw.train, placeholders=True)
+    if found:
+        raise DataFormatError("column_mapping", f"row {found.row} of the training data has {found.what} in {found.where} "
+                                                f"but the data has no images column (its columns are "
+                                                f"{raw.train.column_names}); map the column that holds the images, e.g. "
+                                                "column_mapping: {images: your_column}")
+
+
 def undecoded(rows: Any) -> Any:
     """Hub image features hold decoded pictures by default: read them as bytes instead, so
     a row costs its compressed size until a batch needs it."""

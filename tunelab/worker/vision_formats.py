@@ -18,14 +18,13 @@ without decoding), a `data:` URI or an http(s) URL (`image_sources` resolves the
 Each reference comes with where it sits (`the 'images' column, item 0`,
 `messages[0].content[1] (image_url part)`), so a message about it names the part; an
 image part that holds no reference, in a row without an images column, is an error
-naming that part. `first_image_part` finds
-image parts in a dataset, so neither a vision model nor a text model trains on such rows
-as text. Torch-free.
+naming that part. `first_image_part` finds image parts in a dataset, so neither a vision
+model nor a text model trains on such rows as text. Torch-free.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from tunelab.worker.formats import DataFormatError, _alpaca_messages, conversation_column, image_column
 from tunelab.worker.media_parts import MediaParts, as_list
@@ -76,6 +75,8 @@ def vision_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> tu
     inline_places: list[str] = []
     messages = _turns(row, fmt, config, inline, inline_places)
     column = image_column(list(row))
+    if column and not as_list(row.get(column)) and inline:
+        column = None  # a table whose other rows use the column: this row's images are in its parts
     if column:
         refs = as_list(row.get(column))
         listed = isinstance(row.get(column), (list, tuple))
@@ -118,27 +119,45 @@ def _may_hold_parts(feature: Any) -> bool:
     return getattr(feature, "_type", None) not in ("Value", "ClassLabel")
 
 
-def _image_part_in(turns: Any) -> str | None:
+class ImagePart(NamedTuple):
+    """Where a dataset first holds an image: its row, the turn's content (`messages[0].content[1]`)
+    and what is there (`image_url part`, `an <image> placeholder`)."""
+    row: int
+    where: str
+    what: str
+
+    @property
+    def place(self) -> str:
+        return f"{self.where} ({self.what})"
+
+
+def _image_part_in(turns: Any, placeholders: bool) -> tuple[str, str] | None:
+    """(where, what) of the first image part (or, with `placeholders`, `<image>` in a turn's text)."""
     for number, turn in enumerate(turns if isinstance(turns, list) else []):
-        content = turn.get("content", turn.get("value")) if isinstance(turn, dict) else None
+        if not isinstance(turn, dict):
+            continue
+        key = "content" if "content" in turn else "value"
+        content = turn.get(key)
+        if placeholders and isinstance(content, str) and IMAGE_PLACEHOLDER in content:
+            return f"[{number}].{key}", f"an {IMAGE_PLACEHOLDER} placeholder"
         for index, part in enumerate(content if isinstance(content, list) else []):
             if isinstance(part, dict) and part.get("type") in IMAGE_PART_TYPES:
-                key = "content" if "content" in turn else "value"
-                return f"[{number}].{key}[{index}] ({part['type']} part)"
+                return f"[{number}].{key}[{index}]", f"{part['type']} part"
     return None
 
 
-def first_image_part(rows: Any) -> tuple[int, str] | None:
-    """(row index, where) of the first image part in a dataset's conversations, or None.
-    Read a batch of rows at a time, and only where the column's features may hold typed parts."""
+def first_image_part(rows: Any, placeholders: bool = False) -> ImagePart | None:
+    """The first image part in a dataset's conversations (with `placeholders`, or `<image>`
+    in a turn's text), or None. Read a batch of rows at a time, and only where the column's
+    features may hold typed parts (or, with `placeholders`, text)."""
     column = conversation_column(list(rows.column_names or []))
     features = getattr(rows, "features", None)
-    if column is None or (features is not None and not _may_hold_parts(features.get(column))):
+    if column is None or (features is not None and not placeholders and not _may_hold_parts(features.get(column))):
         return None
     turns_only = rows.select_columns([column])  # no other column (an image feature) is read
     for start in range(0, len(turns_only), SCAN_BATCH_ROWS):
         for offset, turns in enumerate(turns_only[start:start + SCAN_BATCH_ROWS][column]):
-            where = _image_part_in(turns)
-            if where is not None:
-                return start + offset, column + where
+            found = _image_part_in(turns, placeholders)
+            if found is not None:
+                return ImagePart(start + offset, column + found[0], found[1])
     return None
