@@ -10,7 +10,10 @@ may read is refused (`paths.check_readable`), never opened. It also counts the r
 training would refuse (or skip, with `skip_bad_images`) for an image that is missing,
 unreadable, not an image or outside those folders: every row's images are checked as
 training checks them (header and structure, no pixels), over the first
-`MAX_CHECKED_ROWS` rows so a huge dataset still previews quickly.
+`MAX_CHECKED_ROWS` rows so a huge dataset still previews quickly. Images inside chat parts
+(`data:` URIs included) preview like any other; an http(s) image is never fetched by the
+preview: it shows why (the server's refusal, or that the run downloads it) and counts as
+neither good nor bad.
 """
 
 from __future__ import annotations
