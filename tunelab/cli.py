@@ -374,6 +374,9 @@ def serve(
     allow_ray: bool = typer.Option(False, "--allow-ray", help="Let API callers set ray_address (sends the run's config, secrets included, to a Ray cluster)."),
     allow_multi_node: bool = typer.Option(False, "--allow-multi-node", help="Let API callers set nodes (opens torchrun's unauthenticated rendezvous port to the network)."),
     allow_reward_code: bool = typer.Option(False, "--allow-reward-code", help="Let API callers name a python reward file inside the data roots (objective grpo; runs that code in the worker)."),
+    allow_image_urls: bool = typer.Option(False, "--allow-image-urls",
+                                          help="Let runs download images their data names by http(s) URL (the server then "
+                                               "fetches addresses its clients choose)."),
     allowed_host: list[str] = typer.Option([], "--allowed-host", metavar="NAME",
                                            help="Also answer to this Host name (repeatable; '*' answers to any)."),
     max_queued_per_key: Optional[int] = typer.Option(None, "--max-queued-per-key", metavar="N",
@@ -385,7 +388,7 @@ def serve(
     run_server(host=host, port=port, allow_remote_code=allow_remote_code, allow_unpinned_remote_code=allow_unpinned_remote_code,
                allow_output_anywhere=allow_output_anywhere,
                allow_ray=allow_ray, allow_multi_node=allow_multi_node, allow_reward_code=allow_reward_code,
-               allowed_hosts=allowed_host, max_queued_per_key=max_queued_per_key)
+               allow_image_urls=allow_image_urls, allowed_hosts=allowed_host, max_queued_per_key=max_queued_per_key)
 
 
 @app.command()

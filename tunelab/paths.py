@@ -36,6 +36,9 @@ SHOWN_CHARS = 60
 # lie in the data roots too, like the data files themselves. A run from the machine's
 # own CLI reads them wherever they are.
 CONFINE_READS_ENV = "TUNELAB_CONFINE_READS"
+# Set in the environment of a server started with `--allow-image-urls`: its runs may
+# download images that data rows name by http(s) URL (see `image_urls_allowed`).
+IMAGE_URLS_ENV = "TUNELAB_ALLOW_IMAGE_URLS"
 
 
 class PathNotAllowed(ValueError):
@@ -88,6 +91,11 @@ def run_datasets_cache(output_dir: str | Path) -> Path:
     return Path(output_dir) / ".cache" / "datasets"
 
 
+def run_images_cache(output_dir: str | Path) -> Path:
+    """Where a run keeps the images it downloaded (http(s) URLs in its data), once each."""
+    return Path(output_dir) / ".cache" / "images"
+
+
 def db_path() -> Path:
     return home() / "tunelab.db"
 
@@ -116,6 +124,14 @@ def data_roots() -> list[Path]:
 def reads_confined() -> bool:
     """Whether this process serves HTTP clients (or was started by a process that does)."""
     return os.environ.get(CONFINE_READS_ENV) == "1"
+
+
+def image_urls_allowed() -> bool:
+    """Whether this process may fetch images that data rows name by http(s) URL: a run from
+    the machine's own CLI may; a served one only when the server was started with
+    `--allow-image-urls`, since a server fetching the URLs its clients name can be made to
+    request any address on its network."""
+    return not reads_confined() or os.environ.get(IMAGE_URLS_ENV) == "1"
 
 
 def is_within(path: str | Path, root: str | Path) -> bool:

@@ -139,3 +139,25 @@ def test_the_server_drops_a_preview_answer_over_its_limit():
         assert exc.status == 502 and exc.code == "preview_too_large"
     else:
         raise AssertionError("an oversize answer was accepted")
+
+
+def test_image_urls_in_the_data_are_refused_unless_the_server_was_started_to_fetch_them(start_server, tmp_path):
+    """`--allow-image-urls` reaches the children the server starts: without it the preview
+    shows the refusal training would give (and fetches nothing); with it, the URL is left to
+    the run, which downloads it."""
+    row = {"messages": [{"role": "user", "content": [{"type": "text", "text": "What is it?"},
+                                                    {"type": "image_url", "image_url": {"url": "http://127.0.0.1:9/cat.png"}}]},
+                        {"role": "assistant", "content": "A cat."}]}
+    answers = {}
+    for name, args in (("closed", []), ("open", ["--allow-image-urls"])):
+        server = start_server(home=tmp_path / name, extra_args=args)
+        folder = server.home / "datasets"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "urls.jsonl").write_text(json.dumps(row) + "\n")
+        response = server.client().post("/api/datasets/preview", json={"local_datasets": [str(folder / "urls.jsonl")], "rows": 1})
+        assert response.status_code == 200, response.text
+        preview = response.json()
+        assert (preview["format"], preview["image_count"], preview["bad_image_rows"]) == ("chatml", 1, 0)
+        answers[name] = preview["rows"][0]["images"][0]
+    assert answers["closed"]["name"] == "http://127.0.0.1:9/cat.png" and "tunelab serve --allow-image-urls" in answers["closed"]["error"]
+    assert "downloaded when a run trains" in answers["open"]["error"] and "--allow-image-urls" not in answers["open"]["error"]

@@ -106,7 +106,7 @@ def test_a_missing_or_unreadable_image_names_its_row_and_path_before_training(vi
 
     (tmp_path / "notes.png").write_text("not a picture")
     data = _write_jsonl(tmp_path / "broken.jsonl", [good, {"image": "notes.png", "text": "A blue square."}])
-    with pytest.raises(DataFormatError, match=r"row 1 of the training data: image .*notes\.png cannot be read"):
+    with pytest.raises(DataFormatError, match=r"row 1 of the training data: image .*notes\.png in the 'image' column cannot be read"):
         _prepared(data, processor, tmp_path / "b")
 
 

@@ -48,3 +48,26 @@ def test_the_preview_counts_the_rows_training_would_not_take(vision_assets, home
     monkeypatch.setenv("TUNELAB_DATA_ROOTS", str(vision_assets.root))
     clean = build_preview({"local_datasets": [str(vision_assets.captions)]}, 1, None, tmp_path / "cache2")
     assert (clean["bad_image_rows"], clean["image_rows_checked"]) == (0, 96)
+
+
+def test_openai_image_parts_preview_as_image_rows(vision_assets, home, tmp_path, monkeypatch):
+    """data: URIs show as thumbnails (named by their media type, not their text); a URL the
+    server may not fetch is shown with the refusal training would give, and never fetched."""
+    from openai_rows import openai_row, openai_rows, write_jsonl
+
+    from tunelab import paths
+
+    monkeypatch.setenv("TUNELAB_DATA_ROOTS", str(tmp_path))
+    monkeypatch.setenv(paths.CONFINE_READS_ENV, "1")
+    monkeypatch.delenv(paths.IMAGE_URLS_ENV, raising=False)
+    rows = openai_rows(vision_assets, 3) + [openai_row("http://127.0.0.1:9/cat.png")]
+    data = write_jsonl(tmp_path / "openai.jsonl", rows)
+    preview = build_preview({"local_datasets": [str(data)]}, 4, str(vision_assets.model_dir), tmp_path / "cache")
+    assert preview["format"] == "chatml" and preview["image_count"] == 4 and preview["row_count"] == 4
+    assert (preview["bad_image_rows"], preview["image_rows_checked"]) == (0, 4)
+    first = preview["rows"][0]
+    assert "<image>" in first["text"] and "What is shown?" in first["messages"][0]["content"]
+    image = first["images"][0]
+    assert image["name"].startswith("data:image/png;base64,… (") and image["thumbnail"].startswith("data:image/jpeg;base64,")
+    refused = preview["rows"][3]["images"][0]
+    assert refused["name"] == "http://127.0.0.1:9/cat.png" and "--allow-image-urls" in refused["error"]

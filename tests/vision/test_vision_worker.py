@@ -1,8 +1,10 @@
 """The real worker in a spawn child on the tiny vision-language model: each image data
-shape is detected and trains, text-only data trains it as a language model, a missing
-image ends the run before training with an error naming the row, the path and the field
-(or, with skip_bad_images, is skipped and reported), and full fine-tuning with the vision
-switch off saves a model whose vision tower is the base's."""
+shape is detected and trains (OpenAI `image_url` parts with data: URIs as a vision run),
+text-only data trains it as a language model, a missing image ends the run before
+training with an error naming the row, the path and the field (or, with skip_bad_images,
+is skipped and reported), an image part that holds no image ends it naming the row and
+the part, and full fine-tuning with the vision switch off saves a model whose vision
+tower is the base's."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from openai_rows import openai_rows, write_jsonl
 from spawned_worker import demo_config, run_to_end
 
 from tunelab import events as ev
@@ -52,6 +55,24 @@ def test_each_image_data_shape_is_detected_and_trains(vision_assets, tmp_path, s
     assert final["type"] == ev.COMPLETE, final
     assert f"Tokenizing {rows} {expected} rows" in [e["message"] for e in worker.events if e["type"] == ev.STATUS]
     assert [p["step"] for p in worker.progress()] == [1, 2]
+
+
+def test_openai_rows_with_data_uris_train_as_a_vision_run(vision_assets, tmp_path):
+    data = write_jsonl(tmp_path / "openai.jsonl", openai_rows(vision_assets, 8))
+    final, worker = run_to_end(_payload(vision_assets, data, tmp_path / "out", max_steps=2))
+    assert final["type"] == ev.COMPLETE, final
+    assert [e["modality"] for e in worker.events if e["type"] == ev.MODALITY] == ["vision"]
+    assert "Tokenizing 8 chatml rows" in [e["message"] for e in worker.events if e["type"] == ev.STATUS]
+    assert [p["step"] for p in worker.progress()] == [1, 2]
+
+
+def test_an_image_part_that_holds_no_image_ends_the_run_naming_the_row(vision_assets, tmp_path):
+    rows = openai_rows(vision_assets, 6)
+    rows[4]["messages"][0]["content"][1] = {"type": "image_url", "image_url": {}}
+    final, worker = run_to_end(_payload(vision_assets, write_jsonl(tmp_path / "openai.jsonl", rows), tmp_path / "out"))
+    assert final["type"] == ev.ERROR
+    assert final["error"].startswith("format: row 4 of the training data: messages[0].content[1] (image_url part) holds no image")
+    assert not worker.progress()
 
 
 def test_text_only_data_trains_a_vision_model_as_a_language_model(vision_assets, tmp_path):

@@ -1,6 +1,6 @@
 """Running the server: `serve(host, port)` (what `tunelab serve` calls) and
 `python -m tunelab.server [--host H] [--port P] [--allow-remote-code]
-[--allow-output-anywhere] [--allow-ray] [--allow-multi-node] [--allowed-host NAME ...]
+[--allow-output-anywhere] [--allow-ray] [--allow-multi-node] [--allow-image-urls] [--allowed-host NAME ...]
 [--max-queued-per-key N]`.
 
 The listening socket is bound here, before uvicorn starts, so `--port 0` works (the
@@ -159,13 +159,14 @@ class GracefulServer(uvicorn.Server):
 def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str = "info",
           allow_remote_code: bool = False, allow_unpinned_remote_code: bool = False,
           allow_output_anywhere: bool = False, allow_ray: bool = False,
-          allow_multi_node: bool = False, allow_reward_code: bool = False,
+          allow_multi_node: bool = False, allow_reward_code: bool = False, allow_image_urls: bool = False,
           allowed_hosts: list[str] | None = None, max_queued_per_key: int | None = None) -> None:
     """Serve the API and the web page until a signal (Ctrl-C, SIGTERM, SIGHUP) ends it,
     after stopping and saving the active run. `allow_remote_code` / `allow_output_anywhere`:
     let API callers set trust_remote_code (with approved_remote_code_fingerprint;
     `allow_unpinned_remote_code`: without it too) / allow_output_outside_root; `allow_ray`: ray_address;
-    `allow_reward_code`: a python reward file (in the data roots). `allowed_hosts`:
+    `allow_reward_code`: a python reward file (in the data roots); `allow_image_urls`: runs
+    download images their data names by http(s) URL. `allowed_hosts`:
     more Host names to answer to. `max_queued_per_key`: how many queued runs one key may
     have waiting (None: TUNELAB_MAX_QUEUED_PER_KEY, else 20)."""
     from tunelab.server.app import create_app
@@ -192,6 +193,11 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str 
     # Inherited by every worker and preview this server starts: image files named inside
     # a run's data must lie in the data roots, as the data files do.
     os.environ[paths.CONFINE_READS_ENV] = "1"
+    # Likewise inherited: whether those runs may fetch images named by URL (the flag alone decides).
+    if allow_image_urls:
+        os.environ[paths.IMAGE_URLS_ENV] = "1"
+    else:
+        os.environ.pop(paths.IMAGE_URLS_ENV, None)
     # A served lab starts runs again and again: keep a worker warm for the next one.
     app = create_app(token=token, prewarm=True, allow_remote_code=allow_remote_code,
                      allow_unpinned_remote_code=allow_unpinned_remote_code,
@@ -231,6 +237,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="let API callers set nodes (opens torchrun's unauthenticated rendezvous port to the network)")
     parser.add_argument("--allow-reward-code", action="store_true",
                         help="let API callers name a python reward file inside the data roots (objective grpo; runs that code)")
+    parser.add_argument("--allow-image-urls", action="store_true",
+                        help="let runs download images their data names by http(s) URL (the server then fetches "
+                             "addresses its clients choose)")
     parser.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
                         help="also answer to this Host name (repeatable; '*' answers to any)")
     parser.add_argument("--max-queued-per-key", type=int, default=None, metavar="N",
@@ -239,5 +248,6 @@ def main(argv: list[str] | None = None) -> None:
     serve(args.host, args.port, log_level=args.log_level, allow_remote_code=args.allow_remote_code,
           allow_unpinned_remote_code=args.allow_unpinned_remote_code,
           allow_output_anywhere=args.allow_output_anywhere, allow_ray=args.allow_ray,
-          allow_multi_node=args.allow_multi_node, allow_reward_code=args.allow_reward_code, allowed_hosts=args.allowed_host,
+          allow_multi_node=args.allow_multi_node, allow_reward_code=args.allow_reward_code,
+          allow_image_urls=args.allow_image_urls, allowed_hosts=args.allowed_host,
           max_queued_per_key=args.max_queued_per_key)

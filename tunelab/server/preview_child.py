@@ -82,8 +82,9 @@ def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None,
 
     raw = load_raw({**config, "eval_steps": 0}, cache_dir)
     from tunelab.worker.formats import image_column
+    from tunelab.worker.vision_formats import first_image_part
 
-    if image_column(raw.train.column_names):
+    if image_column(raw.train.column_names) or first_image_part(raw.train):
         from tunelab.server.preview_images import build_image_preview
 
         return build_image_preview(config, rows, tokenizer_name, raw, image_column(raw.train.column_names))

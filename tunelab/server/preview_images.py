@@ -10,7 +10,10 @@ may read is refused (`paths.check_readable`), never opened. It also counts the r
 training would refuse (or skip, with `skip_bad_images`) for an image that is missing,
 unreadable, not an image or outside those folders: every row's images are checked as
 training checks them (header and structure, no pixels), over the first
-`MAX_CHECKED_ROWS` rows so a huge dataset still previews quickly.
+`MAX_CHECKED_ROWS` rows so a huge dataset still previews quickly. Images inside chat parts
+(`data:` URIs included) preview like any other; an http(s) image is never fetched by the
+preview: it shows why (the server's refusal, or that the run downloads it) and counts as
+neither good nor bad.
 """
 
 from __future__ import annotations
@@ -40,23 +43,31 @@ def image_count(data: Any, column: str) -> int:
     return len(values) - values.null_count
 
 
-def _thumbnail(ref: Any, folders: list, field: str) -> dict[str, Any]:
+def _sources(config: dict[str, Any]) -> Any:
+    """How the preview resolves image references: as training does, with every path checked
+    against the data roots (the preview serves HTTP) and no URL fetched (no run cache)."""
+    from tunelab.worker.image_sources import ImageSources
+    from tunelab.worker.vision_data import data_folders
+
+    return ImageSources(data_folders(config, "training"), "local_datasets" if config.get("local_datasets") else "dataset",
+                        None, confined=True)
+
+
+def _thumbnail(ref: Any, sources: Any) -> dict[str, Any]:
     from PIL import Image
 
-    from tunelab.worker.vision_data import image_reference
+    from tunelab.worker.image_sources import ImageRefused, describe
 
-    shown = ref if isinstance(ref, str) else (ref or {}).get("path") or "(embedded image)"
+    shown = describe(ref)
     try:
-        image = image_reference(ref, folders)
-        if not image["bytes"]:
-            paths.check_readable(image["path"], field)
+        image = sources.resolve(ref)
         with Image.open(io.BytesIO(image["bytes"]) if image["bytes"] else image["path"]) as opened:
             width, height = opened.size
             small = opened.convert("RGB")
             small.thumbnail((THUMBNAIL_SIDE, THUMBNAIL_SIDE))
         encoded = io.BytesIO()
         small.save(encoded, format="JPEG", quality=80)
-    except paths.PathNotAllowed as exc:
+    except (paths.PathNotAllowed, ImageRefused) as exc:
         return {"name": truncate(str(shown), COLUMN_CHARS), "error": str(exc)}
     except Exception as exc:  # missing, not an image, truncated: shown, as training would refuse it
         return {"name": truncate(str(shown), COLUMN_CHARS), "error": f"cannot be read ({type(exc).__name__}: {exc})"}
@@ -64,29 +75,30 @@ def _thumbnail(ref: Any, folders: list, field: str) -> dict[str, Any]:
             "thumbnail": "data:image/jpeg;base64," + base64.b64encode(encoded.getvalue()).decode()}
 
 
-def bad_image_rows(data: Any, fmt: str, config: dict[str, Any], folders: list, field: str) -> tuple[int, int]:
-    """(rows with an image training would not take, rows checked) over the first
-    MAX_CHECKED_ROWS rows. Rows whose shape is wrong are left to the format's own error."""
+def bad_image_rows(data: Any, fmt: str, config: dict[str, Any], sources: Any) -> tuple[int, int, int]:
+    """(rows with an image training would not take, rows checked, images in them) over the
+    first MAX_CHECKED_ROWS rows. Rows whose shape is wrong are left to the format's own
+    error; an http(s) image is not fetched here, so it counts as neither good nor bad."""
     from tunelab.worker.formats import DataFormatError
-    from tunelab.worker.vision_data import check_image, image_reference
+    from tunelab.worker.image_sources import is_url
+    from tunelab.worker.vision_data import check_image
     from tunelab.worker.vision_formats import vision_messages
 
     checked = data.select(range(min(len(data), MAX_CHECKED_ROWS)))
-    bad = 0
+    bad = images = 0
     for row in checked:
         try:
-            _, refs = vision_messages(row, fmt, config)
+            _, refs, _ = vision_messages(row, fmt, config)
         except DataFormatError:
             continue
+        images += len(refs)
         try:
             for ref in refs:
-                image = image_reference(ref, folders)
-                if not image["bytes"]:
-                    paths.check_readable(image["path"], field)
-                check_image(image)
+                if not is_url(ref):
+                    check_image(sources.resolve(ref))
         except Exception:  # missing, unreadable, not an image, or refused: what training would not take
             bad += 1
-    return bad, len(checked)
+    return bad, len(checked), images
 
 
 def _load_processor(name: str, config: dict[str, Any]) -> tuple[Any | None, str]:
@@ -103,20 +115,21 @@ def _as_text(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
             for m in messages]
 
 
-def build_image_preview(config: dict[str, Any], rows: int, model_name: str | None, raw: Any, column: str) -> dict[str, Any]:
+def build_image_preview(config: dict[str, Any], rows: int, model_name: str | None, raw: Any, column: str | None) -> dict[str, Any]:
+    """The preview of image rows; `column` is the image column, None where the images sit
+    inside the conversations' parts (then the count covers the rows checked)."""
     from tunelab.worker.tokenization import render
-    from tunelab.worker.vision_data import data_folders, undecoded
+    from tunelab.worker.vision_data import undecoded
     from tunelab.worker.vision_formats import vision_messages
 
     data = undecoded(raw.train)
     processor, note = _load_processor(model_name, config) if model_name else (None, "")
-    folders = data_folders(config, "training")
-    field = "local_datasets" if config.get("local_datasets") else "dataset"
+    sources = _sources(config)
     shown, budget, thumbnails = [], TOTAL_CHARS, 0
     for index in range(min(rows, len(data))):
         if budget <= 0:
             break
-        messages, refs = vision_messages(data[index], raw.format, config)
+        messages, refs, _ = vision_messages(data[index], raw.format, config)
         text = render(processor, messages) if processor is not None else "".join(
             f"<|{m['role']}|>\n{m['content']}\n" for m in _as_text(messages))
         text = truncate(text, min(ROW_CHARS, budget))
@@ -125,15 +138,15 @@ def build_image_preview(config: dict[str, Any], rows: int, model_name: str | Non
         for ref in refs:
             if thumbnails >= MAX_THUMBNAILS:
                 break
-            images.append(_thumbnail(ref, folders, field))
+            images.append(_thumbnail(ref, sources))
             thumbnails += 1
         shown.append({"index": index, "text": text, "messages": _short_messages(_as_text(messages)), "images": images})
-    bad, checked = bad_image_rows(data, raw.format, config, folders, field)
+    bad, checked, images_checked = bad_image_rows(data, raw.format, config, sources)
     return {
         "format": raw.format,
         "columns": [truncate(str(name), COLUMN_CHARS) for name in raw.train.column_names],
         "row_count": len(raw.train),
-        "image_count": image_count(data, column),
+        "image_count": image_count(data, column) if column else images_checked,
         "bad_image_rows": bad,
         "image_rows_checked": checked,
         "rendered_with": "chat_template" if processor is not None else "plain",

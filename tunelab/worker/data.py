@@ -56,6 +56,7 @@ def prepare(config: dict[str, Any], tokenizer: Any, raw: RawData) -> PreparedDat
     if image_column(raw.train.column_names):
         raise DataFormatError("model_name", f"the dataset has images (column '{image_column(raw.train.column_names)}') and "
                                             f"{config.get('model_name')} is a text-only model; use an image-text-to-text model, or drop the image column")
+    _refuse_image_parts(raw, config)
     if raw.format in EMBEDDING_FORMATS:
         raise DataFormatError("model_name", f"{raw.format} data (columns {raw.train.column_names}) trains an embedding model and "
                                             f"{config.get('model_name')} is a generative model; point model_name at an encoder "
@@ -70,6 +71,19 @@ def prepare(config: dict[str, Any], tokenizer: Any, raw: RawData) -> PreparedDat
     _check_batch_fits(len(train), config)
     eval_set = _tokenize(raw.eval, raw.format, tokenizer, config, "eval") if raw.eval is not None else None
     return PreparedData(train=train, eval=eval_set, format=raw.format, trainer_ready=True)
+
+
+def _refuse_image_parts(raw: RawData, config: dict[str, Any]) -> None:
+    """Image parts (an OpenAI `image_url` part, say) in a text-only model's data: an error
+    naming the first such row and part, never a run that trains on them as text."""
+    from tunelab.worker.vision_formats import first_image_part
+
+    for what, rows in (("training", raw.train), ("eval", raw.eval)):
+        found = first_image_part(rows) if rows is not None else None
+        if found:
+            raise DataFormatError("model_name", f"row {found.row} of the {what} data has an image in {found.place}, and "
+                                                f"{config.get('model_name')} is a text-only model; use an image-text-to-text "
+                                                "model, or remove the image parts from the data")
 
 
 def _check_batch_fits(rows: int, config: dict[str, Any]) -> None:

@@ -50,7 +50,10 @@ class MediaParts:
                 return value
         return None
 
-    def content_parts(self, content: Any, inline_refs: list[Any]) -> list[dict[str, Any]]:
+    def content_parts(self, content: Any, inline_refs: list[Any], where: str = "content",
+                      places: list[str] | None = None) -> list[dict[str, Any]]:
+        """A turn's content as parts; each media part's own reference goes to `inline_refs`
+        and, with `places`, where it sits (`where[i]`) goes there, for messages naming it."""
         if content is None:
             return []
         if isinstance(content, str):
@@ -58,19 +61,23 @@ class MediaParts:
         if not isinstance(content, list):
             raise DataFormatError("format", f"a turn's content must be text or a list of parts, got {type(content).__name__}")
         parts: list[dict[str, Any]] = []
-        for part in content:
+        for index, part in enumerate(content):
             kind = part.get("type") if isinstance(part, dict) else None
             if kind in self.part_types:
                 parts.append({"type": self.kind})
                 inline_refs.append(self.inline_ref(part))
+                if places is not None:
+                    places.append(f"{where}[{index}] ({kind} part)")
             elif kind == "text":
                 parts.extend(self.text_parts(str(part.get("text") or "")))
             else:
                 raise DataFormatError("format", f"unknown content part {part!r}{self.unknown_part_hint}")
         return parts
 
-    def chat_turns(self, row: dict[str, Any], fmt: str, config: dict[str, Any], inline_refs: list[Any]) -> list[dict[str, Any]]:
-        """A chatml / sharegpt row's turns as messages with parts; inline references go to `inline_refs`."""
+    def chat_turns(self, row: dict[str, Any], fmt: str, config: dict[str, Any], inline_refs: list[Any],
+                   places: list[str] | None = None) -> list[dict[str, Any]]:
+        """A chatml / sharegpt row's turns as messages with parts; inline references go to
+        `inline_refs` (and where each sits, e.g. `messages[0].content[1] (image_url part)`, to `places`)."""
         column = conversation_column(list(row))
         turns = row.get(column) if column else None
         if not isinstance(turns, list):
@@ -78,11 +85,12 @@ class MediaParts:
         role_key, content_key = ("from", "value") if fmt == "sharegpt" else ("role", "content")
         role_mapping = config.get("role_mapping") or {}
         messages = []
-        for turn in turns:
+        for number, turn in enumerate(turns):
             if not isinstance(turn, dict) or turn.get(role_key) is None:
                 raise DataFormatError("format", f"a {fmt} turn needs '{role_key}' and '{content_key}' keys, got {turn!r}")
             role = _map_role(str(turn[role_key]), fmt, role_mapping)
-            messages.append({"role": role, "content": self.content_parts(turn.get(content_key), inline_refs)})
+            content = self.content_parts(turn.get(content_key), inline_refs, f"{column}[{number}].{content_key}", places)
+            messages.append({"role": role, "content": content})
         return messages
 
     def place(self, messages: list[dict[str, Any]], refs: list[Any], no_user_turn: str) -> int:

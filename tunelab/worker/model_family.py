@@ -8,8 +8,9 @@ result is saved. `detect(config)` picks the family from the model's own files
 `embedding_model.is_embedding_model`), never from its name.
   text    tokenizer + AutoModelForCausalLM; data through `data.prepare` and TRL's collator.
   vision  AutoProcessor + AutoModelForImageTextToText; image rows through
-          `vision_data.prepare` and its collator. A dataset without an image column trains
-          the model as a language model, exactly as the text family would.
+          `vision_data.prepare` and its collator. A dataset without images (no image column,
+          no image parts in its conversations) trains the model as a language model,
+          exactly as the text family would.
   embedding  a sentence-transformers model (`embedding_family`): pair/triplet/scored rows,
           sentence-transformers' own trainer and losses; saved as a sentence-transformers folder.
   speech  AutoProcessor (feature extractor + tokenizer) + AutoModelForSpeechSeq2Seq;
@@ -120,11 +121,13 @@ class VisionFamily(_Family):
         from tunelab.worker import vision_data
 
         if not vision_data.has_images(raw):
+            vision_data.refuse_placeholders_without_images(raw)
             return data.prepare(config, loaded.tokenizer, raw)
         return vision_data.prepare(config, loaded.processing, raw)
 
     def modality(self, raw: Any) -> str:
-        """What the run trains on: image rows make it "vision"; without them it is a language model."""
+        """What the run trains on: image rows (an image column or image parts) make it "vision";
+        without them it is a language model."""
         from tunelab.worker import vision_data
 
         return "vision" if vision_data.has_images(raw) else "text"

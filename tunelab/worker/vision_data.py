@@ -8,14 +8,18 @@
              `train_on_completions` only the assistant turns (found as in `tokenization`);
              never an image placeholder or marker (`image_token_ids`: the processor's named
              image tokens and the special tokens its chat template writes for an image)
-Pixels are never decoded here: every image is opened only far enough to check that it
-is an image (a missing or unreadable one is an error naming its row and path, before
-training; with `skip_bad_images` the row is dropped instead, and the count and the first
-few rows and paths come back as a note the worker reports), and decoded batch by batch in
-`vision_collator`. Relative image paths are
-resolved against the folder of the dataset file (the first of the run's data folders
-that holds them). In a run a server started (`paths.reads_confined`), an image path
-outside the data roots is refused like a data file there would be. Torch-free apart from the collator it hands on.
+Every form of image reference (`image_sources`: paths, bytes, hub dicts, data: URIs,
+http(s) URLs downloaded once into the run's cache) becomes `{path, bytes}` here. Pixels
+are never decoded here: every image is opened only far enough to check that it is an
+image (a missing or unreadable one is an error naming its row, the part and the image,
+before training; with `skip_bad_images` the row is dropped instead, and the count and the
+first few rows and images come back as a note the worker reports), and decoded batch by
+batch in `vision_collator`. Relative image paths are resolved against the folder of the
+dataset file (the first of the run's data folders that holds them). In a run a server
+started (`paths.reads_confined`), an image path outside the data roots is refused like a
+data file there would be, and so is an http(s) URL unless the server allows them. Rows
+with image parts (an OpenAI `image_url` part, say) are image rows even without an images
+column (`has_images`). Torch-free apart from the collator it hands on.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from typing import Any, Callable
 from tunelab import paths
 from tunelab.worker.data import MAX_UNLABELLED_SHARE, PreparedData, _check_batch_fits, _check_masking_applies
 from tunelab.worker.formats import DataFormatError, image_column
+# image_reference is re-exported: the audio paths read clip references the same way.
+from tunelab.worker.image_sources import ImageRefused, ImageSources, describe, image_reference  # noqa: F401
 from tunelab.worker.sources import RawData
 from tunelab.worker.tokenization import assistant_spans, render
-from tunelab.worker.vision_formats import vision_messages
+from tunelab.worker.vision_formats import first_image_part, vision_messages
 
 VISION_COLUMNS = ("text", "images", "text_ids", "loss_mask")
 # With skip_bad_images: how many skipped (row, path) pairs a note names before "…".
@@ -89,7 +95,20 @@ def template_part_tokens(processor: Any, part: dict[str, Any]) -> set[int]:
 
 
 def has_images(raw: RawData) -> bool:
-    return image_column(raw.train.column_names) is not None
+    """Whether the run's rows hold images: an image column, or image parts in the conversations."""
+    return image_column(raw.train.column_names) is not None or first_image_part(raw.train) is not None
+
+
+def refuse_placeholders_without_images(raw: RawData) -> None:
+    """Conversations with `<image>` placeholders but no images anywhere: the images are in a
+    column tunelab did not recognise, and training on the placeholders as text would
+    silently teach a vision model without its images."""
+    found = first_image_part(raw.train, placeholders=True)
+    if found:
+        raise DataFormatError("column_mapping", f"row {found.row} of the training data has {found.what} in {found.where} "
+                                                f"but the data has no images column (its columns are "
+                                                f"{raw.train.column_names}); map the column that holds the images, e.g. "
+                                                "column_mapping: {images: your_column}")
 
 
 def undecoded(rows: Any) -> Any:
@@ -122,21 +141,6 @@ def _source_field(config: dict[str, Any], what: str) -> str:
     if what == "eval" and config.get("local_eval_datasets"):
         return "local_eval_datasets"
     return "local_datasets" if config.get("local_datasets") else "s3" if config.get("s3") else "dataset"
-
-
-def image_reference(ref: Any, folders: list[Path]) -> dict[str, Any]:
-    """`{path, bytes}` for one image reference, relative paths resolved against `folders`."""
-    if isinstance(ref, dict):
-        data, path = ref.get("bytes"), ref.get("path")
-        if data:
-            return {"path": path, "bytes": bytes(data)}
-        ref = path
-    if not isinstance(ref, str) or not ref:
-        raise ValueError(f"{ref!r} is neither a file path nor image bytes")
-    path = Path(ref).expanduser()
-    if not path.is_absolute():
-        path = next((folder / path for folder in folders if (folder / path).exists()), (folders[0] / path) if folders else path)
-    return {"path": str(path), "bytes": None}
 
 
 def check_image(ref: dict[str, Any]) -> None:
@@ -240,32 +244,40 @@ def prepare_media_rows(config: dict[str, Any], raw: RawData, rows_named: str, me
     return PreparedData(train=train, eval=eval_set, format=raw.format, collator=collator, notes=notes)
 
 
+def run_image_sources(config: dict[str, Any], what: str) -> ImageSources:
+    """How this run's `what` data ("training" / "eval") resolves its image references:
+    relative paths against its data folders, downloads into its own folder's cache."""
+    output_dir = config.get("output_dir")
+    return ImageSources(data_folders(config, what), _source_field(config, what),
+                        paths.run_images_cache(output_dir) if output_dir else None)
+
+
 def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str, notes: list[str]) -> Any:
-    folders = data_folders(config, what)
-    field = _source_field(config, what)
+    sources = run_image_sources(config, what)
+    field = sources.field
     completions = bool(config.get("train_on_completions"))
     skip_bad = bool(config.get("skip_bad_images"))
-    confined = paths.reads_confined()
     image_ids = image_token_ids(processor)
 
     def convert(row: dict[str, Any], index: int) -> dict[str, Any]:
-        messages, refs = vision_messages(row, fmt, config)
+        try:
+            messages, refs, places = vision_messages(row, fmt, config)
+        except DataFormatError as exc:
+            raise DataFormatError(exc.field, f"row {index} of the {what} data: {exc.message}") from exc
         images = []
-        for ref in refs:
+        for ref, place in zip(refs, places):
             image = None
             try:
-                image = image_reference(ref, folders)
-                if confined and not image["bytes"]:
-                    paths.check_readable(image["path"], field)
+                image = sources.resolve(ref)
                 check_image(image)
-            except paths.PathNotAllowed as exc:
+            except (paths.PathNotAllowed, ImageRefused) as exc:
                 # A refusal, not bad data: skip_bad_images never turns it into a skip.
-                raise DataFormatError(field, f"row {index} of the {what} data: image {exc}") from exc
-            except Exception as exc:  # missing file, not an image, truncated header, bad reference
-                shown = (image or {}).get("path") or (ref if isinstance(ref, str) else "(embedded image)")
+                raise DataFormatError(field, f"row {index} of the {what} data: image in {place}: {exc}") from exc
+            except Exception as exc:  # missing file, not an image, truncated header, too large, unreachable
+                shown = (image or {}).get("path") or describe(ref)
                 if skip_bad:
                     return {"text": "", "images": [], "text_ids": [], "loss_mask": [], "bad_image": str(shown)}
-                raise DataFormatError(field, f"row {index} of the {what} data: image {shown} cannot be read ({exc}); "
+                raise DataFormatError(field, f"row {index} of the {what} data: image {shown} in {place} cannot be read ({exc}); "
                                              "fix or remove the row, or correct the path (relative paths are relative to the dataset file), "
                                              "or set skip_bad_images=true to skip such rows") from exc
             images.append(image)
