@@ -115,3 +115,23 @@ def test_conversation_with_unknown_turn_keys_is_explained():
     with pytest.raises(DataFormatError) as err:
         detect_format(["messages"], rows)
     assert "speaker" in str(err.value) and "role/content" in str(err.value)
+
+
+def test_openai_text_parts_read_as_text_and_a_dict_where_text_belongs_is_an_error(tmp_path, data_cache):
+    # OpenAI's message format allows content as a list of parts; text-only parts are text.
+    parts = [{"type": "text", "text": "What is 2+2?"}, {"type": "text", "text": "Answer briefly."}]
+    rows = [{"messages": [{"role": "user", "content": parts}, {"role": "assistant", "content": "4"}]}]
+    raw = load_raw(_config(_write_jsonl(tmp_path / "parts.jsonl", rows)), data_cache)
+    messages = to_messages(raw.train[0], raw.format, {})
+    assert messages == [{"role": "user", "content": "What is 2+2?\nAnswer briefly."}, {"role": "assistant", "content": "4"}]
+    # A turn object where an answer's text belongs (LLaMA-Factory's DPO objects in an SFT file)
+    # must never train as Python's dict text.
+    with pytest.raises(DataFormatError, match=r"column 'output' holds a dict .* where text belongs") as caught:
+        to_messages({"instruction": "2+2?", "output": {"from": "gpt", "value": "4"}}, "alpaca", {})
+    assert caught.value.field == "dataset"
+    with pytest.raises(DataFormatError, match=r"content parts include \['image_url'\]"):
+        to_messages({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]},
+                                  {"role": "assistant", "content": "a cat"}]}, "chatml", {})
+    with pytest.raises(DataFormatError, match=r"column 'messages\[\].content' holds a dict"):
+        to_messages({"messages": [{"role": "user", "content": {"text": "hi"}}, {"role": "assistant", "content": "4"}]},
+                    "chatml", {})

@@ -153,19 +153,41 @@ def required_columns(fmt: str, columns: list[str], sample_rows: list[dict[str, A
     return [] if "text" in columns else ["text"]
 
 
-def _text(value: Any) -> str:
+def _text(value: Any, column: str = "") -> str:
+    """A cell as text. Numbers and booleans read as written; a dict or a list is never
+    stringified (the model would learn to answer in Python's dict syntax): an error
+    naming the column."""
+    if isinstance(value, (dict, list, tuple)):
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        raise DataFormatError("dataset", f"column '{column or '?'}' holds a {type(value).__name__} ({shown}) where text "
+                                         "belongs; give it a string, or map the column that holds the text with column_mapping")
     return "" if value is None else str(value)
+
+
+def _content_text(content: Any, column: str) -> str:
+    """A turn's content as text: a string, or OpenAI-style content parts that are all text
+    ({"type": "text", "text": ...}), joined as one message. Parts of another kind (images,
+    audio) need a model of that family, which reads them elsewhere."""
+    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") == "text" for p in content):
+        return "\n".join(_text(p.get("text"), f"{column}[].content[].text") for p in content)
+    if isinstance(content, list):
+        kinds = sorted({str(p.get("type")) if isinstance(p, dict) else type(p).__name__ for p in content} - {"text"})
+        raise DataFormatError("dataset", f"column '{column}' has a turn whose content parts include {kinds}, which a text "
+                                         "model cannot read; train an image-text-to-text (or audio) model on such rows, or "
+                                         "keep only text parts")
+    return _text(content, f"{column}[].content")
 
 
 def _alpaca_messages(row: dict[str, Any]) -> list[dict[str, str]]:
     messages = []
-    if _text(row.get("system")).strip():
-        messages.append({"role": "system", "content": _text(row["system"])})
-    prompt = _text(row.get("instruction"))
-    if _text(row.get("input")).strip():
-        prompt = f"{prompt}\n\n{_text(row['input'])}"
+    if _text(row.get("system"), "system").strip():
+        messages.append({"role": "system", "content": _text(row["system"], "system")})
+    prompt = _text(row.get("instruction"), "instruction")
+    if _text(row.get("input"), "input").strip():
+        prompt = f"{prompt}\n\n{_text(row['input'], 'input')}"
     messages.append({"role": "user", "content": prompt})
-    messages.append({"role": "assistant", "content": _text(row.get("output"))})
+    messages.append({"role": "assistant", "content": _text(row.get("output"), "output")})
     return messages
 
 
@@ -194,8 +216,9 @@ def _conversation_messages(row: dict[str, Any], fmt: str, role_mapping: dict[str
     for turn in turns:
         if not isinstance(turn, dict) or turn.get(role_key) is None:
             raise DataFormatError("format", f"a {fmt} turn needs '{role_key}' and '{content_key}' keys, got {turn!r}")
-        messages.append({"role": _map_role(str(turn[role_key]), fmt, role_mapping), "content": _text(turn.get(content_key))})
-    system = _text(row.get("system"))
+        messages.append({"role": _map_role(str(turn[role_key]), fmt, role_mapping),
+                         "content": _content_text(turn.get(content_key), str(column))})
+    system = _text(row.get("system"), "system")
     if system.strip() and not (messages and messages[0]["role"] == "system"):
         messages.insert(0, {"role": "system", "content": system})
     return messages
@@ -204,7 +227,7 @@ def _conversation_messages(row: dict[str, Any], fmt: str, role_mapping: dict[str
 def to_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> list[dict[str, str]] | str:
     """Chat messages for a row (`{"role", "content"}` dicts), or the raw text for `text` data."""
     if fmt == "text":
-        return _text(row.get("text"))
+        return _text(row.get("text"), "text")
     if fmt == "alpaca":
         return _alpaca_messages(row)
     if fmt in ("sharegpt", "chatml"):
@@ -230,7 +253,7 @@ def to_plain_text(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> str:
     """A row as raw text without any chat markup (continued pretraining reads this; a
     dataset preview shows an embedding row as one `column: value` line per column)."""
     if fmt in EMBEDDING_FORMATS:
-        return "\n".join(f"{column}: {_text(row.get(column))}" for column in EMBEDDING_FORMATS[fmt])
+        return "\n".join(f"{column}: {_text(row.get(column), column)}" for column in EMBEDDING_FORMATS[fmt])
     rendered = to_messages(row, fmt, config)
     if isinstance(rendered, str):
         return rendered
