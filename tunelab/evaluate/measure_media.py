@@ -9,7 +9,7 @@ loss mask and collator as training), given the eval split where it takes its tra
 rows. The loss follows the Trainer's eval convention as `measure.mean_loss` does: batches
 of `batch_size` rows in order, each batch's mean loss, weighted by its row count. The word
 error rate is the speech trainer's own (`speech_trainer.word_error_rate`, jiwer), over every
-eval clip, with generation started as the labels start (`speech_model.generation_kwargs`).
+eval clip, with generation started as the labels start (`speech_prefix.generation_kwargs`).
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def transcripts(loaded: Any, config: dict[str, Any], raw: Any, max_items: int, m
     error rate against the transcripts (the generations payload of a speech-to-text run)."""
     import torch
 
-    from tunelab.worker.speech_model import generation_kwargs
+    from tunelab.worker.speech_prefix import carry_to_generation, generation_kwargs
     from tunelab.worker.speech_trainer import word_error_rate
 
     rows, collator = _eval_rows(loaded, config, raw)
@@ -174,11 +174,12 @@ def transcripts(loaded: Any, config: dict[str, Any], raw: Any, max_items: int, m
     for side, adapter in (("base", False), ("fine_tune", True)):
         progress(f"transcribing {len(rows)} eval clips ({side.replace('_', '-')})")
         model, context = loaded.model_for(adapter)
+        carry_to_generation(model, tokenizer)  # both sides start as the run's labels did (its language and task)
         found: list[str] = []
         with context, torch.inference_mode():
             for batch in _batches(rows, collator, batch_size, loaded.device, model.dtype):
                 batch.pop("labels")
-                ids = model.generate(**batch, **generation_kwargs(model, tokenizer), max_new_tokens=max_new_tokens)
+                ids = model.generate(**batch, **generation_kwargs(model), max_new_tokens=max_new_tokens)
                 found += [text.strip() for text in tokenizer.batch_decode(ids, skip_special_tokens=True)]
         heard[side] = found
     items = [{"prompt": f"eval clip {i + 1}", "reference": references[i],
