@@ -35,7 +35,7 @@ def upload_max_bytes() -> int:
 
 
 def too_large_message(limit: int) -> str:
-    return (f"the file is larger than {limit / (1 << 20):g} MiB, the most this server accepts for an upload "
+    return (f"the file is larger than {limit / (1 << 20):.3g} MiB, the most this server accepts for an upload "
             f"({UPLOAD_MAX_ENV}); nothing was kept. Upload a smaller file or a slice of it, or copy it into "
             "the home's datasets folder on the server")
 
