@@ -7,6 +7,7 @@ refused naming the field, and leave nothing behind."""
 from __future__ import annotations
 
 import json
+import socket
 
 import pytest
 
@@ -72,3 +73,21 @@ def test_bad_uploads_name_the_field_and_leave_nothing(server, name, content, fie
     assert error["field"] == field and says in error["message"], error
     assert contents(server) == []
     assert not (server.home / "escape.jsonl").exists()
+
+
+def test_a_stalled_upload_times_out_and_leaves_nothing(start_server):
+    server = start_server(extra_env={"TUNELAB_BODY_TIMEOUT_S": "1"})
+    host, port = server.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall((f"POST /api/datasets/upload?name=slow.jsonl HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      f"Authorization: Bearer {server.token}\r\nContent-Length: 1000\r\n\r\n").encode() + JSONL[:20])
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 408"), answer
+    assert json.loads(body)["error"]["field"] == "file"
+    assert contents(server) == []

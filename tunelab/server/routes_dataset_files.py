@@ -7,7 +7,8 @@ to look into quickly, rows and columns (dataset_files.look).
 
 An upload is the file itself as the request body (`?name=` gives its name): it streams
 to a hidden file in `<home>/datasets` and is held to TUNELAB_UPLOAD_MAX_MB while it
-arrives (RequestGuard refuses a larger declared Content-Length before reading a byte).
+arrives (RequestGuard refuses a larger declared Content-Length before reading a byte),
+and each piece must follow the last within TUNELAB_BODY_TIMEOUT_S.
 A body as-is rather than multipart/form-data: nothing is spooled or parsed on the way,
 and the page sends a File just as easily. A file past the bound, or one that is not the
 data its extension names, is removed and refused (413 / 422); a good one takes its name
@@ -28,7 +29,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
 from tunelab import paths
-from tunelab.server import dataset_files
+from tunelab.server import dataset_files, slow_clients
 from tunelab.server.dataset_files import EXTENSIONS, LOOK_LIMIT_BYTES, NotData
 from tunelab.server.errors import ApiError
 from tunelab.server.schemas import error_responses
@@ -111,10 +112,21 @@ def _checked_name(name: str) -> str:
 
 
 async def _receive_into(request: Request, part: Path, limit: int) -> int:
-    """Stream the body into `part`; 413 once it passes `limit` bytes."""
+    """Stream the body into `part`; 413 once it passes `limit` bytes. A large file may
+    take long, so the guard's whole-body time limit does not apply; instead each piece
+    must come within TUNELAB_BODY_TIMEOUT_S of the last (408 otherwise)."""
     size = 0
+    pieces = request.stream().__aiter__()
     with open(part, "wb") as out:
-        async for chunk in request.stream():
+        while True:
+            try:
+                chunk = await asyncio.wait_for(pieces.__anext__(), slow_clients.body_timeout_s())
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise ApiError(408, "request_timeout", f"file: the upload stalled for {slow_clients.body_timeout_s():g} s "
+                                                       f"({slow_clients.BODY_TIMEOUT_ENV}); nothing was kept, send it again",
+                               field="file") from None
             size += len(chunk)
             if size > limit:
                 raise ApiError(413, "too_large", dataset_files.too_large_message(limit), field="file")
@@ -122,7 +134,7 @@ async def _receive_into(request: Request, part: Path, limit: int) -> int:
     return size
 
 
-@router.post("/upload", response_model=DataFile, status_code=201, responses=error_responses(403, 413, 422))
+@router.post("/upload", response_model=DataFile, status_code=201, responses=error_responses(403, 408, 413, 422))
 async def upload(request: Request,
                  name: Annotated[str, Query(max_length=120, description="The file's name, e.g. my-data.jsonl (.jsonl, .json, .csv or .parquet).")]) -> DataFile:
     """Upload a data file (the request body is the file) into <home>/datasets. A taken
