@@ -43,6 +43,14 @@ def lab(start_server, demo_run, tmp_path):
             (folder / "nested" / "tokenizer.json").write_text("{}")
             store.record_export(folder, run_id, owner, "adapter")
             exports[owner] = (run_id, folder)
+        # Alice's run speaks: two samples, a file of another name and a link out beside them.
+        samples = outputs / "alice-run" / "samples"
+        samples.mkdir()
+        for step in (20, 40):
+            (samples / f"step-{step}.wav").write_bytes(os.urandom(5000))
+        (samples / "notes.wav").write_bytes(b"not a sample")
+        (samples / "step-60.wav").symlink_to(tmp_path / "secret.txt")
+        store.set_output_dir(exports["alice"][0], outputs / "alice-run")
     (tmp_path / "secret.txt").write_text("not for download")
     server = start_server(home=home)
     secrets["token"] = server.token
@@ -114,6 +122,22 @@ def test_no_path_leads_out_of_a_recorded_export_folder(lab):
     assert b"not for download" not in answer.content
     with zipfile.ZipFile(io.BytesIO(answer.content)) as archive:
         assert sorted(archive.namelist()) == ["adapter_config.json", "adapter_model.safetensors", "nested/tokenizer.json"]
+
+
+def test_a_runs_samples_come_one_by_range_or_all_as_a_zip(lab):
+    clients, exports, _ = lab
+    run_id, folder = exports["alice"]
+    samples = folder.parent / "samples"
+    viewer = clients["viewer"]  # samples are read like the rest of the run
+    part = viewer.get(f"/api/runs/{run_id}/samples/step-20.wav", headers={"Range": "bytes=0-99"})
+    assert part.status_code == 206 and part.content == (samples / "step-20.wav").read_bytes()[:100]
+    answer = viewer.get(f"/api/runs/{run_id}/samples.zip")
+    assert answer.status_code == 200 and answer.headers["content-type"] == "application/zip"
+    with zipfile.ZipFile(io.BytesIO(answer.content)) as archive:
+        assert {n: archive.read(n) for n in archive.namelist()} == {
+            n: (samples / n).read_bytes() for n in ("step-20.wav", "step-40.wav")}
+    silent = viewer.get(f"/api/runs/{exports['bob'][0]}/samples.zip")
+    assert silent.status_code == 404 and silent.json()["error"]["code"] == "sample_not_found"
 
 
 def test_an_unknown_run_is_404(lab):

@@ -49,6 +49,7 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("POST", "/api/runs/{run_id}/speak"): (409, 409, 409, 409, 403, 401),
     ("GET", "/api/runs/{run_id}/samples"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/runs/{run_id}/samples/{name}"): (404, 404, 404, 404, 404, 401),
+    ("GET", "/api/runs/{run_id}/samples.zip"): (404, 404, 404, 404, 404, 401),  # the run speaks none
     ("GET", "/api/runs/{run_id}/exports"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/runs/{run_id}/exports/download"): (422, 422, 422, 403, 403, 401),  # no folder named
     ("GET", "/api/models/local"): (200, 200, 200, 200, 200, 401),

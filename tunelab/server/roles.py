@@ -65,6 +65,7 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/api/runs/{run_id}/speak"): USE,  # loads a model, as eval does; changes nothing of the run
     ("GET", "/api/runs/{run_id}/samples"): READ,
     ("GET", "/api/runs/{run_id}/samples/{name}"): READ,
+    ("GET", "/api/runs/{run_id}/samples.zip"): READ,
     ("GET", "/api/runs/{run_id}/exports"): READ,  # names and sizes, as the run's own answers show
     # Exports are the model's weights: like exporting, taking them away is the owner's (or an
     # admin's); a viewer, who only reads, may not.

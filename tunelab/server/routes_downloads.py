@@ -101,17 +101,23 @@ class _Sink:
         return data
 
 
-def zip_stream(folder: Path, files: list[ExportFile]) -> Iterator[bytes]:
-    """The files of `folder` as one zip, produced piece by piece as it is read."""
+def zip_stream(folder: Path, names: list[str]) -> Iterator[bytes]:
+    """The files `names` (relative, checked by the caller) of `folder` as one zip,
+    produced piece by piece as it is read."""
     sink = _Sink()
     with zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:  # type: ignore[arg-type]
-        for entry in files:
-            with open(folder / entry.path, "rb") as source, archive.open(entry.path, "w", force_zip64=True) as target:
+        for name in names:
+            with open(folder / name, "rb") as source, archive.open(name, "w", force_zip64=True) as target:
                 while chunk := source.read(ZIP_CHUNK):
                     target.write(chunk)
                     yield sink.take()
             yield sink.take()
     yield sink.take()
+
+
+def zip_response(stream: Iterator[bytes], name: str) -> StreamingResponse:
+    """A zip sent as it is written (no length known up front, so no ranges)."""
+    return StreamingResponse(stream, media_type="application/zip", headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
 
 @router.get("/{run_id}/exports/download", response_class=FileResponse,
@@ -125,8 +131,7 @@ def download_export(request: Request, run_id: RunId,
     root = _export_folder(request, run_id, folder)
     if file is None:
         name = f"run-{run_id}-{paths.slug(root.name)}.zip"
-        return StreamingResponse(zip_stream(root, _files(root)), media_type="application/zip",
-                                 headers={"Content-Disposition": f'attachment; filename="{name}"'})
+        return zip_response(zip_stream(root, [f.path for f in _files(root)]), name)
     target = root / file
     if not target.is_file() or not paths.is_within(target, root):
         raise ApiError(404, "export_file_not_found", f"file: {paths.shown(file)} is not a file of the export {paths.shown(str(root))}; "
