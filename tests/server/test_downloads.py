@@ -108,13 +108,15 @@ def test_no_path_leads_out_of_a_recorded_export_folder(lab):
     (folder / "escape").symlink_to(tmp_path / "secret.txt")
     (folder / "escape-dir").symlink_to(tmp_path, target_is_directory=True)
     url = f"/api/runs/{run_id}/exports/download"
-    for file in ("../../../secret.txt", str(tmp_path / "secret.txt"), "escape", "escape-dir/secret.txt", "nested/../../../../secret.txt"):
+    for file in ("bad\x00name", "../../../secret.txt", str(tmp_path / "secret.txt"), "escape", "escape-dir/secret.txt",
+                 "nested/../../../../secret.txt"):
         answer = alice.get(url, params={"folder": str(folder), "file": file})
         assert answer.status_code == 404, (file, answer.text)
         assert answer.json()["error"]["field"] == "file" and b"not for download" not in answer.content
     # Folders that are no export of this run: bob's, the run folder above, one reached by `..`.
     bob_folder = exports["bob"][1]
-    for other in (str(bob_folder), str(folder.parent), str(folder / ".." / ".." / "bob-run" / "export-adapter"), str(tmp_path)):
+    for other in ("nul\x00folder", str(bob_folder), str(folder.parent), str(folder / ".." / ".." / "bob-run" / "export-adapter"),
+                  str(tmp_path)):
         answer = alice.get(url, params={"folder": other, "file": "adapter_config.json"})
         assert answer.status_code == 404 and answer.json()["error"]["field"] == "folder", (other, answer.text)
     # The zip of the folder leaves the symlinks pointing out of it behind.

@@ -74,7 +74,10 @@ def list_exports(request: Request, run_id: RunId) -> ExportList:
 def _export_folder(request: Request, run_id: int, folder: str) -> Path:
     """`folder` if it is one of the run's recorded export folders (compared resolved), else 404."""
     _require_run(request, run_id)
-    wanted = os.path.realpath(folder)
+    try:
+        wanted = os.path.realpath(folder)
+    except ValueError:  # a NUL byte: no folder has that name
+        wanted = None
     for row in request.app.state.store.exports_of_run(run_id):
         if row["folder"] == wanted and paths.is_dir(wanted):
             return Path(wanted)
