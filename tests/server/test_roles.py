@@ -49,6 +49,9 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("POST", "/api/runs/{run_id}/speak"): (409, 409, 409, 409, 403, 401),
     ("GET", "/api/runs/{run_id}/samples"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/runs/{run_id}/samples/{name}"): (404, 404, 404, 404, 404, 401),
+    ("GET", "/api/runs/{run_id}/samples.zip"): (404, 404, 404, 404, 404, 401),  # the run speaks none
+    ("GET", "/api/runs/{run_id}/exports"): (200, 200, 200, 200, 200, 401),
+    ("GET", "/api/runs/{run_id}/exports/download"): (422, 422, 422, 403, 403, 401),  # no folder named
     ("GET", "/api/models/local"): (200, 200, 200, 200, 200, 401),
     ("POST", "/api/memory/estimate"): (422, 422, 422, 422, 422, 401),
     ("GET", "/api/train/status"): (200, 200, 200, 200, 200, 401),
@@ -59,6 +62,8 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("POST", "/api/train/stop"): (409, 409, 409, 409, 403, 401),
     ("POST", "/api/train/reset"): (200, 200, 200, 200, 403, 401),
     ("POST", "/api/datasets/preview"): (422, 422, 422, 422, 403, 401),
+    ("GET", "/api/datasets"): (200, 200, 200, 200, 200, 401),
+    ("POST", "/api/datasets/upload"): (422, 422, 422, 422, 403, 401),  # no name given
     ("GET", "/v1/models"): (200, 200, 200, 200, 200, 401),
     ("POST", "/v1/chat/completions"): (400, 400, 400, 400, 403, 401),
     ("POST", "/v1/completions"): (400, 400, 400, 400, 403, 401),

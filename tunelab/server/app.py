@@ -34,9 +34,9 @@ from tunelab.orchestrator.identity import load_identity, silent_after_s
 from tunelab.orchestrator.ownership import owner_is_alive
 from tunelab.inference.host import InferenceHost
 from tunelab.orchestrator.prewarm import prewarm_wanted
-from tunelab.server import (roles, routes_chat, routes_datasets, routes_eval, routes_export, routes_inference, routes_me,
-                            routes_memory, routes_models, routes_queue, routes_run_live, routes_runs, routes_samples,
-                            routes_speak, routes_train)
+from tunelab.server import (roles, routes_chat, routes_dataset_files, routes_datasets, routes_downloads, routes_eval,
+                            routes_export, routes_inference, routes_me, routes_memory, routes_models, routes_queue,
+                            routes_run_live, routes_runs, routes_samples, routes_speak, routes_train)
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.guards import RequestGuard
@@ -184,8 +184,10 @@ def create_app(
     app.include_router(routes_queue.router)
     app.include_router(routes_samples.router)
     app.include_router(routes_datasets.router)
+    app.include_router(routes_dataset_files.router)
     app.include_router(routes_memory.router)
     app.include_router(routes_export.router)
+    app.include_router(routes_downloads.router)
     app.include_router(routes_eval.router)
     app.include_router(routes_speak.router)
     app.include_router(routes_models.router)

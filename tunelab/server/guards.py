@@ -14,6 +14,8 @@
   408 and the connection is closed: a client trickling bytes holds nothing for long.
 - Body text: a JSON body with a lone UTF-16 surrogate in any string is a 400 naming the
   field (body_text.py), in OpenAI's error shape under /v1.
+- A dataset upload (UPLOAD_PATH) is the exception: its body is a file, streamed to disk
+  by its route under TUNELAB_UPLOAD_MAX_MB, so only its declared size is checked here.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from tunelab.inference.media_input import MAX_MEDIA_ENV, max_media_bytes
 from tunelab.server import slow_clients
 from tunelab.server.body_text import lone_surrogate
+from tunelab.server.dataset_files import too_large_message, upload_max_bytes
 from tunelab.server.errors import error_response
 from tunelab.server.main import is_loopback
 from tunelab.server.openai_schemas import OpenAIError
@@ -37,6 +40,7 @@ LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 MAX_BODY_BYTES = 1 << 20
 # The route whose body may carry images and audio clips.
 MEDIA_PATHS = ("/v1/chat/completions",)
+UPLOAD_PATH = "/api/datasets/upload"  # routes_dataset_files.UPLOAD_PATH
 
 
 def host_name(header: str) -> str:
@@ -85,6 +89,15 @@ class RequestGuard:
                                  f"({ALLOWED_HOSTS_ENV})", field="Host")(scope, receive, send)
             return
         if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope.get("path") == UPLOAD_PATH:
+            # A dataset upload streams to disk under its own bound (routes_dataset_files.py):
+            # a larger declared size is refused here, before a byte is read.
+            limit = upload_max_bytes()
+            if self._declared_too_large(headers, limit):
+                await error_response(413, "too_large", too_large_message(limit), field="file")(scope, receive, send)
+                return
             await self.app(scope, receive, send)
             return
         media = scope.get("path") in MEDIA_PATHS

@@ -65,9 +65,16 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/api/runs/{run_id}/speak"): USE,  # loads a model, as eval does; changes nothing of the run
     ("GET", "/api/runs/{run_id}/samples"): READ,
     ("GET", "/api/runs/{run_id}/samples/{name}"): READ,
+    ("GET", "/api/runs/{run_id}/samples.zip"): READ,
+    ("GET", "/api/runs/{run_id}/exports"): READ,  # names and sizes, as the run's own answers show
+    # Exports are the model's weights: like exporting, taking them away is the owner's (or an
+    # admin's); a viewer, who only reads, may not.
+    ("GET", "/api/runs/{run_id}/exports/download"): OWN_RUN,
     ("GET", "/api/models/local"): READ,
     ("POST", "/api/memory/estimate"): READ,  # reads a config and the machine; starts nothing
     ("POST", "/api/datasets/preview"): USE,
+    ("GET", "/api/datasets"): READ,
+    ("POST", "/api/datasets/upload"): USE,  # writes a new file under <home>/datasets, never over one
     ("GET", "/api/inference"): READ,
     ("GET", "/v1/models"): READ,
     ("POST", "/v1/chat/completions"): USE,

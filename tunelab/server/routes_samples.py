@@ -2,7 +2,8 @@
 
 A TTS run's worker writes `samples/step-<N>.wav` in its output folder
 (`worker.tts_sample`); these routes list them and serve one, behind the same token as
-the rest of the API (the page fetches it with its header and plays it). Only names of
+the rest of the API (the page fetches it with its header and plays it; ranges are
+answered, as FileResponse does), or all of them as one zip. Only names of
 that exact shape are served, and only from that folder with every symlink resolved, so
 no request reaches any other file.
 """
@@ -14,11 +15,12 @@ from pathlib import Path as FilePath
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Request
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, Field
 
 from tunelab import paths
 from tunelab.server.errors import ApiError
+from tunelab.server.routes_downloads import zip_response, zip_stream
 from tunelab.server.routes_runs import _require_run
 from tunelab.server.run_ids import RunId
 from tunelab.server.schemas import error_responses
@@ -54,6 +56,16 @@ def list_samples(request: Request, run_id: RunId) -> SampleList:
         if match and file.is_file() and paths.is_within(file, folder):
             found.append(Sample(name=file.name, step=int(match.group(1)), size_bytes=file.stat().st_size))
     return SampleList(samples=sorted(found, key=lambda s: s.step))
+
+
+@router.get("/{run_id}/samples.zip", response_class=StreamingResponse, responses={**error_responses(404, 422), 200: {"content": {"application/zip": {}}}})
+def download_samples(request: Request, run_id: RunId) -> StreamingResponse:
+    """All of the run's spoken samples as one zip (each one alone, with ranges, at
+    GET /api/runs/{run_id}/samples/{name})."""
+    names = [sample.name for sample in list_samples(request, run_id).samples]
+    if not names:
+        raise ApiError(404, "sample_not_found", f"run {run_id} has no spoken samples (only a text-to-speech run with evals has)")
+    return zip_response(zip_stream(_folder(request, run_id), names), f"run-{run_id}-samples.zip")
 
 
 @router.get("/{run_id}/samples/{name}", response_class=FileResponse, responses={**error_responses(404, 422), 200: {"content": {"audio/wav": {}}}})

@@ -125,6 +125,26 @@ export const api = {
   },
   chatTarget: (id, checkpoint) => request("GET", `/api/runs/${encodeURIComponent(id)}/chat${checkpoint == null ? "" : `?checkpoint=${checkpoint}`}`),
   exportRun: (id, body) => request("POST", `/api/runs/${encodeURIComponent(id)}/export`, body),
+  listExports: (id) => request("GET", `/api/runs/${encodeURIComponent(id)}/exports`),
+  /** One export file (or, without `file`, the whole folder as a zip) as a blob, fetched with the token. */
+  exportBlob: async (id, folder, file) => {
+    const query = new URLSearchParams({ folder, ...(file ? { file } : {}) });
+    const response = await fetch(`/api/runs/${encodeURIComponent(id)}/exports/download?${query}`,
+      { headers: { Authorization: `Bearer ${getToken()}` } });
+    if (!response.ok) throw new ApiError(response.status, await response.json().catch(() => null));
+    return response.blob();
+  },
+  listDatasets: () => request("GET", "/api/datasets"),
+  /** Upload a data file: the File itself is the body, streamed to the server's datasets folder. */
+  uploadDataset: async (file) => {
+    const response = await fetch(`/api/datasets/upload?name=${encodeURIComponent(file.name)}`, {
+      method: "POST", body: file,
+      headers: { Authorization: `Bearer ${getToken()}`, "Content-Type": "application/octet-stream" },
+    });
+    const data = await response.json().catch(() => null);
+    if (!response.ok) throw new ApiError(response.status, data);
+    return data;
+  },
   localModels: () => request("GET", "/api/models/local"),
   /** The server's OpenAPI document (public): the export options are read from it. */
   openapi: () => request("GET", "/openapi.json"),

@@ -3,11 +3,15 @@
  * read from the server's own description of the export request (the `ExportRequest`
  * schema in /openapi.json), so a format or setting the server gains appears here
  * without a page change. A choice list becomes a select, anything else a text box.
+ * Below them, every export the run has is listed with a download button for each file
+ * and one for the whole folder as a zip (its owner's or an admin's, as exporting is).
  */
 
 import { api } from "./api.js";
 import { runName } from "./history.js";
+import { formatBytes } from "./format.js";
 import { notify } from "./notice.js";
+import { cannotManage, guard } from "./rights.js";
 
 const $ = (id) => document.getElementById(id);
 const SCHEMA = "ExportRequest";
@@ -65,7 +69,52 @@ export class ExportDialog {
     $("export-fields").replaceChildren(...this.#fields());
     $("export-result").replaceChildren();
     $("export-error").textContent = "";
+    $("export-downloads-list").replaceChildren();
     $("export-dialog").showModal();
+    this.#showDownloads(run);
+  }
+
+  /** The run's exports, each file with a download button, and the folder as a zip. */
+  async #showDownloads(run) {
+    let answer;
+    try {
+      answer = await api.listExports(run.id);
+    } catch (err) {
+      $("export-downloads-list").replaceChildren(el("p", { class: "field-error" }, `Cannot list the exports: ${err.message}`));
+      return;
+    }
+    if (this.run !== run) return;
+    const why = cannotManage(run);
+    const blocks = answer.exports.map((exp) => {
+      const files = el("ul", { class: "export-download-files" });
+      for (const file of exp.files) {
+        const button = el("button", { type: "button", class: "quiet download", "data-file": file.path }, `Download ${file.path}`);
+        button.addEventListener("click", () => this.#download(run, exp.folder, file.path, file.path.split("/").pop()));
+        const item = el("li", {}, "");
+        item.append(guard(button, why), el("span", { class: "help" }, ` ${formatBytes(file.size_bytes)}`));
+        files.append(item);
+      }
+      const all = el("button", { type: "button", class: "quiet download", "data-folder": exp.folder }, "Download all (.zip)");
+      all.addEventListener("click", () => this.#download(run, exp.folder, null, `run-${run.id}-${exp.folder.split("/").pop()}.zip`));
+      const block = el("div", { class: "export-download", "data-format": exp.format });
+      block.append(el("p", {}, `${exp.format} · ${exp.folder}`), guard(all, why), files);
+      return block;
+    });
+    $("export-downloads-list").replaceChildren(...(blocks.length ? blocks : [el("p", { class: "help" }, "No exports yet.")]));
+  }
+
+  /** Fetch with the token (a plain link could not send it) and hand the browser the file. */
+  async #download(run, folder, file, name) {
+    try {
+      const blob = await api.exportBlob(run.id, folder, file);
+      const link = el("a", { href: URL.createObjectURL(blob), download: name });
+      document.body.append(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(link.href), 60_000);
+    } catch (err) {
+      notify(`Cannot download ${name}: ${err.message}`, "error");
+    }
   }
 
   async #loadSchema() {
@@ -127,6 +176,7 @@ export class ExportDialog {
         el("p", { class: "export-done" }, `Exported ${answer.format}${answer.quant || answer.dtype ? ` (${answer.quant || answer.dtype})` : ""} to ${answer.dest}`),
         files);
       notify(`Exported ${runName(run)} as ${answer.format}.`);
+      this.#showDownloads(run);
     } catch (err) {
       $("export-result").replaceChildren();
       $("export-error").textContent = err.field ? `${err.field}: ${err.message}` : err.message;

@@ -52,6 +52,19 @@ export function fmtTime(value) {
   });
 }
 
+/** A size in bytes as "512 B", "3.2 KB", "1.5 GB" (powers of 1024). */
+export function formatBytes(bytes) {
+  if (!isNumber(bytes) || bytes < 0) return DASH;
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${value} B` : `${value < 10 ? value.toFixed(1) : Math.round(value)} ${units[unit]}`;
+}
+
 export function fmtMemory(gb) {
   return isNumber(gb) ? `${fmtNumber(gb, 3)} GB` : DASH;
 }

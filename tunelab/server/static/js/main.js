@@ -14,6 +14,7 @@ import { ExportDialog } from "./export-dialog.js";
 import { HistoryPanel } from "./history.js";
 import { setUpMemoryEstimate } from "./memory-estimate.js";
 import { loadModelPicker } from "./model-picker.js";
+import { DataPicker } from "./data-picker.js";
 import { notify } from "./notice.js";
 import { PlaygroundPanel } from "./playground.js";
 import { QueuePanel } from "./queue-panel.js";
@@ -31,6 +32,7 @@ const configForm = new ConfigForm($("config-form"));
 const compare = new ComparePanel();
 const playground = new PlaygroundPanel();
 const exportDialog = new ExportDialog();
+const dataPicker = new DataPicker();
 const history = new HistoryPanel({
   onResumed: (jobId) => runPanel.follow(jobId),
   onCompare: (ids) => compare.show(ids),
@@ -161,4 +163,6 @@ async function load() {
   queuePanel.start();
   history.refresh();
   loadModelPicker();
+  dataPicker.mount();
+  if ($("data-upload-button")) guard($("data-upload-button"), cannotUse());
 }
