@@ -1,4 +1,4 @@
-"""The `tunelab` command line: serve, train, resume, runs, show, export, chat, speak, eval, fingerprint, token, fields, demo.
+"""The `tunelab` command line: serve, train, sweep, resume, runs, show, export, chat, speak, eval, fingerprint, token, fields, demo.
 
 Bad input exits with code 2 and a message naming the field — never a traceback.
 Heavy libraries are never imported here; training happens in a child process.
@@ -162,6 +162,23 @@ def _train_as_worker_node(cfg: RunConfig) -> int:
     if code != 0:
         err_console.print(f"[red]this node's training processes ended with code {code}[/]; the head node's run says why")
     return EXIT_ERROR if code else 0
+
+
+@app.command()
+def sweep(
+    target: str = typer.Argument(..., metavar="FILE|show", help="A sweep file to run, or `show`."),
+    sweep_id: Optional[str] = typer.Argument(None, metavar="[ID]", help="With `show`: the sweep's id or name."),
+) -> None:
+    """Search hyperparameters: run the sweep FILE (Optuna; every trial an ordinary run) in
+    this process, or `tunelab sweep show ID` for its trials and best run. Running the same
+    file again resumes the sweep."""
+    from tunelab.sweeps.cli import run_sweep, show_sweep
+
+    if target == "show":
+        if not sweep_id:
+            raise _fail(EXIT_BAD_CONFIG, "sweep show needs a sweep id or name: tunelab sweep show ID")
+        raise typer.Exit(show_sweep(sweep_id, console.real(), err_console.real()))
+    raise typer.Exit(run_sweep(Path(target), console.real(), err_console.real()))
 
 
 @app.command()
