@@ -1,0 +1,116 @@
+"""`tunelab sweep` as a user runs it: a real CLI process, real trial workers (scripted:
+they report an eval_loss from their learning rate and rank), a real SQLite history."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sweep_helpers import TUNELAB, sweep_env, write_sweep  # noqa: E402
+from tunelab.store import Store  # noqa: E402
+from tunelab.store import sweeps as table  # noqa: E402
+from tunelab.sweeps import study as studies  # noqa: E402
+
+WAIT_S = 120
+
+
+def run_sweep(args, home: Path, step_seconds: float = 0.2) -> subprocess.CompletedProcess:
+    return subprocess.run(TUNELAB + args, env=sweep_env(home, step_seconds), capture_output=True, text=True,
+                          timeout=WAIT_S)
+
+
+def optuna_states(store: Store, sweep_id: int) -> dict[int, str]:
+    return {t.number: t.state.name for t in studies.load_study(store, sweep_id).get_trials(deepcopy=False)}
+
+
+def test_sweep_runs_every_trial_as_a_run_and_records_the_best(tmp_path, home):
+    result = run_sweep(["sweep", str(write_sweep(tmp_path / "sweep.yaml"))], home)
+    assert result.returncode == 0, result.stdout + result.stderr
+    store = Store()
+    sweep = table.get_sweep(store, "lr-rank")
+    trials = table.list_trials(store, sweep["id"])
+    assert [t["trial"] for t in trials] == [0, 1, 2, 3]
+    runs = {t["run_id"]: store.get_run(t["run_id"]) for t in trials}
+    assert len(runs) == 4 and all(runs.values())
+    for t in trials:  # each trial is an ordinary run, named after its sweep and trial number
+        assert runs[t["run_id"]]["display_name"] == f"lr-rank #{t['trial']}"
+        assert runs[t["run_id"]]["config"]["learning_rate"] == pytest.approx(t["params"]["learning_rate"])
+    pruned = [t for t in trials if t["state"] == "pruned"]
+    assert pruned, "the median pruner stopped no trial"
+    assert all(runs[t["run_id"]]["status"] == "stopped" for t in pruned)  # stopped and saved, as any stop
+    complete = [t for t in trials if t["state"] == "complete"]
+    best = min(complete, key=lambda t: t["value"])
+    assert (sweep["best_run_id"], sweep["best_value"]) == (best["run_id"], best["value"])
+    states = optuna_states(store, sweep["id"])
+    assert {n: s.lower() for n, s in states.items()} == {t["trial"]: t["state"] for t in trials}
+    shown = run_sweep(["sweep", "show", str(sweep["id"])], home)
+    assert shown.returncode == 0 and f"best: run {best['run_id']}" in shown.stdout
+    assert "pruned" in shown.stdout
+
+
+def test_bad_sweep_exits_2_naming_the_field_and_starts_nothing(tmp_path, home):
+    path = write_sweep(tmp_path / "sweep.yaml", space={"learning_rate": {"log_uniform": [0, 1e-3]}})
+    result = run_sweep(["sweep", str(path)], home)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "space.learning_rate" in result.stderr and "Traceback" not in result.stderr + result.stdout
+    assert Store().list_runs() == []
+
+
+def test_a_sweep_killed_mid_trial_resumes_without_losing_or_recounting_a_trial(tmp_path, home):
+    path = write_sweep(tmp_path / "sweep.yaml")
+    first = subprocess.Popen(TUNELAB + ["sweep", str(path)], env=sweep_env(home, 0.4), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    try:
+        store = _wait_for_a_trial_mid_run(first)
+        first.send_signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    sweep = table.get_sweep(store, "lr-rank")
+    before = {t["trial"]: t for t in table.list_trials(store, sweep["id"])}
+    cut = [n for n, t in before.items() if t["state"] == "running"]
+    assert cut, before
+
+    result = run_sweep(["sweep", str(path)], home)
+    assert result.returncode == 0, result.stdout + result.stderr
+    after = {t["trial"]: t for t in table.list_trials(store, sweep["id"])}
+    for number, trial in before.items():  # what had finished stays as it was
+        if number not in cut:
+            assert after[number] == trial
+    for number in cut:  # cut short: closed, kept out of the budget, its run not left running
+        assert after[number]["state"] == "interrupted"
+        assert store.get_run(after[number]["run_id"])["status"] in ("error", "stopped")
+    counted = [t for t in after.values() if t["state"] in table.COUNTED_STATES]
+    assert len(counted) == 4 == table.counted_trials(store, sweep["id"])
+    states = optuna_states(store, sweep["id"])
+    assert sorted(states) == sorted(after)  # every Optuna trial is a recorded trial, once
+    assert all(states[n] == "FAIL" for n in cut)
+    assert sum(s in ("COMPLETE", "PRUNED") for s in states.values()) == sum(
+        t["state"] in ("complete", "pruned") for t in after.values())
+    run_ids = [t["run_id"] for t in after.values()]
+    assert len(set(run_ids)) == len(run_ids) and {r["id"] for r in store.list_runs()} == set(run_ids)
+
+
+def _wait_for_a_trial_mid_run(process: subprocess.Popen) -> Store:
+    """Wait until one trial has ended and the next one's run has trained a step."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.stdout.read()
+        try:
+            store = Store()
+            sweep = table.get_sweep(store, "lr-rank")
+        except Exception:  # the first process is still creating the database
+            sweep = None
+        if sweep is not None and table.counted_trials(store, sweep["id"]) >= 1:
+            running = [t for t in table.list_trials(store, sweep["id"]) if t["state"] == "running"]
+            if running and store.get_metrics(running[0]["run_id"]):
+                return store
+        time.sleep(0.1)
+    raise AssertionError("no trial was mid-run in time")
