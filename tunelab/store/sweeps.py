@@ -56,10 +56,14 @@ def list_sweeps(store: Store) -> list[dict[str, Any]]:
     return [_sweep(row) for row in rows]
 
 
-def add_trial(store: Store, sweep_id: int, number: int, run_id: int, params: dict[str, Any]) -> None:
+def add_trial(store: Store, sweep_id: int, number: int, run_id: int | None, params: dict[str, Any],
+              state: str = "running") -> None:
+    """Record trial `number` and its run (None: a trial whose run was refused, `failed`)."""
+    if state not in TRIAL_STATES:
+        raise ValueError(f"unknown trial state {state!r}; one of {TRIAL_STATES}")
     store._retry(lambda conn: conn.execute(
-        "INSERT INTO sweep_trials (sweep_id, trial_number, run_id, state, params_json) VALUES (?, ?, ?, 'running', ?)",
-        (sweep_id, number, run_id, json.dumps(params, default=str))), write=True)
+        "INSERT INTO sweep_trials (sweep_id, trial_number, run_id, state, params_json) VALUES (?, ?, ?, ?, ?)",
+        (sweep_id, number, run_id, state, json.dumps(params, default=str))), write=True)
 
 
 def end_trial(store: Store, sweep_id: int, number: int, state: str, value: float | None = None) -> None:

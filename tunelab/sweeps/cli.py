@@ -28,10 +28,11 @@ WORKER_TARGET_ENV = "TUNELAB_WORKER_TARGET"
 def run_sweep(path: Path, console: Any, err_console: Any) -> int:
     """Check the sweep file, then run it to its budget; returns the exit code."""
     from tunelab.config import ConfigError
-    from tunelab.sweeps.spec import load_sweep
+    from tunelab.sweeps.spec import check_corners, load_sweep
 
     try:
         spec = load_sweep(path)
+        check_corners(spec, _check_machine)
     except ConfigError as exc:
         for err in exc.errors:
             err_console.print(f"[red]sweep error[/] [bold]{_markup(err.field)}[/]: {_markup(err.message)}")
@@ -103,6 +104,15 @@ def print_sweep(store: Any, sweep_id: int, console: Any) -> None:
     weights = studies.importances(studies.load_study(store, sweep_id))
     if weights:
         console.print("importance: " + ", ".join(f"{_markup(k)} {v:.2f}" for k, v in weights.items()))
+
+
+def _check_machine(cfg: Any) -> None:
+    """What a start checks of this machine (GPUs asked for, 4-bit without CUDA), up front."""
+    from tunelab import hardware
+    from tunelab.config import check_machine
+
+    gpus = hardware.list_gpus()
+    check_machine(cfg, len(gpus), hardware.mig_slices(gpus))
 
 
 def _orchestrator(store: Any):

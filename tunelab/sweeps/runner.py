@@ -17,7 +17,6 @@ import threading
 import time
 from typing import Any, Callable
 
-from tunelab.config import ConfigError
 from tunelab.orchestrator import NoActiveRun, RunActive
 from tunelab.store import Store
 from tunelab.store import sweeps as table
@@ -47,12 +46,18 @@ class SweepRunner:
         return self.sweep["id"]
 
     def recover(self) -> list[int]:
-        """Close what a dead earlier process of this sweep left: its trials are `interrupted`
-        and FAIL in the study (neither counts toward the budget)."""
-        numbers = sorted(set(table.interrupt_running(self.store, self.sweep_id)) | set(studies.fail_running(self.study)))
-        if numbers:
-            self.say(f"trial(s) {', '.join(map(str, numbers))} were cut short by an earlier stop; not counted")
-        return numbers
+        """Close what a dead earlier process of this sweep left. A trial the study had
+        already been told the end of keeps that end (the process died before recording it
+        here); any other is `interrupted` here and FAIL in the study: neither counted nor lost."""
+        told = studies.finished(self.study)
+        left = set(table.interrupt_running(self.store, self.sweep_id))
+        for number in left & set(told):
+            state, value = told[number]
+            table.end_trial(self.store, self.sweep_id, number, state, value)
+        cut = sorted((left - set(told)) | set(studies.fail_running(self.study)))
+        if cut:
+            self.say(f"trial(s) {', '.join(map(str, cut))} were cut short by an earlier stop; not counted")
+        return cut
 
     def run(self) -> dict[str, Any]:
         """Run trials until the budget (`trials`, `max_hours`) is spent; returns the sweep row."""
@@ -126,8 +131,9 @@ class SweepRunner:
                     self.study.tell(trial, state=studies._optuna().trial.TrialState.FAIL)
                     return None
                 time.sleep(BUSY_RETRY_S)
-            except ConfigError as exc:  # the machine refuses it (checked per trial, e.g. memory)
+            except Exception as exc:  # refused by this machine (memory, a path, a file): a failed trial, counted
                 self.study.tell(trial, state=studies._optuna().trial.TrialState.FAIL)
+                table.add_trial(self.store, self.sweep_id, trial.number, None, studies.params_of(trial), state="failed")
                 self.say(f"trial {trial.number}: refused: {exc}")
                 return None
 

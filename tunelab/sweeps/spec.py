@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Iterator, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -98,7 +98,7 @@ def check_sweep(data: dict[str, Any]) -> SweepSpec:
     if spec.sampler == "grid" and any(kind in ("log_uniform", "uniform") for kind, _ in choices.values()):
         bad = next(f for f, (kind, _) in choices.items() if kind in ("log_uniform", "uniform"))
         raise ConfigError.single(f"space.{bad}", "the grid sampler needs a finite set: use choice or int, or sampler: tpe")
-    _check_corners(spec, choices)
+    check_corners(spec)
     return spec
 
 
@@ -138,13 +138,17 @@ def _check_objective(spec: SweepSpec, base: RunConfig) -> None:
                                                      "set eval_steps and eval data (eval_holdout, eval_split or local_eval_datasets)")
 
 
-def _check_corners(spec: SweepSpec, choices: dict[str, tuple[str, list[Any]]]) -> None:
-    """Every combination of the space's bounds and choices is a valid run config."""
-    axes = [[(field, v) for v in values] for field, (_kind, values) in choices.items()]
-    for combo in itertools.islice(itertools.product(*axes), MAX_CORNERS):
-        params = dict(combo)
+def corners(spec: SweepSpec) -> Iterator[dict[str, Any]]:
+    """The combinations of the space's bounds and choices (at most MAX_CORNERS)."""
+    axes = [[(field, v) for v in values] for field, (_kind, values) in dimensions(spec).items()]
+    return (dict(combo) for combo in itertools.islice(itertools.product(*axes), MAX_CORNERS))
+
+
+def check_corners(spec: SweepSpec, check: Callable[[RunConfig], None] = lambda _cfg: None) -> None:
+    """Every corner is a valid run config, and passes `check` (e.g. this machine's checks)."""
+    for params in corners(spec):
         try:
-            parse_config({**spec.base, **params})
+            check(parse_config({**spec.base, **params}))
         except ConfigError as exc:
             err = exc.errors[0]
             where = f"space.{err.field}" if err.field in params else f"base.{err.field}"

@@ -87,6 +87,23 @@ def suggest(trial, spec: SweepSpec) -> dict[str, Any]:
     return params
 
 
+def params_of(trial) -> dict[str, Any]:
+    """The values a trial was given so far."""
+    return dict(trial.params)
+
+
+def finished(study) -> dict[int, tuple[str, float | None]]:
+    """The trials the study was told the end of: {number: ("complete" | "pruned", value)}."""
+    states = _optuna().trial.TrialState
+    ends = {states.COMPLETE: "complete", states.PRUNED: "pruned"}
+    found = {}
+    for t in study.get_trials(deepcopy=False, states=tuple(ends)):
+        value = t.value if t.state == states.COMPLETE else (
+            t.intermediate_values[max(t.intermediate_values)] if t.intermediate_values else None)
+        found[t.number] = (ends[t.state], value)
+    return found
+
+
 def fail_running(study) -> list[int]:
     """Mark the study's trials left RUNNING by a dead process as FAIL; their numbers."""
     optuna = _optuna()
