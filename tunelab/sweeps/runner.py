@@ -126,8 +126,10 @@ class SweepRunner:
         while True:
             try:
                 return self.orchestrator.start(cfg)
-            except RunActive:  # the devices are another trial's for now
-                if self._stopping.is_set():
+            except RunActive:  # the devices are another trial's for now (or this process is ending)
+                if getattr(self.orchestrator, "closed", False):
+                    self._stopping.set()
+                if self._stopping.is_set():  # not recorded here: neither counted nor lost
                     self.study.tell(trial, state=studies._optuna().trial.TrialState.FAIL)
                     return None
                 time.sleep(BUSY_RETRY_S)
