@@ -226,13 +226,16 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
     from tunelab.runs_view import sparkline, when as _when
     from tunelab.store import Store
 
+    from tunelab.store.sweeps import trial_of_run
+
     store = Store()
     row = store.get_run(run)
     if row is None:
         raise _fail(EXIT_ERROR, f"no run {run}; see `tunelab runs`")
+    trial = trial_of_run(store, run)
     if as_json:
-        print(json.dumps({**row, "metrics": store.get_metrics(run), "extra_metrics": store.get_metric_extras(run)},
-                         indent=1, default=str))
+        print(json.dumps({**row, "sweep_trial": trial, "metrics": store.get_metrics(run),
+                          "extra_metrics": store.get_metric_extras(run)}, indent=1, default=str))
         return
     # Stored text may predate today's input rules: print it escaped and never as markup.
     console.print(Text.assemble(("run " + str(row["id"]), "bold"), " ", printable(row.get("display_name")),
@@ -242,6 +245,8 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
                 "output_dir", "error_message"):
         if row.get(key) not in (None, ""):
             console.print(Text(f"  {key}: {printable(row[key], keep_lines=key == 'error_message')}"))
+    if trial is not None:  # a pruned trial's run ends `stopped`: this says why
+        console.print(Text(f"  sweep: {printable(trial['sweep'])} ({trial['sweep_id']}), trial {trial['trial']}, {trial['state']}"))
     console.print(f"  loss: {sparkline(row.get('loss_sparkline'))}")
     extras = store.get_metric_extras(run)
     if extras:

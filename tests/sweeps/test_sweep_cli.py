@@ -52,6 +52,8 @@ def test_sweep_runs_every_trial_as_a_run_and_records_the_best(tmp_path, home):
     shown = run_sweep(["sweep", "show", str(sweep["id"])], home)
     assert shown.returncode == 0 and f"best: run {best['run_id']}" in shown.stdout
     assert "pruned" in shown.stdout
+    run_shown = run_sweep(["show", str(pruned[0]["run_id"])], home)  # the run says it is a pruned trial
+    assert f"sweep: lr-rank ({sweep['id']}), trial {pruned[0]['trial']}, pruned" in run_shown.stdout
 
 
 MORE_GPUS_THAN_ANY_MACHINE = 4096

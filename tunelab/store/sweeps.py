@@ -96,6 +96,15 @@ def list_trials(store: Store, sweep_id: int) -> list[dict[str, Any]]:
              "params": json.loads(row["params_json"]), "run_status": row["run_status"]} for row in rows]
 
 
+def trial_of_run(store: Store, run_id: int) -> dict[str, Any] | None:
+    """The sweep trial a run trained, {"sweep_id", "sweep", "trial", "state"}; None for a run of no sweep."""
+    row = store._retry(lambda conn: conn.execute(
+        "SELECT t.sweep_id, s.name, t.trial_number, t.state FROM sweep_trials t JOIN sweeps s ON s.id = t.sweep_id "
+        "WHERE t.run_id = ?", (run_id,)).fetchone(), write=False)
+    return None if row is None else {"sweep_id": row["sweep_id"], "sweep": row["name"], "trial": row["trial_number"],
+                                     "state": row["state"]}
+
+
 def counted_trials(store: Store, sweep_id: int) -> int:
     """How many trials used up the sweep's budget (COUNTED_STATES)."""
     marks = ", ".join("?" for _ in COUNTED_STATES)
