@@ -75,7 +75,7 @@ def test_bad_sweep_exits_2_naming_the_field_and_starts_nothing(tmp_path, home, c
 
 
 def test_a_sweep_killed_mid_trial_resumes_without_losing_or_recounting_a_trial(tmp_path, home):
-    path = write_sweep(tmp_path / "sweep.yaml")
+    path = write_sweep(tmp_path / "sweep.yaml", pruner="none")  # every trial runs all its steps: time to kill one
     first = subprocess.Popen(TUNELAB + ["sweep", str(path)], env=sweep_env(home, 0.4), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
     try:
@@ -111,18 +111,19 @@ def test_a_sweep_killed_mid_trial_resumes_without_losing_or_recounting_a_trial(t
 
 
 def _wait_for_a_trial_mid_run(process: subprocess.Popen) -> Store:
-    """Wait until one trial has ended and the next one's run has trained a step."""
+    """Wait until one trial has ended and the next one's run is training."""
     deadline = time.monotonic() + WAIT_S
+    store = None
     while time.monotonic() < deadline:
         assert process.poll() is None, process.stdout.read()
         try:
-            store = Store()
+            store = store or Store()
             sweep = table.get_sweep(store, "lr-rank")
         except Exception:  # the first process is still creating the database
             sweep = None
         if sweep is not None and table.counted_trials(store, sweep["id"]) >= 1:
             running = [t for t in table.list_trials(store, sweep["id"]) if t["state"] == "running"]
-            if running and store.get_metrics(running[0]["run_id"]):
+            if running and (store.get_run(running[0]["run_id"]) or {}).get("status") == "running":
                 return store
         time.sleep(0.1)
     raise AssertionError("no trial was mid-run in time")

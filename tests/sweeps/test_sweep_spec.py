@@ -47,6 +47,14 @@ def test_an_eval_metric_with_eval_off_is_refused():
     assert "eval_steps" in caught.value.errors[0].message
 
 
+def test_one_output_dir_for_every_trial_is_refused():
+    data = sweep_data()
+    data["base"] = {**data["base"], "output_dir": "/tmp/one-folder"}
+    with pytest.raises(ConfigError) as caught:
+        check_sweep(data)
+    assert caught.value.errors[0].field == "base.output_dir"
+
+
 def test_a_bad_base_names_its_field_under_base():
     data = sweep_data()
     data["base"] = {**data["base"], "learning_rate": 3}

@@ -31,8 +31,10 @@ EVENT_POLL_S = 0.5
 class SweepRunner:
     """Runs one sweep to its budget with `orchestrator`; `say` reports each trial's news."""
 
-    def __init__(self, store: Store, orchestrator: Any, spec: SweepSpec, say: Callable[[str], None] = lambda _line: None):
-        self.store, self.orchestrator, self.spec, self.say = store, orchestrator, spec, say
+    def __init__(self, store: Store, orchestrator: Any, spec: SweepSpec, say: Callable[[str], None] = lambda _line: None,
+                 owned_by: str | None = None):
+        """`owned_by`: the API key that started the sweep, recorded as each trial run's owner."""
+        self.store, self.orchestrator, self.spec, self.say, self.owned_by = store, orchestrator, spec, say, owned_by
         self.sweep = table.open_sweep(store, spec.name, spec.model_dump())
         self.study = studies.open_study(store, spec, self.sweep["id"])
         self._lock = threading.Lock()
@@ -125,7 +127,7 @@ class SweepRunner:
     def _start(self, cfg, trial) -> int | None:
         while True:
             try:
-                return self.orchestrator.start(cfg)
+                return self.orchestrator.start(cfg, owned_by=self.owned_by)
             except RunActive:  # the devices are another trial's for now (or this process is ending)
                 if getattr(self.orchestrator, "closed", False):
                     self._stopping.set()
@@ -148,7 +150,7 @@ class SweepRunner:
                 try:
                     event = inbox.get(timeout=EVENT_POLL_S)
                 except queue.Empty:
-                    if self.orchestrator.wait_run(run_id, 0):
+                    if self._ended(run_id):
                         return pruned, value
                     continue
                 if event.get("run_id") != run_id:
@@ -170,6 +172,11 @@ class SweepRunner:
         finally:
             self.orchestrator.wait_run(run_id, 60)
             self._live.discard(run_id)
+
+    def _ended(self, run_id: int) -> bool:
+        """The run is over and recorded (a queued run, on a server, has not begun yet)."""
+        status = (self.store.get_run(run_id) or {}).get("status")
+        return status not in ("queued", "running") and self.orchestrator.wait_run(run_id, 0)
 
     def _finish(self, trial, run_id: int, pruned: bool, value: float | None) -> None:
         states = studies._optuna().trial.TrialState

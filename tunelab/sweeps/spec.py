@@ -89,6 +89,8 @@ def check_sweep(data: dict[str, Any]) -> SweepSpec:
     except ValidationError as exc:
         raise ConfigError([FieldError(field=".".join(str(p) for p in e["loc"]) or "sweep", message=e["msg"])
                            for e in exc.errors()]) from None
+    if spec.base.get("output_dir"):
+        raise ConfigError.single("base.output_dir", "every trial gets a folder of its own; leave output_dir out of a sweep")
     try:
         base = parse_config(spec.base)
     except ConfigError as exc:
