@@ -127,3 +127,13 @@ def _wait_for_a_trial_mid_run(process: subprocess.Popen) -> Store:
                 return store
         time.sleep(0.1)
     raise AssertionError("no trial was mid-run in time")
+
+
+def test_a_grid_sweep_tries_each_point_once_and_stops(tmp_path, home):
+    path = write_sweep(tmp_path / "sweep.yaml", sampler="grid", pruner="none", trials=5,
+                       space={"lora_r": {"choice": [8, 32]}, "num_epochs": {"int": [1, 2]}})
+    result = run_sweep(["sweep", str(path)], home, step_seconds=0)
+    assert result.returncode == 0, result.stdout + result.stderr
+    store = Store()
+    trials = table.list_trials(store, table.get_sweep(store, "lr-rank")["id"])
+    assert sorted((t["params"]["lora_r"], t["params"]["num_epochs"]) for t in trials) == [(8, 1), (8, 2), (32, 1), (32, 2)]

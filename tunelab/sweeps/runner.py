@@ -91,7 +91,7 @@ class SweepRunner:
         if self.spec.sampler != "grid":
             return self.spec.trials
         size = 1
-        for values in studies._grid(self.spec).values():
+        for values in studies.grid(self.spec).values():
             size *= len(values)
         return min(self.spec.trials, size)  # a grid has no more points to try
 
@@ -132,11 +132,11 @@ class SweepRunner:
                 if getattr(self.orchestrator, "closed", False):
                     self._stopping.set()
                 if self._stopping.is_set():  # not recorded here: neither counted nor lost
-                    self.study.tell(trial, state=studies._optuna().trial.TrialState.FAIL)
+                    self.study.tell(trial, state=studies.trial_states().FAIL)
                     return None
                 time.sleep(BUSY_RETRY_S)
             except Exception as exc:  # refused by this machine (memory, a path, a file): a failed trial, counted
-                self.study.tell(trial, state=studies._optuna().trial.TrialState.FAIL)
+                self.study.tell(trial, state=studies.trial_states().FAIL)
                 table.add_trial(self.store, self.sweep_id, trial.number, None, studies.params_of(trial), state="failed")
                 self.say(f"trial {trial.number}: refused: {exc}")
                 return None
@@ -179,7 +179,7 @@ class SweepRunner:
         return status not in ("queued", "running") and self.orchestrator.wait_run(run_id, 0)
 
     def _finish(self, trial, run_id: int, pruned: bool, value: float | None) -> None:
-        states = studies._optuna().trial.TrialState
+        states = studies.trial_states()
         status = (self.store.get_run(run_id) or {}).get("status")
         if pruned and status in ("stopped", "completed"):
             self.study.tell(trial, state=states.PRUNED)

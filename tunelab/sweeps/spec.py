@@ -134,8 +134,7 @@ def _check_objective(spec: SweepSpec, base: RunConfig) -> None:
     metric = spec.objective.metric
     if metric not in METRIC_FIELDS and not is_extra_name(metric):
         raise ConfigError.single("objective.metric", f"'{metric}' is not a metric name; use eval_loss, loss or a logged metric")
-    if metric.startswith("eval_") and not base.eval_steps and not any(
-            k == "eval_steps" for k in spec.space):
+    if metric.startswith("eval_") and not base.eval_steps and "eval_steps" not in spec.space:
         raise ConfigError.single("objective.metric", f"no trial would report {metric}: eval is off in base (eval_steps: 0); "
                                                      "set eval_steps and eval data (eval_holdout, eval_split or local_eval_datasets)")
 

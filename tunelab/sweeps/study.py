@@ -28,6 +28,11 @@ def _optuna():
     return optuna
 
 
+def trial_states():
+    """Optuna's TrialState (COMPLETE, PRUNED, FAIL, RUNNING)."""
+    return _optuna().trial.TrialState
+
+
 def storage(store: Store):
     optuna = _optuna()
     url = optuna_url(store)
@@ -50,13 +55,13 @@ def load_study(store: Store, sweep_id: int):
 def _sampler(spec: SweepSpec):
     samplers = _optuna().samplers
     if spec.sampler == "grid":
-        return samplers.GridSampler(_grid(spec), seed=spec.seed)
+        return samplers.GridSampler(grid(spec), seed=spec.seed)
     if spec.sampler == "random":
         return samplers.RandomSampler(seed=spec.seed)
     return samplers.TPESampler(seed=spec.seed, n_startup_trials=max(1, min(10, spec.trials // 3)))
 
 
-def _grid(spec: SweepSpec) -> dict[str, list[Any]]:
+def grid(spec: SweepSpec) -> dict[str, list[Any]]:
     grid = {}
     for field, (kind, values) in dimensions(spec).items():
         grid[field] = list(range(values[0], values[1] + 1)) if kind == "int" else values
