@@ -137,3 +137,23 @@ def test_a_grid_sweep_tries_each_point_once_and_stops(tmp_path, home):
     store = Store()
     trials = table.list_trials(store, table.get_sweep(store, "lr-rank")["id"])
     assert sorted((t["params"]["lora_r"], t["params"]["num_epochs"]) for t in trials) == [(8, 1), (8, 2), (32, 1), (32, 2)]
+
+
+def test_a_sweep_on_the_demo_model_trains_real_trials(tmp_path, home, demo_assets):
+    """The real trainer: eval_loss on a held-out split streams to the study from each trial."""
+    base = {"model_name": str(demo_assets.model_dir), "local_datasets": [str(demo_assets.alpaca)], "max_steps": 8,
+            "max_seq_length": 96, "batch_size": 2, "gradient_accumulation_steps": 1, "eval_steps": 2, "eval_holdout": 0.2}
+    path = write_sweep(tmp_path / "sweep.yaml", base=base, seed=1,
+                       space={"learning_rate": {"log_uniform": [1e-4, 1e-2]}, "lora_r": {"choice": [4, 16]}})
+    env = {k: v for k, v in sweep_env(home, 0).items() if k != "TUNELAB_WORKER_TARGET"}
+    result = subprocess.run(TUNELAB + ["sweep", str(path)], env=env, capture_output=True, text=True, timeout=WAIT_S * 3)
+    assert result.returncode == 0, result.stdout + result.stderr
+    store = Store()
+    sweep = table.get_sweep(store, "lr-rank")
+    trials = table.list_trials(store, sweep["id"])
+    assert [t["trial"] for t in trials] == [0, 1, 2, 3]
+    assert all(t["state"] in ("complete", "pruned") and t["value"] is not None for t in trials), trials
+    for t in trials:  # the objective is the run's own last stored eval_loss
+        evals = [m["eval_loss"] for m in store.get_metrics(t["run_id"]) if m["eval_loss"] is not None]
+        assert evals and t["value"] == pytest.approx(evals[-1])
+    assert sweep["best_run_id"] in {t["run_id"] for t in trials if t["state"] == "complete"}
