@@ -1,4 +1,4 @@
-"""The `tunelab` command line: serve, train, resume, runs, show, export, chat, speak, eval, fingerprint, token, fields, demo.
+"""The `tunelab` command line: serve, train, sweep, resume, runs, show, export, chat, speak, eval, fingerprint, token, fields, demo.
 
 Bad input exits with code 2 and a message naming the field — never a traceback.
 Heavy libraries are never imported here; training happens in a child process.
@@ -165,6 +165,23 @@ def _train_as_worker_node(cfg: RunConfig) -> int:
 
 
 @app.command()
+def sweep(
+    target: str = typer.Argument(..., metavar="FILE|show", help="A sweep file to run, or `show`."),
+    sweep_id: Optional[str] = typer.Argument(None, metavar="[ID]", help="With `show`: the sweep's id or name."),
+) -> None:
+    """Search hyperparameters: run the sweep FILE (Optuna; every trial an ordinary run) in
+    this process, or `tunelab sweep show ID` for its trials and best run. Running the same
+    file again resumes the sweep."""
+    from tunelab.sweeps.cli import run_sweep, show_sweep
+
+    if target == "show":
+        if not sweep_id:
+            raise _fail(EXIT_BAD_CONFIG, "sweep show needs a sweep id or name: tunelab sweep show ID")
+        raise typer.Exit(show_sweep(sweep_id, console.real(), err_console.real()))
+    raise typer.Exit(run_sweep(Path(target), console.real(), err_console.real()))
+
+
+@app.command()
 def resume(
     run: int = typer.Argument(..., help="Run id (see `tunelab runs`)."),
     local: bool = typer.Option(False, "--local", help=LOCAL_HELP),
@@ -209,13 +226,16 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
     from tunelab.runs_view import sparkline, when as _when
     from tunelab.store import Store
 
+    from tunelab.store.sweeps import trial_of_run
+
     store = Store()
     row = store.get_run(run)
     if row is None:
         raise _fail(EXIT_ERROR, f"no run {run}; see `tunelab runs`")
+    trial = trial_of_run(store, run)
     if as_json:
-        print(json.dumps({**row, "metrics": store.get_metrics(run), "extra_metrics": store.get_metric_extras(run)},
-                         indent=1, default=str))
+        print(json.dumps({**row, "sweep_trial": trial, "metrics": store.get_metrics(run),
+                          "extra_metrics": store.get_metric_extras(run)}, indent=1, default=str))
         return
     # Stored text may predate today's input rules: print it escaped and never as markup.
     console.print(Text.assemble(("run " + str(row["id"]), "bold"), " ", printable(row.get("display_name")),
@@ -225,6 +245,8 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
                 "output_dir", "error_message"):
         if row.get(key) not in (None, ""):
             console.print(Text(f"  {key}: {printable(row[key], keep_lines=key == 'error_message')}"))
+    if trial is not None:  # a pruned trial's run ends `stopped`: this says why
+        console.print(Text(f"  sweep: {printable(trial['sweep'])} ({trial['sweep_id']}), trial {trial['trial']}, {trial['state']}"))
     console.print(f"  loss: {sparkline(row.get('loss_sparkline'))}")
     extras = store.get_metric_extras(run)
     if extras:

@@ -43,6 +43,8 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("POST", "/api/runs/{run_id}/stop"): (409, 409, 409, 403, 403, 401),  # running, but not on this server
     ("GET", "/api/queue"): (200, 200, 200, 200, 200, 401),
     ("POST", "/api/runs/{run_id}/queue"): (409, 409, 409, 403, 403, 401),
+    ("GET", "/api/sweeps"): (200, 200, 200, 200, 200, 401),
+    ("POST", "/api/sweeps"): (422, 422, 422, 422, 403, 401),
     ("GET", "/api/runs/{run_id}/chat"): (409, 409, 409, 409, 409, 401),
     ("POST", "/api/runs/{run_id}/eval"): (409, 409, 409, 409, 403, 401),
     ("GET", "/api/runs/{run_id}/evals"): (200, 200, 200, 200, 200, 401),

@@ -36,7 +36,7 @@ from tunelab.inference.host import InferenceHost
 from tunelab.orchestrator.prewarm import prewarm_wanted
 from tunelab.server import (roles, routes_chat, routes_dataset_files, routes_datasets, routes_downloads, routes_eval,
                             routes_export, routes_inference, routes_me, routes_memory, routes_models, routes_queue,
-                            routes_run_live, routes_runs, routes_samples, routes_speak, routes_train)
+                            routes_run_live, routes_runs, routes_samples, routes_speak, routes_sweeps, routes_train)
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.guards import RequestGuard
@@ -182,6 +182,7 @@ def create_app(
     app.include_router(routes_runs.router)
     app.include_router(routes_run_live.router)
     app.include_router(routes_queue.router)
+    app.include_router(routes_sweeps.router)
     app.include_router(routes_samples.router)
     app.include_router(routes_datasets.router)
     app.include_router(routes_dataset_files.router)

@@ -59,6 +59,8 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/api/runs/{run_id}/stop"): OWN_RUN,  # stop, cancel, or withdraw from the queue
     ("GET", "/api/queue"): READ,
     ("POST", "/api/runs/{run_id}/queue"): OWN_RUN,  # a waiting run's place and priority
+    ("GET", "/api/sweeps"): READ,
+    ("POST", "/api/sweeps"): USE,  # starts runs (its trials), as /api/train/start does
     ("GET", "/api/runs/{run_id}/chat"): READ,
     ("POST", "/api/runs/{run_id}/eval"): USE,  # loads a model, as chat does; adds results, changes nothing of the run
     ("GET", "/api/runs/{run_id}/evals"): READ,

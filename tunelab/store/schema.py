@@ -135,6 +135,28 @@ EXPORTS_MIGRATION: tuple[str, ...] = (
     "CREATE INDEX run_exports_by_run ON run_exports (run_id)",
 )
 
+# Migration 10: sweeps and their trials (tunelab/store/sweeps.py holds the statements).
+SWEEPS_MIGRATION: tuple[str, ...] = (
+    """CREATE TABLE sweeps (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL UNIQUE,
+        spec_json TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        best_run_id INTEGER,
+        best_value REAL
+    )""",
+    """CREATE TABLE sweep_trials (
+        sweep_id INTEGER NOT NULL REFERENCES sweeps (id) ON DELETE CASCADE,
+        trial_number INTEGER NOT NULL,
+        run_id INTEGER REFERENCES runs (id) ON DELETE SET NULL,
+        state TEXT NOT NULL CHECK (state IN ('running', 'complete', 'pruned', 'failed', 'interrupted')),
+        value REAL,
+        params_json TEXT NOT NULL,
+        PRIMARY KEY (sweep_id, trial_number)
+    )""",
+    "CREATE INDEX sweep_trials_by_run ON sweep_trials (run_id)",
+)
+
 # A step: statements written for SQLite (translated for PostgreSQL), or a mapping
 # {"sqlite": (...), "postgresql": (...)} where the dialects differ (see tunelab.store.dialect).
 MIGRATIONS: tuple[tuple[str, ...] | Mapping[str, tuple[str, ...]], ...] = (
@@ -187,6 +209,7 @@ MIGRATIONS: tuple[tuple[str, ...] | Mapping[str, tuple[str, ...]], ...] = (
     QUEUE_MIGRATION,  # 7: queued and cancelled runs, priorities, device requests and claims
     SERVERS_MIGRATION,  # 8: server identities, their heartbeats, and the server of each run
     EXPORTS_MIGRATION,  # 9: export folders, their run and owner
+    SWEEPS_MIGRATION,  # 10: sweeps and their trials
 )
 
 # A later report for a step fills in what an earlier one lacked and never erases a value.
