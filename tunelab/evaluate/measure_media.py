@@ -19,7 +19,6 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from tunelab import paths
 from tunelab.worker.formats import DataFormatError
 
 IGNORE_INDEX = -100
@@ -95,14 +94,12 @@ def _media_file(kind: str, ref: Any, index: int, config: dict[str, Any]) -> byte
 
         found = checked_clip(ref, index, clip_place(config, "eval", "audio"), None)  # checks the place and decodes it once
     else:
-        from tunelab.worker.vision_data import check_image, data_folders, image_reference
+        from tunelab.worker.vision_data import check_image, run_image_sources
 
-        found = image_reference(ref, data_folders(config, "eval"))
-        if paths.reads_confined() and not found["bytes"]:
-            try:
-                paths.check_readable(found["path"], "eval_split")
-            except paths.PathNotAllowed as exc:
-                raise DataFormatError("eval_split", f"row {index} of the eval data: image {exc}") from None
+        try:  # every form training reads (paths in the data roots, bytes, data: URIs, cached URLs), by its rules
+            found = run_image_sources(config, "eval").resolve(ref)
+        except Exception as exc:  # noqa: BLE001 - a refusal or bad reference, named for the user with its row
+            raise DataFormatError("eval_split", f"row {index} of the eval data: image {exc}") from None
         try:
             check_image(found)
         except Exception as exc:  # noqa: BLE001 - named for the user with its row
@@ -124,7 +121,7 @@ def media_prompts(raw: Any, config: dict[str, Any], kind: str, count: int) -> li
     for index, row in enumerate(raw.eval):
         if len(prompts) >= count:
             break
-        messages, refs = row_messages(row, raw.format, config)
+        messages, refs = row_messages(row, raw.format, config)[:2]  # vision also says where each image sat
         last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
         if not last:
             continue
