@@ -56,3 +56,29 @@ def test_a_bad_sweep_is_a_422_naming_the_field_and_starts_nothing(start_server, 
         assert client.post("/api/sweeps", json=outside).status_code in (403, 422)
         assert client.get("/api/runs").json()["runs"] == []
         assert client.get("/api/sweeps").json() == []
+
+
+def test_a_trial_reads_the_data_file_its_check_allowed(start_server, demo_run):
+    # A relative data path is checked against the datasets root; the trial must train on that
+    # same file (its resolved path), never on whatever the name means in the server's folder.
+    env = scripted_worker_env(step_seconds=0.05)
+    env["PYTHONPATH"] = f"{SWEEP_TESTS}:{env['PYTHONPATH']}"
+    env["TUNELAB_WORKER_TARGET"] = "sweep_workers:evaluating_trainer"
+    server = start_server(extra_env=env)
+    datasets = server.home / "datasets"
+    datasets.mkdir(parents=True, exist_ok=True)
+    body = sweep_body(demo_run, trials=1, name="relative-data")
+    (datasets / "sweep-rows.jsonl").write_bytes(Path(body["base"]["local_datasets"][0]).read_bytes())
+    body["base"]["local_datasets"] = ["sweep-rows.jsonl"]
+    with server.client() as client:
+        assert client.post("/api/sweeps", json=body).status_code == 202
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            (sweep,) = client.get("/api/sweeps").json()
+            if not sweep["running"]:
+                break
+            time.sleep(0.2)
+        (trial,) = sweep["trials"]
+        assert trial["run_id"] is not None, sweep
+        run = client.get(f"/api/runs/{trial['run_id']}").json()
+        assert run["config"]["local_datasets"] == [str((datasets / "sweep-rows.jsonl").resolve())], run["config"]

@@ -63,12 +63,17 @@ def start_sweep(body: dict[str, Any], request: Request) -> SweepStarted:
     state = request.app.state
     caller = caller_of(request)
     spec = check_sweep({"name": "sweep", **body})
-    check_corners(spec, lambda cfg: checked_config(cfg, state, role=caller.role))
+    def checked(cfg: Any) -> Any:
+        return checked_config(cfg, state, role=caller.role)
+
+    check_corners(spec, checked)
     with _LOCK:
         live = _live(state)
         if spec.name in live and live[spec.name].is_alive():
             raise ApiError(409, "sweep_running", f"sweep {spec.name!r} is running on this server already", field="name")
-        runner = SweepRunner(state.store, state.orchestrator, spec, owned_by=caller.key_name)
+        # Each trial starts with its checked config (paths resolved), not the one checked and set aside:
+        # a relative data path means the same file to the check and to the worker.
+        runner = SweepRunner(state.store, state.orchestrator, spec, owned_by=caller.key_name, prepare=checked)
         thread = threading.Thread(target=_run, args=(runner,), name=f"tunelab-sweep-{runner.sweep_id}", daemon=True)
         live[spec.name] = thread
         thread.start()

@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from tunelab.config import RunConfig
 from tunelab.orchestrator import NoActiveRun, RunActive
 from tunelab.store import Store
 from tunelab.store import sweeps as table
@@ -32,9 +33,12 @@ class SweepRunner:
     """Runs one sweep to its budget with `orchestrator`; `say` reports each trial's news."""
 
     def __init__(self, store: Store, orchestrator: Any, spec: SweepSpec, say: Callable[[str], None] = lambda _line: None,
-                 owned_by: str | None = None):
-        """`owned_by`: the API key that started the sweep, recorded as each trial run's owner."""
+                 owned_by: str | None = None, prepare: Callable[[RunConfig], RunConfig] = lambda cfg: cfg):
+        """`owned_by`: the API key that started the sweep, recorded as each trial run's owner.
+        `prepare`: what a trial's config goes through before it starts (over HTTP: the caller's
+        opt-ins, and its paths confined and resolved as a start's are)."""
         self.store, self.orchestrator, self.spec, self.say, self.owned_by = store, orchestrator, spec, say, owned_by
+        self.prepare = prepare
         self.sweep = table.open_sweep(store, spec.name, spec.model_dump())
         self.study = studies.open_study(store, spec, self.sweep["id"])
         self._lock = threading.Lock()
@@ -127,7 +131,7 @@ class SweepRunner:
     def _start(self, cfg, trial) -> int | None:
         while True:
             try:
-                return self.orchestrator.start(cfg, owned_by=self.owned_by)
+                return self.orchestrator.start(self.prepare(cfg), owned_by=self.owned_by)
             except RunActive:  # the devices are another trial's for now (or this process is ending)
                 if getattr(self.orchestrator, "closed", False):
                     self._stopping.set()
