@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import base64
 import os
-import re
 import secrets
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -21,6 +19,7 @@ import pytest
 import yaml
 from playwright.sync_api import expect
 
+from conftest import _read_url, _wait_healthy
 from tunelab.demo_assets import DEMO_TRAINING
 from tunelab.vision_demo import ensure_vision_demo_assets
 
@@ -61,18 +60,9 @@ def server(tmp_path_factory) -> Iterator[VisionServer]:
     process = subprocess.Popen([sys.executable, "-m", "tunelab.server", "--port", "0", "--log-level", "warning"],
                                env={**env, "TUNELAB_TOKEN": token, "TUNELAB_PREWARM": "0"}, stdout=subprocess.PIPE, stderr=log, text=True)
     try:
-        match = re.search(r"(http://127\.0\.0\.1:\d+/)", process.stdout.readline())
-        assert match, f"the server announced no address; its log:\n{(base / 'server.log').read_text()}"
-        served = VisionServer(process, match.group(1), token, assets.data_dir / "images" / "003.png", home)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(served.url + "api/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the server never answered /api/health"
-            time.sleep(0.1)
+        url = _read_url(process, base / "server.log")
+        _wait_healthy(url)
+        served = VisionServer(process, url, token, assets.data_dir / "images" / "003.png", home)
         yield served
     finally:
         process.terminate()
