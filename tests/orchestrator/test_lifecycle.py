@@ -167,9 +167,12 @@ def test_failed_spawn_finalizes_the_row_and_latches_nothing(orchestrator_for, st
     # moment, and a queue's pipe needs two anyway.
     # A thread of an earlier test that takes a descriptor between the count and the start can
     # leave none for the lock files: that start is refused before anything exists (checked),
-    # and the test tries again.
-    for _ in range(5):
-        resource.setrlimit(resource.RLIMIT_NOFILE, (_free_fds(3)[-1] + 1, hard))
+    # and the test tries again, after a pause, with one spare more every second try (a queue
+    # and a process need many more than the few spares, so the spawn still cannot happen).
+    for attempt, spare in enumerate((3, 3, 4, 4, 5)):
+        if attempt:
+            time.sleep(0.2)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (_free_fds(spare)[-1] + 1, hard))
         try:
             run_id = orch.start(scripted_config())
             break
