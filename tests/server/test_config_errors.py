@@ -69,6 +69,18 @@ def test_every_refused_path_is_named_at_once(live_server, demo_run):
     assert all("outside" in f["message"] for f in error["fields"])
 
 
+def test_check_validates_like_a_start_and_starts_nothing(live_server, demo_run):
+    client = live_server.client()
+    good = client.post("/api/train/check", json=demo_run())
+    assert good.status_code == 200, good.text
+    assert good.json()["config"]["max_steps"] == demo_run()["max_steps"]
+    bad = client.post("/api/train/check", json={**demo_run(), "batch_size": 0, "local_datasets": ["/etc/passwd"]})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "batch_size"
+    paths = client.post("/api/train/check", json={**demo_run(), "local_datasets": ["/etc/passwd"]})
+    assert paths.status_code == 422 and paths.json()["error"]["code"] == "path_not_allowed"
+    assert client.get("/api/runs").json()["total"] == 0
+
+
 def test_a_body_that_is_not_an_object_is_refused(live_server):
     response = live_server.client().post("/api/train/start", json=["model_name", "x"])
     assert response.status_code == 422
