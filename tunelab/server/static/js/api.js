@@ -97,6 +97,7 @@ export const api = {
   status: () => request("GET", "/api/train/status"),
   metrics: () => request("GET", "/api/train/metrics"),
   start: (config, startRequestId) => request("POST", "/api/train/start", { ...config, start_request_id: startRequestId }),
+  checkConfig: (config) => request("POST", "/api/train/check", config),
   stop: (save, expectedJobId) => request("POST", "/api/train/stop", { save, expected_job_id: expectedJobId ?? null }),
   reset: () => request("POST", "/api/train/reset"),
   previewDataset: (source) => request("POST", "/api/datasets/preview", source),
