@@ -179,7 +179,6 @@ export class ConfigForm {
    */
   showErrors(errors) {
     this.clearErrors();
-    let first = null;
     const named = [];
     for (const { field, message } of errors) {
       const block = this.#blockFor(field || "");
@@ -196,8 +195,8 @@ export class ConfigForm {
       const control = block.querySelector("input, select, textarea");
       control.setAttribute("aria-invalid", "true");
       for (let details = block.closest("details"); details; details = details.parentElement.closest("details")) details.open = true;
-      first = first || control;
     }
+    const first = this.form.querySelector('[aria-invalid="true"]');  // the topmost, whatever order the errors came in
     if (first) first.focus();
     else if (!this.generalErrors.hidden) this.generalErrors.scrollIntoView({ block: "nearest" });
     return named.filter(Boolean);
