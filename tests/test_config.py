@@ -18,6 +18,33 @@ def errors_of(**overrides):
     return {e.field: e.message for e in info.value.errors}
 
 
+def test_field_errors_and_cross_field_problems_come_in_one_attempt():
+    """A bad value and a clash between two other settings are both reported, in plain words;
+    a clash that involves a refused field is not reported beside it."""
+    errors = errors_of(learning_rate=-1, batch_size=0, warmup_steps=2, warmup_ratio=0.1, use_dora=True, use_rslora=True,
+                       max_steps=-3, num_epochs=0)
+    assert set(errors) == {"learning_rate", "batch_size", "warmup_ratio", "use_rslora", "max_steps"}, errors
+    assert errors["batch_size"] == "must be 1 or more"
+    assert errors["max_steps"] == "must be 0 or more"  # not also "both 0": max_steps was refused itself
+    assert "not both" in errors["warmup_ratio"]
+
+
+def test_a_missing_model_does_not_hide_the_other_problems():
+    with pytest.raises(ConfigError) as info:
+        parse_config({"learning_rate": 3, "warmup_steps": 2, "warmup_ratio": 0.1})
+    errors = {e.field: e.message for e in info.value.errors}
+    assert errors == {"model_name": "is required", "learning_rate": errors["learning_rate"],
+                      "warmup_ratio": "set warmup_steps or warmup_ratio, not both", "dataset": errors["dataset"]}
+    assert "no training data" in errors["dataset"]
+
+
+def test_plain_words_for_types_and_choices():
+    errors = errors_of(lora_r="sixteen", num_epochs="many", packing="perhaps", training_type="magic", train_split="")
+    assert errors == {"lora_r": "must be a whole number", "num_epochs": "must be a number", "packing": "must be true or false",
+                      "training_type": "must be one of 'lora', 'qlora', 'full' or 'continued_pretraining'",
+                      "train_split": "must not be empty"}
+
+
 @pytest.mark.parametrize(
     "overrides, field, words",
     [
@@ -31,7 +58,7 @@ def errors_of(**overrides):
         ({"training_type": "continued_pretraining", "load_in_4bit": True}, "load_in_4bit", "set load_in_4bit=false"),
         ({"warmup_steps": 10, "warmup_ratio": 0.1}, "warmup_ratio", "not both"),
         ({"learnig_rate": 1e-4}, "learnig_rate", "did you mean 'learning_rate'"),
-        ({"lora_r": 0}, "lora_r", "greater than or equal to 1"),
+        ({"lora_r": 0}, "lora_r", "must be 1 or more"),
         ({"training_type": "dpo"}, "training_type", "lora"),
         ({"slice_start": 10, "slice_end": 5}, "slice_end", "greater than slice_start"),
         ({"local_datasets": []}, "dataset", "no training data"),
@@ -91,6 +118,10 @@ def test_4bit_refused_without_cuda_and_gpu_ids_checked():
         check_machine(parse_config({**BASE, "gpu_ids": [3]}), cuda_device_count=2)
     assert info.value.errors[0].field == "gpu_ids"
     check_machine(parse_config({**BASE, "gpu_ids": [1]}), cuda_device_count=2)
+    # Every problem with this machine at once, not one per attempt.
+    with pytest.raises(ConfigError) as info:
+        check_machine(parse_config({**BASE, "gpu_ids": [3], "num_processes": 2}), cuda_device_count=2)
+    assert [e.field for e in info.value.errors] == ["gpu_ids", "num_processes"]
 
 
 def test_public_form_has_no_secrets():
@@ -133,15 +164,15 @@ def test_broken_yaml_is_a_config_error(tmp_path):
         ({"subset": "s" * 257}, "subset", "at most 256"),
         ({"target_modules": ["q" * 300]}, "target_modules.0", "at most 256"),
         ({"display_name": "n" * 201}, "display_name", "at most 200"),
-        ({"batch_size": 1_000_000_000}, "batch_size", "less than or equal to 4096"),
-        ({"gradient_accumulation_steps": 10**6}, "gradient_accumulation_steps", "less than or equal"),
-        ({"num_epochs": 1e9}, "num_epochs", "less than or equal"),
-        ({"max_steps": 10**12}, "max_steps", "less than or equal"),
-        ({"save_steps": 10**12}, "save_steps", "less than or equal"),
-        ({"eval_steps": 10**12}, "eval_steps", "less than or equal"),
-        ({"seed": 2**32}, "seed", "less than or equal"),
-        ({"seed": -1}, "seed", "greater than or equal"),
-        ({"slice_end": 10**15}, "slice_end", "less than or equal"),
+        ({"batch_size": 1_000_000_000}, "batch_size", "must be 4096 or less"),
+        ({"gradient_accumulation_steps": 10**6}, "gradient_accumulation_steps", "or less"),
+        ({"num_epochs": 1e9}, "num_epochs", "or less"),
+        ({"max_steps": 10**12}, "max_steps", "or less"),
+        ({"save_steps": 10**12}, "save_steps", "or less"),
+        ({"eval_steps": 10**12}, "eval_steps", "or less"),
+        ({"seed": 2**32}, "seed", "or less"),
+        ({"seed": -1}, "seed", "must be 0 or more"),
+        ({"slice_end": 10**15}, "slice_end", "or less"),
         ({"lora_alpha": float("inf")}, "lora_alpha", "finite"),
         ({"max_grad_norm": float("nan")}, "max_grad_norm", "finite"),
         ({"max_grad_value": float("nan")}, "max_grad_value", "finite"),

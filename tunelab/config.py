@@ -6,7 +6,7 @@ hardware facts come in through `check_machine`. Its helpers, one job each:
   config_text     the name, path and secret field types (plain text, sane lengths)
   config_errors   FieldError / ConfigError, and pydantic's errors turned into them
   config_checks   cross-field refusals: the finetune_* switches, the mlx backend's limits,
-                  several devices where some are MIG slices
+                  several devices where some are MIG slices; check_machine
   config_files    a config from a YAML/JSON file and --set overrides, and back to YAML
   config_resume   a stored run's config made runnable again, with its secrets
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import platform
 from pathlib import Path
-from typing import Annotated, Any, Collection, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -25,8 +25,9 @@ from tunelab.grpo_settings import (MAX_COMPLETION_LENGTH_HELP, NUM_GENERATIONS_H
 from tunelab.embedding_settings import EMBEDDING_LOSS_HELP, MATRYOSHKA_HELP, EmbeddingLoss, loss_fits, loss_format_error, normalise_matryoshka_dims
 # FINETUNE_SWITCHES, MLX_LR_SCHEDULERS, ConfigError, FieldError and the text field types are
 # also this module's interface: the rest of tunelab imports them from here.
-from tunelab.config_checks import FINETUNE_SWITCHES, MLX_LR_SCHEDULERS, finetune_switch_errors, mig_slice_errors, mlx_limits  # noqa: F401
-from tunelab.config_errors import ConfigError, ErrorList, FieldError, errors_from_validation, rebuilt_error, unknown_key_error  # noqa: F401
+from tunelab.config_checks import FINETUNE_SWITCHES, MLX_LR_SCHEDULERS, check_machine, finetune_switch_errors, mlx_limits  # noqa: F401
+from tunelab.config_errors import (ConfigError, ErrorList, FieldError, cross_problems_beside, errors_from_validation,  # noqa: F401
+                                   rebuilt_error, unknown_key_error)
 from tunelab.export_after_settings import EXPORT_AFTER_HELP, export_after_errors, export_after_format
 from tunelab.layout import layout_errors
 from tunelab.remote_code_check import HELP as REMOTE_CODE_HELP, fingerprint_errors
@@ -319,9 +320,9 @@ class RunConfig(BaseModel):
     @model_validator(mode="wrap")
     @classmethod
     def _normalise_input(cls, data: Any, handler: Any) -> Any:
-        """None means "use the default"; unknown keys are reported together with every
-        other field's problem, so one attempt shows all that needs fixing. Defined
-        after `_cross_checks` so that it wraps them too."""
+        """None means "use the default"; unknown keys and the cross-field checks are reported
+        together with every other field's problem, so one attempt shows all that needs
+        fixing. Defined after `_cross_checks` so that it wraps them too."""
         if not isinstance(data, dict):
             return handler(data)
         unknown = [k for k in data if k not in cls.model_fields]
@@ -333,13 +334,15 @@ class RunConfig(BaseModel):
             if value is None and not field.is_required() and field.get_default(call_default_factory=True) is not None:
                 continue
             cleaned[key] = value
-        if not unknown:
-            return handler(cleaned)
         problems = [unknown_key_error(key, data[key], list(cls.model_fields)) for key in unknown]
         try:
-            handler(cleaned)
+            config = handler(cleaned)
         except ValidationError as exc:
-            problems = [rebuilt_error(err) for err in exc.errors()] + problems
+            errors = exc.errors()
+            problems = [rebuilt_error(err) for err in errors] + problems + cross_problems_beside(cls, cleaned, errors, handler)
+        else:
+            if not problems:
+                return config
         raise ValidationError.from_exception_data(cls.__name__, problems)
 
     # --- derived facts -------------------------------------------------------------
@@ -404,29 +407,3 @@ def parse_config(data: dict[str, Any]) -> RunConfig:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(errors_from_validation(exc)) from None
-
-
-def check_machine(cfg: RunConfig, cuda_device_count: int, mig_slices: Collection[int] = ()) -> None:
-    """Checks that depend on this machine's hardware (done at start, not at parse);
-    `mig_slices`: which of the CUDA ids are MIG slices."""
-    if cfg.resolved_backend != "torch":
-        return
-    if cfg.nodes is not None and cfg.nodes.node_rank > 0:
-        raise ConfigError.single("nodes.node_rank", f"node {cfg.nodes.node_rank} only trains; the head (node_rank 0) records the run. "
-                                 f"On this machine run `tunelab train CONFIG --node-rank {cfg.nodes.node_rank}`, and start the run here with node_rank 0")
-    if cfg.load_in_4bit and cuda_device_count == 0:
-        field = "training_type" if cfg.training_type == "qlora" else "load_in_4bit"
-        raise ConfigError.single(field, "4-bit loading (QLoRA) needs a CUDA GPU and this machine has none; use training_type=lora with load_in_4bit=false")
-    if cfg.gpu_ids:
-        bad = [g for g in cfg.gpu_ids if not 0 <= g < cuda_device_count]
-        if bad:
-            have = f"ids 0..{cuda_device_count - 1}" if cuda_device_count else "no CUDA GPUs"
-            raise ConfigError.single("gpu_ids", f"GPU ids {bad} do not exist (this machine has {have}); fix gpu_ids or remove it for automatic choice")
-    if cfg.num_gpus and cfg.num_gpus > cuda_device_count:
-        have = f"{cuda_device_count}" if cuda_device_count else "no CUDA GPUs; use num_processes for several CPU processes"
-        raise ConfigError.single("num_gpus", f"num_gpus={cfg.num_gpus} but this machine has {have}; lower num_gpus")
-    for field, message in mig_slice_errors(cfg, cuda_device_count, mig_slices):
-        raise ConfigError.single(field, message)
-    gpus = len(cfg.gpu_ids or []) or cfg.num_gpus or 0
-    if gpus and cfg.num_processes and cfg.num_processes != gpus:
-        raise ConfigError.single("num_processes", f"a run trains one process per GPU: {gpus} GPUs need num_processes={gpus} (or leave num_processes out)")

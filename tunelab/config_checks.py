@@ -1,12 +1,14 @@
 """Cross-field refusals of a run's config that would otherwise crowd its class: the
 finetune_* switches that choose the adapted layers, what the mlx backend cannot do, and
 several GPUs asked for where some are MIG slices. Each returns (field, message) pairs,
-every message saying how to fix it.
+every message saying how to fix it. `check_machine` raises them all for this machine.
 """
 
 from __future__ import annotations
 
 from typing import Any, Collection
+
+from tunelab.config_errors import ConfigError, FieldError
 
 # Learning-rate schedules the mlx backend implements (the torch backend takes any HF name).
 MLX_LR_SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
@@ -73,3 +75,31 @@ def mig_slice_errors(cfg: Any, cuda_device_count: int, mig_slices: Collection[in
         return [("num_gpus", f"num_gpus={cfg.num_gpus} needs {cfg.num_gpus} whole GPUs and this machine has {whole} "
                              f"(besides {len(set(mig_slices))} MIG slices): {why}; lower num_gpus, or start one run per slice")]
     return []
+
+
+def check_machine(cfg: Any, cuda_device_count: int, mig_slices: Collection[int] = ()) -> None:
+    """Checks that depend on this machine's hardware (done at start, not at parse), every
+    problem reported at once; `mig_slices`: which of the CUDA ids are MIG slices."""
+    if cfg.resolved_backend != "torch":
+        return
+    errs: list[tuple[str, str]] = []
+    if cfg.nodes is not None and cfg.nodes.node_rank > 0:
+        errs.append(("nodes.node_rank", f"node {cfg.nodes.node_rank} only trains; the head (node_rank 0) records the run. "
+                                        f"On this machine run `tunelab train CONFIG --node-rank {cfg.nodes.node_rank}`, and start the run here with node_rank 0"))
+    if cfg.load_in_4bit and cuda_device_count == 0:
+        field = "training_type" if cfg.training_type == "qlora" else "load_in_4bit"
+        errs.append((field, "4-bit loading (QLoRA) needs a CUDA GPU and this machine has none; use training_type=lora with load_in_4bit=false"))
+    if cfg.gpu_ids:
+        bad = [g for g in cfg.gpu_ids if not 0 <= g < cuda_device_count]
+        if bad:
+            have = f"ids 0..{cuda_device_count - 1}" if cuda_device_count else "no CUDA GPUs"
+            errs.append(("gpu_ids", f"GPU ids {bad} do not exist (this machine has {have}); fix gpu_ids or remove it for automatic choice"))
+    if cfg.num_gpus and cfg.num_gpus > cuda_device_count:
+        have = f"{cuda_device_count}" if cuda_device_count else "no CUDA GPUs; use num_processes for several CPU processes"
+        errs.append(("num_gpus", f"num_gpus={cfg.num_gpus} but this machine has {have}; lower num_gpus"))
+    errs.extend(mig_slice_errors(cfg, cuda_device_count, mig_slices))
+    gpus = len(cfg.gpu_ids or []) or cfg.num_gpus or 0
+    if gpus and cfg.num_processes and cfg.num_processes != gpus:
+        errs.append(("num_processes", f"a run trains one process per GPU: {gpus} GPUs need num_processes={gpus} (or leave num_processes out)"))
+    if errs:
+        raise ConfigError([FieldError(field=f, message=m) for f, m in errs])

@@ -10,6 +10,7 @@ Debian packages. Playwright never downloads a browser here.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -231,14 +232,34 @@ def shoot():
     return save
 
 
+def open_form_section(page, title: str) -> None:
+    """Open the folded form section whose summary starts with `title` as a person does:
+    by clicking its summary, and first those of the sections around it ("Advanced
+    settings"); an open one is left open."""
+    summary = page.locator("summary").filter(has_text=re.compile(rf"^\s*{re.escape(title)}"))
+    folds = summary.locator("xpath=ancestor::details")  # outermost first
+    for i in range(folds.count()):
+        fold = folds.nth(i)
+        if fold.get_attribute("open") is None:
+            fold.locator(":scope > summary").click()
+
+
+@pytest.fixture
+def open_section():
+    """`open_section(page, "Optimiser")`: see open_form_section."""
+    return open_form_section
+
+
 @pytest.fixture
 def fill_demo_config(demo_assets):
     """Fill the form with a short demo run: the tiny model and the alpaca sample data.
-    `max_steps` is generous so a run is still going when a test wants to stop it."""
+    `max_steps` is generous so a run is still going when a test wants to stop it. The
+    settings folded under "More training settings" are filled after opening it."""
 
     def fill(page, *, max_steps: int = 2000, name: str | None = None, data=None) -> None:
         page.get_by_label("Model", exact=True).fill(str(demo_assets.model_dir))
         page.get_by_label("Data files").fill(str(data or demo_assets.alpaca))
+        open_form_section(page, "More training settings")
         page.get_by_label("Max sequence length").fill("128")
         page.get_by_label("Max steps").fill(str(max_steps))
         page.get_by_label("Batch size").fill("2")

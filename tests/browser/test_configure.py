@@ -49,7 +49,7 @@ def test_check_dataset_shows_format_columns_and_rendered_rows(server, open_page,
     shoot(page, "configure-2-dataset-refused")
 
 
-def test_bad_learning_rate_is_shown_beside_its_field(server, open_page, demo_assets, fill_demo_config, shoot):
+def test_bad_learning_rate_is_shown_beside_its_field(server, open_page, demo_assets, fill_demo_config, open_section, shoot):
     page = open_page()
     fill_demo_config(page)
     lr = page.get_by_label("Learning rate", exact=True)
@@ -72,17 +72,17 @@ def test_bad_learning_rate_is_shown_beside_its_field(server, open_page, demo_ass
     page.get_by_label("Batch size").fill("0")
     page.get_by_label("Max sequence length").fill("8")
     page.get_by_role("button", name="Start training").click()
-    expect(field_error(page, "batch_size")).to_contain_text("greater than or equal to 1")
-    expect(field_error(page, "max_seq_length")).to_contain_text("greater than or equal to 16")
+    expect(field_error(page, "batch_size")).to_have_text("Batch size must be 1 or more")
+    expect(field_error(page, "max_seq_length")).to_have_text("Max sequence length must be 16 or more")
     expect(field_error(page, "learning_rate")).to_be_empty()
 
     # A clash between two settings under "Advanced": the section opens to show it.
     page.get_by_label("Batch size").fill("2")
     page.get_by_label("Max sequence length").fill("128")
-    page.get_by_text("Advanced settings").click()
+    open_section(page, "Optimiser")
     page.get_by_label("Warmup steps").fill("3")
     page.get_by_label("Warmup ratio").fill("0.1")
-    page.get_by_text("Advanced settings").click()
+    page.get_by_text("Advanced settings").click()  # folded again: the error opens it
     page.get_by_role("button", name="Start training").click()
     expect(field_error(page, "warmup_ratio")).to_contain_text("not both")
     expect(page.get_by_label("Warmup ratio")).to_be_visible()
@@ -91,13 +91,14 @@ def test_bad_learning_rate_is_shown_beside_its_field(server, open_page, demo_ass
     assert server.json("GET", "/api/train/status")["phase"] == "idle"
 
 
-def test_config_saves_to_and_loads_from_yaml(server, open_page, demo_assets, fill_demo_config, tmp_path: Path, shoot):
+def test_config_saves_to_and_loads_from_yaml(server, open_page, demo_assets, fill_demo_config, open_section, tmp_path: Path, shoot):
     page = open_page()
     fill_demo_config(page, max_steps=7, name="yaml run")
     page.get_by_label("Method").select_option("dora")
     page.get_by_label("Learning rate", exact=True).fill("1e-4")
-    page.get_by_text("Advanced settings").click()
+    open_section(page, "Data")
     page.get_by_label("Column mapping").fill("instruction: question")
+    open_section(page, "Model access")
     page.get_by_label("Hub token").fill("hf_secret_value")
 
     with page.expect_download() as download:
@@ -139,7 +140,7 @@ def test_config_saves_to_and_loads_from_yaml(server, open_page, demo_assets, fil
     shoot(page, "configure-4-loaded-yaml")
 
 
-def test_the_memory_estimate_follows_the_form(server, open_page, demo_assets, shoot):
+def test_the_memory_estimate_follows_the_form(server, open_page, demo_assets, open_section, shoot):
     """The estimate appears once a model is named, names each term, and follows the form (debounced)."""
     page = open_page()
     panel = page.locator("#memory-estimate")
@@ -151,6 +152,7 @@ def test_the_memory_estimate_follows_the_form(server, open_page, demo_assets, sh
     expect(page.locator("#memory-verdict")).to_contain_text("Fits: this machine's RAM")
     activations = panel.locator('dt[data-term="activations"] + dd')
     before = activations.inner_text()
+    open_section(page, "More training settings")
     page.get_by_label("Batch size").fill("64")
     expect(activations).not_to_have_text(before, timeout=20_000)
     shoot(page, "configure-memory-estimate")

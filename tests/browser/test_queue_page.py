@@ -1,7 +1,8 @@
 """The page's "Active and queued runs" with a real server on one (stand-in) GPU: the run
 training there is listed with its devices and a Stop button, the runs waiting for it with
 their positions; a queued run moves down and is cancelled from the page, the active one is
-stopped from it, and the history shows each run's owner column."""
+stopped from it (each after a confirmation: dismissed, the run is left alone), and the
+history shows each run's owner column."""
 
 from __future__ import annotations
 
@@ -32,6 +33,15 @@ def test_queued_runs_are_listed_moved_and_cancelled_and_the_active_one_stopped(s
 
     # A start from the page while the GPU is busy says where it waits.
     page = open_page()
+    # Stop and Cancel ask first (window.confirm): answered as `accept` says, each question kept.
+    asked: list[str] = []
+    accept = {"now": False}
+
+    def answer(dialog) -> None:
+        asked.append(dialog.message)
+        dialog.accept() if accept["now"] else dialog.dismiss()
+
+    page.on("dialog", answer)
     fill_demo_config(page, max_steps=5000, name="second waiting")
     page.get_by_role("button", name="Start training").click()
     expect(page.locator("#notices")).to_contain_text("waits for its devices: position 2 in the queue")
@@ -53,6 +63,18 @@ def test_queued_runs_are_listed_moved_and_cancelled_and_the_active_one_stopped(s
     expect(rows.nth(2)).to_contain_text("first waiting")
     assert [r["id"] for r in server.json("GET", "/api/queue")["queued"]] == [second["job_id"], first["job_id"]]
 
+    # Dismissed: the run stays queued, where it was.
+    page.get_by_role("button", name="Cancel second waiting").click()
+    page.wait_for_function("() => true")  # a round trip to the page, after the dialog was answered
+    assert asked == ["Cancel second waiting? It leaves the queue and will not start."]
+    expect(rows).to_have_count(3)
+    assert server.json("GET", f"/api/runs/{second['job_id']}")["status"] == "queued"
+    page.get_by_role("button", name="Stop busy one").click()
+    page.wait_for_function("() => true")
+    assert asked[-1].startswith("Stop busy one? It stops at its next step")
+    assert server.json("GET", f"/api/runs/{busy['job_id']}")["status"] == "running"
+
+    accept["now"] = True
     page.get_by_role("button", name="Cancel second waiting").click()
     expect(rows).to_have_count(2)
     expect(rows.nth(1)).to_contain_text("1 of 1")

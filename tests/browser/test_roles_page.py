@@ -119,7 +119,8 @@ def test_a_member_manages_its_own_runs_only_and_priorities_are_an_admins(server,
     set_priority = bob.get_by_role("button", name="Set the priority of bob waiting")
     expect(set_priority).to_be_disabled()
     expect(set_priority).to_have_attribute("title", "only an admin sets priorities")
-    # What the page offers works: bob cancels his own queued run from it.
+    # What the page offers works: bob cancels his own queued run from it (and says yes when asked).
+    bob.once("dialog", lambda dialog: dialog.accept())
     bob.get_by_role("button", name="Cancel bob waiting").click()
     expect(bob.locator("#notices")).to_contain_text("Cancelled bob waiting")
     assert server.json("GET", f"/api/runs/{bob_run}")["status"] == "cancelled"

@@ -102,7 +102,7 @@ GRPO = {**BASE, "objective": "grpo", "rewards": [{"name": "exact_match"}]}
     ({"rewards": [{"name": "bleu"}]}, "rewards.0.name", "exact_match"),
     ({"rewards": [{"name": "contains", "weight": 0}]}, "rewards", "weight 0"),
     ({"num_generations": 3}, "num_generations", "2 x 4 = 8 completions"),
-    ({"num_generations": 1}, "num_generations", "greater than or equal to 2"),
+    ({"num_generations": 1}, "num_generations", "must be 2 or more"),
     ({"backend": "mlx"}, "objective", "backend=torch"),
     ({"packing": True}, "packing", "packing=false"),
     ({"format": "preference"}, "format", "format=auto or prompt_only"),

@@ -101,7 +101,7 @@ BASE = {"model_name": "org/model", "local_datasets": ["data.jsonl"]}
     ({"objective": "dpo", "format": "alpaca"}, "format", "format=auto or preference"),
     ({"objective": "sft", "format": "preference"}, "objective", "objective=dpo"),
     ({"beta": 0.5}, "beta", "objective=sft does not read it"),
-    ({"objective": "dpo", "beta": 0}, "beta", "greater than 0"),
+    ({"objective": "dpo", "beta": 0}, "beta", "must be more than 0"),
     ({"objective": "ppo"}, "objective", "grpo"),
     ({"objective": "kto", "batch_size": 1}, "batch_size", "batch_size 2 or more"),
     ({"objective": "dpo", "format": "unpaired_preference"}, "format", "format=auto or preference"),

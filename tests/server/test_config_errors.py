@@ -15,7 +15,7 @@ BAD_CONFIGS = [
     ("adapter option with full fine-tuning", {"training_type": "full", "use_dora": True}, "use_dora", "adapter option"),
     ("warmup steps and ratio", {"warmup_steps": 2, "warmup_ratio": 0.1}, "warmup_ratio", "not both"),
     ("unknown setting", {"learning_rat": 1e-4}, "learning_rat", "did you mean 'learning_rate'"),
-    ("wrong type", {"lora_r": "sixteen"}, "lora_r", "integer"),
+    ("wrong type", {"lora_r": "sixteen"}, "lora_r", "whole number"),
     ("unknown method", {"training_type": "magic"}, "training_type", "lora"),
     ("missing model", {"model_name": None}, "model_name", "required"),
     ("no training data", {"local_datasets": []}, "dataset", "no training data"),
@@ -42,6 +42,43 @@ def test_every_bad_field_is_listed(live_server, demo_run):
     body = {**demo_run(), "learning_rate": 2, "lora_r": "x", "batch_size": 0}
     error = live_server.client().post("/api/train/start", json=body).json()["error"]
     assert {f["field"] for f in error["fields"]} == {"learning_rate", "lora_r", "batch_size"}
+
+
+def test_four_bad_fields_get_four_named_errors_in_plain_words(live_server, demo_run):
+    """Field checks and a clash between two settings, all in one 422 (not one per attempt);
+    the first error's `field` and `message` stay up front for older clients."""
+    body = {**demo_run(), "learning_rate": -1, "batch_size": 0, "lora_r": "x", "warmup_steps": 2, "warmup_ratio": 0.1}
+    response = live_server.client().post("/api/train/start", json=body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    messages = {f["field"]: f["message"] for f in error["fields"]}
+    assert messages == {"learning_rate": messages["learning_rate"], "batch_size": "must be 1 or more",
+                        "lora_r": "must be a whole number", "warmup_ratio": "set warmup_steps or warmup_ratio, not both"}
+    assert "between 0 and 1" in messages["learning_rate"]
+    assert error["field"] == error["fields"][0]["field"] and error["code"] == "invalid_input"
+    assert "Input should" not in response.text
+
+
+def test_every_refused_path_is_named_at_once(live_server, demo_run):
+    body = {**demo_run(), "local_datasets": ["/etc/passwd"], "output_dir": "/tmp/not-managed-by-tunelab"}
+    response = live_server.client().post("/api/train/start", json=body)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert (error["code"], error["field"]) == ("path_not_allowed", "local_datasets")
+    assert [f["field"] for f in error["fields"]] == ["local_datasets", "output_dir"]
+    assert all("outside" in f["message"] for f in error["fields"])
+
+
+def test_check_validates_like_a_start_and_starts_nothing(live_server, demo_run):
+    client = live_server.client()
+    good = client.post("/api/train/check", json=demo_run())
+    assert good.status_code == 200, good.text
+    assert good.json()["config"]["max_steps"] == demo_run()["max_steps"]
+    bad = client.post("/api/train/check", json={**demo_run(), "batch_size": 0, "local_datasets": ["/etc/passwd"]})
+    assert bad.status_code == 422 and bad.json()["error"]["field"] == "batch_size"
+    paths = client.post("/api/train/check", json={**demo_run(), "local_datasets": ["/etc/passwd"]})
+    assert paths.status_code == 422 and paths.json()["error"]["code"] == "path_not_allowed"
+    assert client.get("/api/runs").json()["total"] == 0
 
 
 def test_a_body_that_is_not_an_object_is_refused(live_server):

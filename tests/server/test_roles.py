@@ -62,6 +62,7 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("GET", "/api/train/progress"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/train/plot.png"): (200, 200, 200, 200, 200, 401),
     ("POST", "/api/train/start"): (422, 422, 422, 422, 403, 401),
+    ("POST", "/api/train/check"): (422, 422, 422, 422, 422, 401),  # checks a config, starts nothing
     ("POST", "/api/train/stop"): (409, 409, 409, 409, 403, 401),
     ("POST", "/api/train/reset"): (200, 200, 200, 200, 403, 401),
     ("POST", "/api/datasets/preview"): (422, 422, 422, 422, 403, 401),

@@ -146,8 +146,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(PathNotAllowed)
     async def _path_not_allowed(_: Request, exc: PathNotAllowed) -> JSONResponse:
-        return error_response(422, "path_not_allowed", str(exc), field=exc.field,
-                              fields=[FieldError(field=exc.field, message=str(exc))])
+        # Several refused at once (user_paths.PathsNotAllowed) are all listed; the first leads.
+        fields = [FieldError(field=e.field, message=str(e)) for e in getattr(exc, "refusals", [exc])]
+        message = str(exc) if len(fields) == 1 else "; ".join(f"{f.field}: {f.message}" for f in fields)
+        return error_response(422, "path_not_allowed", message, field=exc.field, fields=fields)
 
     @app.exception_handler(OrchestratorError)
     async def _orchestrator_error(_: Request, exc: OrchestratorError) -> JSONResponse:

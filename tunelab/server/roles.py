@@ -42,6 +42,7 @@ RULES: dict[tuple[str, str], str] = {
     ("GET", "/api/health"): PUBLIC,
     ("GET", "/api/me"): READ,  # who the caller is: the page offers only what its role may do
     ("POST", "/api/train/start"): USE,
+    ("POST", "/api/train/check"): READ,  # checks a config; starts nothing
     ("POST", "/api/train/stop"): OWN_ACTIVE,
     ("POST", "/api/train/reset"): OWN_ACTIVE,
     ("GET", "/api/train/status"): READ,

@@ -1,4 +1,4 @@
-"""`/api/train`: start a run; stop, reset and watch the run that trains here now.
+"""`/api/train`: check or start a run; stop, reset and watch the run that trains here now.
 
 Every view here (status, metrics, progress, plot, stop, reset) is about the run that
 trains on this server now, or the last one that did; never a queued run, which the
@@ -19,11 +19,12 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response
 
-from tunelab.config import parse_config
+from tunelab.config import RunConfig, parse_config
 from tunelab.orchestrator import RunMismatch
 from tunelab.server.queue_cap import require_queue_room
 from tunelab.server.roles import CHECKED_RUN_SCOPE_KEY, caller_of
 from tunelab.server.schemas import (
+    CheckAnswer,
     JobAnswer,
     MetricsAnswer,
     StartRequest,
@@ -74,6 +75,15 @@ def start(body: StartRequest, request: Request) -> JobAnswer:
         settle(state.orchestrator)
         run_id = state.orchestrator.start(config, start_request_id=request_id, owned_by=caller.key_name)
     return JobAnswer.of(state.orchestrator, run_id)
+
+
+@router.post("/check", response_model=CheckAnswer, responses=error_responses(403, 422))
+def check(body: RunConfig, request: Request) -> CheckAnswer:
+    """Check a run config as a start would (its settings, paths and opt-ins, for the caller's
+    role) and start nothing: 200 with the config a start would store, or the start's 422
+    listing every problem. The page checks its form with this."""
+    config = checked_config(parse_config(body.model_dump(exclude_unset=True)), request.app.state, role=caller_of(request).role)
+    return CheckAnswer(config=config.public())
 
 
 @router.post("/stop", response_model=StopAnswer, responses=error_responses(409, 422, 503))

@@ -71,6 +71,12 @@ class StartRequest(RunConfig):
     )
 
 
+class CheckAnswer(BaseModel):
+    ok: bool = Field(True, description="Always true: a config that fails its checks is a 422 listing every problem.")
+    config: dict[str, Any] = Field(description="The config as a start would store it: every setting, defaults filled in, "
+                                               "paths resolved, secrets left out.")
+
+
 class JobAnswer(BaseModel):
     job_id: int = Field(description="The run id of the job.")
     status: str = Field(description="The run's status: queued, running, completed, stopped, error or cancelled.")

@@ -148,30 +148,53 @@ def check_output_dir_owned(config: RunConfig, store: Any, owner: str | None) -> 
                        field="output_dir")
 
 
+class PathsNotAllowed(PathNotAllowed):
+    """Several fields' paths refused at once: named by the first, all of them in `refusals`."""
+
+    def __init__(self, refusals: list[PathNotAllowed]):
+        self.refusals = refusals
+        super().__init__(refusals[0].field, str(refusals[0]))
+
+
 def confine_user_paths(config: RunConfig) -> RunConfig:
-    """The config with every local path checked by `tunelab.paths` (PathNotAllowed naming
-    the field) and replaced by its resolved form."""
+    """The config with every local path checked by `tunelab.paths` and replaced by its
+    resolved form. Every refused path is named at once (PathNotAllowed naming the field,
+    PathsNotAllowed for several), so a form can mark them all in one attempt."""
+    refused: list[PathNotAllowed] = []
     updates: dict[str, object] = {}
     for field in PATH_LIST_FIELDS:
-        updates[field] = [str(paths.check_readable(item, field)) for item in getattr(config, field)]
-    updates["model_name"] = paths.check_model_source(config.model_name)
+        updates[field] = [str(_attempt(refused, paths.check_readable, item, field)) for item in getattr(config, field)]
+    updates["model_name"] = _attempt(refused, paths.check_model_source, config.model_name)
     if config.tts_codec:  # a folder the worker loads weights from, or a hub repo: confined like the model
-        updates["tts_codec"] = paths.check_model_source(config.tts_codec, "tts_codec")
+        updates["tts_codec"] = _attempt(refused, paths.check_model_source, config.tts_codec, "tts_codec")
     if config.dataset:
-        updates["dataset"] = _dataset_source(config.dataset)
+        updates["dataset"] = _attempt(refused, _dataset_source, config.dataset)
     outside = config.allow_output_outside_root  # refused by check_opt_ins unless the server allows it
     for field in WRITE_DIR_FIELDS:
         value = getattr(config, field)
         if value:
-            updates[field] = str(paths.resolve_write_dir(value, field, outside))
+            updates[field] = str(_attempt(refused, paths.resolve_write_dir, value, field, outside))
     if config.mlflow_tracking_uri:
-        updates["mlflow_tracking_uri"] = _mlflow_uri(config.mlflow_tracking_uri, outside)
+        updates["mlflow_tracking_uri"] = _attempt(refused, _mlflow_uri, config.mlflow_tracking_uri, outside)
     if uses_reward_code(config):
-        updates["rewards"] = [spec.model_copy(update={"path": str(paths.check_readable(spec.path, f"rewards.{i}.path"))})
+        updates["rewards"] = [spec.model_copy(update={"path": str(_attempt(refused, paths.check_readable, spec.path, f"rewards.{i}.path"))})
                               if spec.name == "python" else spec for i, spec in enumerate(config.rewards)]
     if config.resume_from and not config.resume_from.strip().isdigit():
-        updates["resume_from"] = str(_checkpoint_folder(config.resume_from.strip()))
+        updates["resume_from"] = str(_attempt(refused, _checkpoint_folder, config.resume_from.strip()))
+    if len(refused) > 1:
+        raise PathsNotAllowed(refused)
+    if refused:
+        raise refused[0]
     return config.model_copy(update=updates)
+
+
+def _attempt(refused: list[PathNotAllowed], check: Any, *args: Any) -> Any:
+    """`check(*args)`, or None with its refusal added to `refused` (the caller raises them)."""
+    try:
+        return check(*args)
+    except PathNotAllowed as exc:
+        refused.append(exc)
+        return None
 
 
 def check_stored_config(run: Mapping[str, Any], state: Any, role: str = "admin") -> None:

@@ -99,6 +99,7 @@ export const api = {
   metrics: () => request("GET", "/api/train/metrics"),
   start: (config, startRequestId) => request("POST", "/api/train/start", { ...config, start_request_id: startRequestId }),
   stopRun: (id, save) => request("POST", `/api/runs/${encodeURIComponent(id)}/stop`, { save }),
+  checkConfig: (config) => request("POST", "/api/train/check", config),
   reset: () => request("POST", "/api/train/reset"),
   previewDataset: (source) => request("POST", "/api/datasets/preview", source),
   estimateMemory: (config) => request("POST", "/api/memory/estimate", config),

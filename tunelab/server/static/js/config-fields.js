@@ -41,10 +41,13 @@ export const DATA_SOURCES = [
 
 const f = (name, label, kind, def, extra = {}) => ({ name, label, kind, def, ...extra });
 
-/** Shown up front, in this order, grouped by `section`. */
+/**
+ * The form's first part, in this order, grouped by `section`: model, data and train are
+ * the essentials, always shown; "more" is a section folded away until opened.
+ */
 export const BASIC_FIELDS = [
   f("model_name", "Model", "text", "", { section: "model", required: true, placeholder: "org/model or /path/to/model", help: "A Hugging Face hub id or a local model folder." }),
-  f("max_seq_length", "Max sequence length", "int", 2048, { section: "model", help: "Longer examples are truncated." }),
+  f("max_seq_length", "Max sequence length", "int", 2048, { section: "more", help: "Longer examples are truncated." }),
 
   f("local_datasets", "Data files", "list", [], { section: "data", source: "local", placeholder: "/path/to/train.jsonl", help: "One path per line: .json, .jsonl, .csv or .parquet." }),
   f("dataset", "Hub dataset", "text", "", { section: "data", source: "hub", placeholder: "org/dataset" }),
@@ -57,16 +60,16 @@ export const BASIC_FIELDS = [
   f("s3.access_key_id", "Access key id", "secret", "", { section: "data", source: "s3" }),
   f("s3.secret_access_key", "Secret access key", "secret", "", { section: "data", source: "s3" }),
   f("s3.session_token", "Session token", "secret", "", { section: "data", source: "s3" }),
-  f("format", "Format", "select", "auto", { section: "data", options: ["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs", "transcription", "preference", "unpaired_preference", "prompt_only"], help: "auto detects it from the columns (caption: an image column and a text column; pairs, triplets, scored_pairs, labelled_pairs: embedding models; preference: prompt, chosen, rejected for dpo/orpo/simpo/kto (TRL's shapes, UltraFeedback's and LLaMA-Factory's too); unpaired_preference: prompt, completion, label, or LLaMA-Factory's messages and a true/false label, for kto; prompt_only: a prompt column and an optional reference or answer column for grpo); “check dataset” shows what it found." }),
+  f("format", "Format", "select", "auto", { section: "more", wide: true, options: ["auto", "alpaca", "sharegpt", "chatml", "text", "caption", "pairs", "triplets", "scored_pairs", "labelled_pairs", "transcription", "preference", "unpaired_preference", "prompt_only"], help: "auto detects it from the columns (caption: an image column and a text column; pairs, triplets, scored_pairs, labelled_pairs: embedding models; preference: prompt, chosen, rejected for dpo/orpo/simpo/kto (TRL's shapes, UltraFeedback's and LLaMA-Factory's too); unpaired_preference: prompt, completion, label, or LLaMA-Factory's messages and a true/false label, for kto; prompt_only: a prompt column and an optional reference or answer column for grpo); “check dataset” shows what it found." }),
 
   f("objective", "Objective", "select", "sft", { section: "train", options: ["sft", "dpo", "orpo", "simpo", "kto", "grpo"], help: "sft: learn the answers in the data. dpo, orpo, simpo: learn to prefer the chosen answer over the rejected one (prompt, chosen, rejected data). kto: also from completions labelled good or bad (prompt, completion, label). grpo: sample completions for each prompt and learn from their rewards (prompt data, optional reference answer; set Rewards)." }),
   f("learning_rate", "Learning rate", "float", 2e-4, { section: "train", help: "Between 0 and 1; LoRA usually 1e-4 to 3e-4." }),
   f("num_epochs", "Epochs", "float", 3, { section: "train", help: "Passes over the data (used when max steps is 0)." }),
   f("max_steps", "Max steps", "int", 0, { section: "train", help: "0 = train for the epochs above." }),
-  f("batch_size", "Batch size", "int", 2, { section: "train" }),
-  f("gradient_accumulation_steps", "Gradient accumulation", "int", 4, { section: "train", help: "Steps whose gradients add up to one update." }),
-  f("lora_r", "LoRA rank", "int", 16, { section: "train", adapterOnly: true }),
-  f("lora_alpha", "LoRA alpha", "float", 16, { section: "train", adapterOnly: true }),
+  f("batch_size", "Batch size", "int", 2, { section: "more" }),
+  f("gradient_accumulation_steps", "Gradient accumulation", "int", 4, { section: "more", help: "Steps whose gradients add up to one update." }),
+  f("lora_r", "LoRA rank", "int", 16, { section: "more", adapterOnly: true }),
+  f("lora_alpha", "LoRA alpha", "float", 16, { section: "more", adapterOnly: true }),
   f("display_name", "Run name", "text", "", { section: "train", placeholder: "optional", help: "How the run is listed in the history." }),
 ];
 

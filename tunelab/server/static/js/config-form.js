@@ -1,7 +1,9 @@
 /**
  * The run configuration form: drawn from the field table, read into a RunConfig body,
  * filled from a loaded config, and annotated with per-field errors (a 422 from the
- * server, or input the page itself cannot turn into a value).
+ * server, or input the page itself cannot turn into a value), every one at once, each
+ * beside its field in words that name it. Past the essentials the form is folded into
+ * sections (<details>) that open by themselves when a field inside has an error.
  */
 
 import {
@@ -46,7 +48,7 @@ function fieldBlock(spec) {
   }
   control.setAttribute("aria-describedby", describedBy);
   const label = el("label", { for: id, text: spec.label });
-  const wide = spec.kind === "list" || spec.kind === "map" || spec.kind === "jsonlist" ? " field-wide" : "";
+  const wide = spec.wide || spec.kind === "list" || spec.kind === "map" || spec.kind === "jsonlist" ? " field-wide" : "";
   const className = spec.kind === "bool" ? "field field-check field-wide" : `field${wide}`;
   const block = el("div", { class: className, "data-field": spec.name }, spec.kind === "bool" ? [control, label] : [label, control]);
   if (spec.help) block.append(el("p", { class: "help", id: `${id}-help`, text: spec.help }));
@@ -84,18 +86,18 @@ export class ConfigForm {
   }
 
   #render() {
+    const basic = (section) => BASIC_FIELDS.filter((s) => s.section === section).map(fieldBlock);
     const model = this.form.querySelector('[data-fields="model"]');
-    model.append(fieldBlock(BASIC_FIELDS[0]), methodBlock(), ...BASIC_FIELDS.slice(1).filter((s) => s.section === "model").map(fieldBlock));
-    const data = this.form.querySelector('[data-fields="data"]');
-    data.prepend(sourceBlock(), ...BASIC_FIELDS.filter((s) => s.section === "data").map(fieldBlock));
-    const train = this.form.querySelector('[data-fields="train"]');
-    train.append(...BASIC_FIELDS.filter((s) => s.section === "train").map(fieldBlock));
+    model.append(fieldBlock(BASIC_FIELDS[0]), methodBlock(), ...basic("model").slice(1));
+    this.form.querySelector('[data-fields="data"]').prepend(sourceBlock(), ...basic("data"));
+    this.form.querySelector('[data-fields="train"]').append(...basic("train"));
+    this.form.querySelector('[data-fields="more"]').append(...basic("more"));
+    // Each advanced section folds on its own, so opening "Advanced" shows a list of them.
     const advanced = this.form.querySelector('[data-fields="advanced"]');
     const sections = [...new Set(ADVANCED_FIELDS.map((s) => s.section))];
     for (const name of sections) {
-      const set = el("fieldset", { class: "field-group" }, [el("legend", { text: name })]);
-      set.append(...ADVANCED_FIELDS.filter((s) => s.section === name).map(fieldBlock));
-      advanced.append(set);
+      const set = el("div", { class: "field-group" }, ADVANCED_FIELDS.filter((s) => s.section === name).map(fieldBlock));
+      advanced.append(el("details", { class: "form-section" }, [el("summary", { text: name }), set]));
     }
   }
 
@@ -170,27 +172,51 @@ export class ConfigForm {
     this.generalErrors.hidden = true;
   }
 
-  /** Put each error beside its field; errors with no field on the form go to the top. */
+  /**
+   * Put every error beside its field, in words that name it ("Batch size must be 1 or
+   * more"), opening the folded sections that hold one; errors with no field on the form
+   * go to the top. Returns the names of the fields at fault, for a notice.
+   */
   showErrors(errors) {
     this.clearErrors();
-    let first = null;
+    const named = [];
     for (const { field, message } of errors) {
       const block = this.#blockFor(field || "");
+      const label = this.labelOf(field || "");
+      if (!named.includes(label)) named.push(label);
+      const text = this.describe({ field, message });
       if (!block) {
-        this.generalErrors.append(el("li", { text: field ? `${field}: ${message}` : message }));
+        this.generalErrors.append(el("li", { text }));
         this.generalErrors.hidden = false;
         continue;
       }
       const slot = block.querySelector(".field-error");
-      slot.textContent = slot.textContent ? `${slot.textContent} ${message}` : message;
+      slot.textContent = slot.textContent ? `${slot.textContent} ${text}` : text;
       const control = block.querySelector("input, select, textarea");
       control.setAttribute("aria-invalid", "true");
-      const details = block.closest("details");
-      if (details) details.open = true;
-      first = first || control;
+      for (let details = block.closest("details"); details; details = details.parentElement.closest("details")) details.open = true;
     }
+    const first = this.form.querySelector('[aria-invalid="true"]');  // the topmost, whatever order the errors came in
     if (first) first.focus();
     else if (!this.generalErrors.hidden) this.generalErrors.scrollIntoView({ block: "nearest" });
+    return named.filter(Boolean);
+  }
+
+  /** One error as a sentence naming its field: "Model is required". */
+  describe({ field, message }) {
+    return field ? sentence(this.labelOf(field), message) : message;
+  }
+
+  /** The form's own name for a server field (`learning_rate` -> "Learning rate"); else the field itself. */
+  labelOf(field) {
+    if (METHOD_FIELDS.includes(field)) return "Method";
+    if (field === "dataset" && this.source !== "hub") return "Data";
+    const parts = field.replace(/\[\d+\]/g, "").split(".");
+    for (let n = parts.length; n > 0; n--) {
+      const spec = ALL_FIELDS.find((s) => s.name === parts.slice(0, n).join("."));
+      if (spec) return spec.label;
+    }
+    return field;
   }
 
   /** The visible block that owns a server field name such as `local_datasets.0` or `use_dora`. */
@@ -205,6 +231,12 @@ export class ConfigForm {
     }
     return null;
   }
+}
+
+/** "Batch size" + "must be 1 or more" -> "Batch size must be 1 or more"; other messages follow a colon. */
+function sentence(label, message) {
+  if (!label) return message;
+  return /^(must|is|are|should|cannot|needs|has|does) /.test(message) ? `${label} ${message}` : `${label}: ${message}`;
 }
 
 function methodOf(config) {

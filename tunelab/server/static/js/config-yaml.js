@@ -18,8 +18,13 @@ export function withoutSecrets(config) {
 }
 
 /** The config as YAML text, without secrets. */
-function configToYaml(config) {
+export function configToYaml(config) {
   return dump(withoutSecrets(config), { lineWidth: -1 });
+}
+
+/** The file name a config is saved under: the run's name, made safe for a file system and a shell. */
+export function yamlFileName(config) {
+  return `${(config.display_name || "tunelab-config").replace(/[^A-Za-z0-9._-]+/g, "-")}.yaml`;
 }
 
 /** Offer the config as a download named after the run. */
@@ -27,8 +32,7 @@ export function downloadYaml(config) {
   const blob = new Blob([configToYaml(config)], { type: "application/yaml" });
   const link = document.createElement("a");
   link.href = URL.createObjectURL(blob);
-  const stem = (config.display_name || "tunelab-config").replace(/[^A-Za-z0-9._-]+/g, "-");
-  link.download = `${stem}.yaml`;
+  link.download = yamlFileName(config);
   document.body.append(link);
   link.click();
   link.remove();

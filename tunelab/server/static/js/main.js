@@ -6,6 +6,7 @@
  */
 
 import { adoptTokenFromUrl, api, forgetToken, getToken, newRequestId, onUnauthorized, setToken } from "./api.js";
+import { setUpCommandPreview } from "./command-preview.js";
 import { ComparePanel } from "./compare.js";
 import { ConfigForm } from "./config-form.js";
 import { downloadYaml, readYamlFile, withoutSecrets } from "./config-yaml.js";
@@ -45,6 +46,7 @@ const queuePanel = new QueuePanel({ onChanged: () => history.refresh(), onWatch:
 
 setUpDatasetCheck(configForm);
 setUpMemoryEstimate(configForm);
+setUpCommandPreview(configForm);
 setUpDraft();
 setUpConfigFile();
 setUpStart();
@@ -96,6 +98,25 @@ function setUpConfigFile() {
   });
 }
 
+/** Every problem beside its field, and a notice that names the fields (the form may be long). */
+function refuseStart(errors) {
+  const named = configForm.showErrors(errors);
+  const shown = named.length > 4 ? [...named.slice(0, 4), `${named.length - 4} more`] : named;
+  notify(named.length === 1 ? `Not started: ${errors.map((e) => configForm.describe(e)).join("; ")}.`
+    : `Not started: ${named.length} settings need fixing: ${shown.join(", ")}.`, "error");
+}
+
+/** Input the page cannot read, together with what the server finds in the rest. */
+async function refuseUnreadable(config, errors) {
+  try {
+    await api.checkConfig(config);
+    refuseStart(errors);
+  } catch (err) {
+    const unread = new Set(errors.map((e) => e.field));
+    refuseStart([...errors, ...err.fields.filter((f) => !unread.has(f.field))]);
+  }
+}
+
 function setUpStart() {
   // A start retried after a network failure reuses its request id, so the server
   // answers the run it may already have started instead of starting a second one.
@@ -105,7 +126,7 @@ function setUpStart() {
     if (cannotUse()) return;  // a key that only reads: Start is disabled, saying why
     const { config, errors } = configForm.read();
     if (errors.length) {
-      configForm.showErrors(errors);
+      await refuseUnreadable(config, errors);
       return;
     }
     configForm.clearErrors();
@@ -121,9 +142,12 @@ function setUpStart() {
           : `Started run #${answer.job_id}.`);
       queuePanel.refresh();
       await runPanel.follow(answer);
+      // On a phone the run panel lies below the form: bring it up to watch the run.
+      const panel = $("current-run");
+      if (panel.getBoundingClientRect().top > innerHeight) panel.scrollIntoView({ block: "start" });
     } catch (err) {
       if (err.code !== "network") pending = null;
-      if (err.status === 422 && err.fields.length) configForm.showErrors(err.fields);
+      if (err.status === 422 && err.fields.length) refuseStart(err.fields);
       else if (err.status !== 401) notify(`Not started: ${err.message}`, "error");
     } finally {
       guard(button, cannotUse());

@@ -31,7 +31,7 @@ export function setUpMemoryEstimate(configForm) {
       if (mine === asked) render(panel, answer);
     } catch (err) {
       if (mine !== asked) return;
-      const fields = (err.fields || []).map((f) => `${f.field}: ${f.message}`);
+      const fields = (err.fields || []).map((f) => configForm.describe(f));
       panel.hidden = false;
       panel.replaceChildren(el("h3", "", "Memory estimate"),
         el("p", "muted", fields.length ? fields.join("; ") : `No estimate: ${err.message}`));

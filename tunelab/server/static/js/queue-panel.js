@@ -8,6 +8,7 @@
  * (stop with a checkpoint; a queued run is withdrawn). The server decides who may change what (a member
  * only its own runs, priorities an admin) and says why when it refuses, shown as a notice; the
  * controls the signed-in key may not use are disabled beforehand, the reason on hover (rights.js).
+ * Stop and Cancel ask for confirmation first.
  */
 
 import { request } from "./api.js";
@@ -104,7 +105,9 @@ export class QueuePanel {
     const facts = this.#facts([["Owner", run.owner || "–"], ["Devices", (run.devices || []).join(", ") || "–"],
       ["Step", steps], ["Started", fmtTime(run.started_at)]]);
     const actions = el("div", "run-actions");
-    actions.append(guard(button("Stop", "danger", `Stop ${nameOf(run)}`, () => this.#act(
+    // Asked first: a stray tap on a phone should not end someone's run.
+    actions.append(guard(button("Stop", "danger", `Stop ${nameOf(run)}`, () => confirm(
+      `Stop ${nameOf(run)}? It stops at its next step and keeps a checkpoint you can resume.`) && this.#act(
       () => queueApi.stop(run.id, true), `Stopping ${nameOf(run)} at its next step; its checkpoint is kept.`)),
     cannotManage(run)));
     const watch = button("▶", "quiet queue-mark", `Watch ${nameOf(run)} in the run panel`, () => this.onWatch(run.id));
@@ -141,7 +144,8 @@ export class QueuePanel {
     });
     // save: true withdraws a queued run all the same; should it have started since this list
     // was drawn, it stops with a checkpoint instead of losing its folder.
-    const cancel = guard(button("Cancel", "quiet danger-text", `Cancel ${name}`, () => this.#act(
+    const cancel = guard(button("Cancel", "quiet danger-text", `Cancel ${name}`, () => confirm(
+      `Cancel ${name}? It leaves the queue and will not start.`) && this.#act(
       () => queueApi.stop(run.id, true), (answer) => (answer.outcome === "cancelled"
         ? `Cancelled ${name}; it will not start.`
         : `${name} had started: it stops at its next step and keeps a checkpoint.`))), cannotManage(run));
