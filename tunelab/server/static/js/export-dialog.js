@@ -49,7 +49,7 @@ export class ExportDialog {
     this.schema = null;
     this.schemas = {};
     this.busy = false;
-    this.push = new PushForm();
+    this.push = new PushForm((run) => { if (this.run === run) this.#showDownloads(run); });
     $("export-form").addEventListener("submit", (event) => {
       event.preventDefault();
       this.#submit();

@@ -22,7 +22,9 @@ function el(tag, attrs = {}, text) {
 }
 
 export class PushForm {
-  constructor() {
+  /** `onExported(run)`: a push wrote a new export (the dialog lists it for download). */
+  constructor(onExported) {
+    this.onExported = onExported;
     this.run = null;
     this.busy = false;
     $("push-form").addEventListener("submit", (event) => {
@@ -69,6 +71,7 @@ export class PushForm {
       done.append(link);
       $("push-result").replaceChildren(done, files);
       notify(`Pushed ${runName(run)} to ${answer.repo_id}.`);
+      if (answer.exported_now) this.onExported(run);
     } catch (err) {
       $("push-result").replaceChildren();
       $("push-error").textContent = err.field ? `${err.field}: ${err.message}` : err.message;
