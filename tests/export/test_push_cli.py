@@ -8,6 +8,7 @@ lands every export file, byte for byte, with the model card and loss plot in one
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -95,3 +96,13 @@ def test_push_of_a_format_the_run_lacks_writes_that_export_first(trained, hub):
     assert {name: repo.files[name] for name in on_disk} == on_disk
     meta = yaml.safe_load(repo.files["README.md"].decode().split("---\n")[1])
     assert meta["library_name"] == "transformers" and not repo.private
+
+
+def test_an_unreachable_hub_exits_1_saying_so(trained, hub):
+    with socket.socket() as probe:  # a loopback port nobody listens on once this closes
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    hub.url = f"http://127.0.0.1:{port}"
+    failed = push(trained, hub, "alice/unreached")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert f"cannot reach the Hub at http://127.0.0.1:{port}" in failed.stderr and "Traceback" not in failed.stderr
