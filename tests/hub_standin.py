@@ -78,7 +78,7 @@ class HubStandIn:
 
     def env(self) -> dict[str, str]:
         """What a client process needs to talk to this stand-in and nothing else."""
-        return {"HF_ENDPOINT": self.url, "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+        return {"HF_ENDPOINT": self.url, "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_OFFLINE": "0"}
 
     # -- the API ---------------------------------------------------------------------------
     def _account(self, request: Request) -> Account | None:

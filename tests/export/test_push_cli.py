@@ -34,9 +34,11 @@ def hub():
     standin.stop()
 
 
-def push(trained: TrainedRun, hub: HubStandIn, *args: str, token: str | None = HF_TOKEN) -> subprocess.CompletedProcess:
+def push(trained: TrainedRun, hub: HubStandIn, *args: str, token: str | None = HF_TOKEN,
+         **more_env: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
-    env.update(TUNELAB_HOME=str(trained.home), COLUMNS="200", **hub.env(), **({"HF_TOKEN": token} if token else {}))
+    env.update({"TUNELAB_HOME": str(trained.home), "COLUMNS": "200", **hub.env(), **({"HF_TOKEN": token} if token else {}),
+                **more_env})
     return subprocess.run(TUNELAB + ["push", str(trained.run_id), *args], env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -58,6 +60,10 @@ def test_bad_input_exits_2_naming_the_option_with_nothing_on_the_hub(trained, hu
     assert hub.repos == {} and hub.blobs == {}
     # The token was checked before the export: none was written.
     assert not export_folder(trained, "adapter").exists()
+    asked = len(hub.requests)
+    offline = push(trained, hub, "alice/x", HF_HUB_OFFLINE="1")
+    assert offline.returncode == 1 and "HF_HUB_OFFLINE is set" in offline.stderr, offline.stderr
+    assert len(hub.requests) == asked
     elsewhere = push(trained, hub, "bob/x")
     assert elsewhere.returncode == 2 and "REPO_ID: the token belongs to 'alice'" in elsewhere.stderr, elsewhere.stderr
     assert hub.repos == {}

@@ -21,8 +21,9 @@ _REPO_ID = re.compile(rf"{_PART}/{_PART}")
 class PushError(Exception):
     """A push that did not happen, and why. `field` names the input at fault (repo_id,
     token, format), if any; `kind` says who can fix it: `input` (the caller: CLI exit 2,
-    HTTP 422), `refused` (the run or the Hub says no: exit 1, HTTP 409/403), `failed`
-    (the Hub or the export went wrong: exit 1, HTTP 502/500)."""
+    HTTP 422), `not_found` (no such run: exit 1, HTTP 404), `refused` (the Hub says no:
+    exit 1, HTTP 409), `offline` (this process was told to stay off the Hub, HF_HUB_OFFLINE:
+    exit 1, HTTP 409), `failed` (the Hub failed or cannot be reached: exit 1, HTTP 502)."""
 
     def __init__(self, message: str, *, field: str | None = None, kind: str = "input", status: int | None = None):
         self.field = field

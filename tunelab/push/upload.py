@@ -44,8 +44,12 @@ class HubSession:
     """huggingface_hub's client, with the token and with failures told as PushErrors."""
 
     def __init__(self, token: str):
-        from huggingface_hub import HfApi
+        from huggingface_hub import HfApi, constants
         from huggingface_hub.utils import disable_progress_bars
+
+        if constants.HF_HUB_OFFLINE:
+            raise PushError("HF_HUB_OFFLINE is set for this process, so it may not reach the Hub; unset it (for the "
+                            "server: restart it without it) to push", kind="offline")
 
         # Its tqdm bars would write over the CLI's status line and fill the server's log.
         disable_progress_bars()

@@ -32,7 +32,7 @@ log = logging.getLogger("tunelab.server")
 router = APIRouter(prefix="/api/runs", tags=["history"], responses=error_responses(401))
 # How each kind of PushError is answered (tunelab.push.checks).
 STATUS_OF = {"input": (422, "invalid_input"), "refused": (409, "hub_refused"), "not_found": (404, "run_not_found"),
-             "failed": (502, "hub_failed")}
+             "offline": (409, "hub_offline"), "failed": (502, "hub_failed")}
 
 
 class PushRequest(BaseModel):
