@@ -5,8 +5,9 @@ naming the field with nothing created on the Hub (and a bad repo id never reache
 another member's push is refused before anything happens; a commit the Hub refuses
 leaves no repo behind. The token never shows in an answer, the store or the server's log.
 
-The runs are written through the real store before the server opens it, each with an
-adapter in its folder (plain bytes: pushing does not read them) and a few losses.
+The runs are written through the real store before the server opens it: a completed one
+with an adapter in its folder (plain bytes: pushing does not read them) and a few
+losses, and one that never finished.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def lab(start_server, demo_run, hub, tmp_path):
         (folder / "tokenizer.json").write_text('{"model": {}}')
         store.add_metrics(run_id, [{"step": s, "loss": 3.0 / s} for s in range(1, 6)])
         store.finalize_run(run_id, status="completed", final_step=5, total_steps=5, final_loss=0.6, output_dir=str(folder))
+        # Run 2 never finished (the server, starting, records it as ended in error): nothing to export.
+        store.create_run(demo_run(), "demo", "alpaca", owned_by="alice")
     server = start_server(home=home, extra_env=hub.env())
     clients = {name: server.client(token=secret) for name, secret in secrets.items()}
     yield clients, run_id, home
@@ -152,3 +155,11 @@ def test_a_refused_commit_leaves_no_repo_and_an_existing_repo_untouched(lab, hub
     hub.fail_commits = None
     again = clients["alice"].post(f"/api/runs/{run_id}/push", json={"repo_id": "lab/kept", "token": HF_TOKEN}).json()
     assert again["created"] is False and again["exported_now"] is False and len(hub.repos["lab/kept"].commits) == 2
+
+
+def test_a_run_with_nothing_to_export_is_refused_as_export_refuses_it_with_no_repo_made(lab, hub):
+    clients, _, _ = lab
+    answer = clients["alice"].post("/api/runs/2/push", json={"repo_id": "alice/unfinished", "token": HF_TOKEN})
+    assert answer.status_code == 409 and answer.json()["error"]["code"] == "not_exportable", answer.text
+    assert "no finished weights to export" in answer.json()["error"]["message"]
+    assert hub.repos == {} and [path for _, path in hub.requests] == ["/api/whoami-v2"]
