@@ -128,8 +128,16 @@ class HubSession:
             return PushError(f"the Hub refused {doing}: {said}", field=field, kind="refused", status=status)
         if status is not None:
             return PushError(f"the Hub failed {doing} ({status}): {said}; try again later", kind="failed", status=status)
-        return PushError(f"{doing} failed: cannot reach the Hub at {self.endpoint} ({said})", kind="failed")
+        if _unreachable(exc):
+            return PushError(f"{doing} failed: cannot reach the Hub at {self.endpoint} ({said})", kind="failed")
+        return PushError(f"{doing} failed: {type(exc).__name__}: {said}", kind="failed")
 
     def _said(self, exc: Exception) -> str:
         text = getattr(exc, "server_message", None) or (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return redact(str(text), [self.token])[:300]
+
+
+def _unreachable(exc: Exception) -> bool:
+    """A failure to reach the Hub at all: the socket's, or the HTTP client's transport
+    error (httpx's or its fork's, whichever huggingface_hub brings, hence the name)."""
+    return isinstance(exc, OSError) or any(cls.__name__ == "TransportError" for cls in type(exc).__mro__)
