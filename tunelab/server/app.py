@@ -35,8 +35,9 @@ from tunelab.orchestrator.ownership import owner_is_alive
 from tunelab.inference.host import InferenceHost
 from tunelab.orchestrator.prewarm import prewarm_wanted
 from tunelab.server import (roles, routes_chat, routes_dataset_files, routes_datasets, routes_downloads, routes_eval,
-                            routes_export, routes_inference, routes_me, routes_memory, routes_models, routes_push,
-                            routes_queue, routes_run_live, routes_runs, routes_samples, routes_speak, routes_sweeps, routes_train)
+                            routes_export, routes_inference, routes_me, routes_memory, routes_models, routes_queue,
+                            routes_run_live, routes_runs, routes_samples, routes_speak, routes_sweeps, routes_train)
+from tunelab.server import routes_push
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.guards import RequestGuard
