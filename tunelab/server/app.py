@@ -37,11 +37,11 @@ from tunelab.orchestrator.prewarm import prewarm_wanted
 from tunelab.server import (roles, routes_chat, routes_dataset_files, routes_datasets, routes_downloads, routes_eval,
                             routes_export, routes_inference, routes_me, routes_memory, routes_models, routes_queue,
                             routes_run_live, routes_runs, routes_samples, routes_speak, routes_sweeps, routes_train)
-from tunelab.server import routes_push
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.guards import RequestGuard
 from tunelab.server.queue_cap import configured_cap
+from tunelab.server.routes_push import router as push_router
 from tunelab.server.run_uses import RunUses
 from tunelab.server.schemas import Health, error_schemas
 from tunelab.store import Store
@@ -190,7 +190,7 @@ def create_app(
     app.include_router(routes_memory.router)
     app.include_router(routes_export.router)
     app.include_router(routes_downloads.router)
-    app.include_router(routes_push.router)
+    app.include_router(push_router)
     app.include_router(routes_eval.router)
     app.include_router(routes_speak.router)
     app.include_router(routes_models.router)
