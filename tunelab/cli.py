@@ -1,4 +1,4 @@
-"""The `tunelab` command line: serve, train, sweep, resume, runs, show, export, chat, speak, eval, fingerprint, token, fields, demo.
+"""The `tunelab` command line: serve, train, sweep, resume, runs, show, export, push, chat, speak, eval, fingerprint, token, fields, demo.
 
 Bad input exits with code 2 and a message naming the field — never a traceback.
 Heavy libraries are never imported here; training happens in a child process.
@@ -20,6 +20,7 @@ from tunelab.exit_codes import EXIT_BAD_CONFIG, EXIT_ERROR
 from tunelab.keys_cli import keys_app
 from tunelab.lazy_console import LazyConsole
 from tunelab.node_flags import node_flags
+from tunelab.push_cli import push_command
 from tunelab.paths import PathNotAllowed
 from tunelab.queue_cli import queue_app
 from tunelab.text import printable
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="tunelab: a local fine-tuning lab for LLMs.")
 app.add_typer(keys_app, name="keys")
 app.add_typer(queue_app, name="queue")
+app.command("push")(push_command)
 # Handed to other modules as console.real(): rich's own code needs the Console itself.
 console = LazyConsole()
 err_console = LazyConsole(stderr=True)

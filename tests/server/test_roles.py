@@ -38,6 +38,7 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("DELETE", "/api/runs/{run_id}"): (409, 409, 409, 403, 403, 401),
     ("POST", "/api/runs/{run_id}/resume"): (409, 409, 409, 403, 403, 401),
     ("POST", "/api/runs/{run_id}/export"): (409, 409, 409, 403, 403, 401),
+    ("POST", "/api/runs/{run_id}/push"): (422, 422, 422, 403, 403, 401),  # a repo id without owner: refused before the Hub
     ("GET", "/api/runs/{run_id}/status"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/runs/{run_id}/progress"): (200, 200, 200, 200, 200, 401),
     ("POST", "/api/stream-tickets"): (200, 200, 200, 200, 200, 401),
@@ -76,7 +77,7 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
 BODIES = {("PATCH", "/api/runs/{run_id}"): {"display_name": "renamed"}, ("POST", "/api/train/stop"): {"save": False},
           ("POST", "/api/runs/{run_id}/stop"): {"save": False},
           ("POST", "/api/runs/{run_id}/export"): {"format": "adapter"}, ("POST", "/api/runs/{run_id}/speak"): {"text": "hello"},
-          ("POST", "/api/runs/{run_id}/queue"): {"position": 1}}
+          ("POST", "/api/runs/{run_id}/queue"): {"position": 1}, ("POST", "/api/runs/{run_id}/push"): {"repo_id": "no-owner"}}
 
 
 def add_keys(home) -> dict[str, str]:

@@ -42,6 +42,7 @@ from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.guards import RequestGuard
 from tunelab.server.queue_cap import configured_cap
+from tunelab.server.routes_push import router as push_router
 from tunelab.server.run_uses import RunUses
 from tunelab.server.schemas import Health, error_schemas
 from tunelab.server.stream_tickets import TicketBook
@@ -193,6 +194,7 @@ def create_app(
     app.include_router(routes_memory.router)
     app.include_router(routes_export.router)
     app.include_router(routes_downloads.router)
+    app.include_router(push_router)
     app.include_router(routes_eval.router)
     app.include_router(routes_speak.router)
     app.include_router(routes_models.router)

@@ -55,6 +55,7 @@ RULES: dict[tuple[str, str], str] = {
     ("DELETE", "/api/runs/{run_id}"): OWN_RUN,
     ("POST", "/api/runs/{run_id}/resume"): OWN_RUN,
     ("POST", "/api/runs/{run_id}/export"): OWN_RUN,
+    ("POST", "/api/runs/{run_id}/push"): OWN_RUN,  # uploads the run's weights, as exporting writes them
     ("GET", "/api/runs/{run_id}/status"): READ,
     ("GET", "/api/runs/{run_id}/progress"): READ,
     # A ticket opens a stream as its caller, whose role the stream's own rule checks again then.

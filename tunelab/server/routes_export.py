@@ -27,7 +27,7 @@ from tunelab.server.user_paths import check_opt_ins
 
 log = logging.getLogger("tunelab.server")
 router = APIRouter(prefix="/api/runs", tags=["history"], responses=error_responses(401))
-_one_export_at_a_time = threading.Lock()
+one_export_at_a_time = threading.Lock()
 
 
 class ExportRequest(BaseModel):
@@ -64,7 +64,7 @@ def export(request: Request, run_id: RunId, body: ExportRequest | None = None) -
     """Export a completed run (or a stopped run's checkpoint). Blocks until the export is
     written; merging a large model can take minutes."""
     # The exporter is imported by the first export, not with the server (its start-up is timed).
-    from tunelab.export import ExportFailed, ExportInputError, ExportRefused, FolderNotOwned, export_run
+    from tunelab.export import ExportError, export_run
 
     body = body or ExportRequest()
     run = request.app.state.store.get_run(run_id)
@@ -72,22 +72,30 @@ def export(request: Request, run_id: RunId, body: ExportRequest | None = None) -
         # Merging and GGUF load the model, and with it any code the run trusted.
         check_opt_ins(run["config"], request.app.state, run_id, action="export", fields=("trust_remote_code",),
                       role=caller_of(request).role)
-    if not _one_export_at_a_time.acquire(blocking=False):
+    if not one_export_at_a_time.acquire(blocking=False):
         raise ApiError(409, "export_running", "another export is being written; try again when it has finished")
     try:
         with held(request, run_id, "export"):
             result = export_run(request.app.state.store, run_id, body.format, dest=body.dest, dtype=body.dtype, quant=body.quant)
-    except ExportInputError as exc:
-        raise ApiError(422, "invalid_input", str(exc), field=exc.field) from None
-    except FolderNotOwned as exc:
-        raise ApiError(409, "folder_not_owned", str(exc), field=exc.field) from None
-    except ExportRefused as exc:
-        if exc.not_found:
-            raise ApiError(404, "run_not_found", f"there is no run {run_id}; list runs with GET /api/runs") from None
-        raise ApiError(409, "not_exportable", str(exc)) from None
-    except ExportFailed as exc:
-        log.error("export of run %s failed: %s", run_id, exc)
-        raise ApiError(500, "export_failed", str(exc)) from None
+    except ExportError as exc:
+        raise export_api_error(exc, run_id) from None
     finally:
-        _one_export_at_a_time.release()
+        one_export_at_a_time.release()
     return ExportAnswer(**result.describe())
+
+
+def export_api_error(exc: Exception, run_id: int) -> ApiError:
+    """The HTTP answer to an ExportError (also for a push that had to export first)."""
+    from tunelab.export import ExportFailed, ExportInputError, ExportRefused, FolderNotOwned
+
+    if isinstance(exc, ExportInputError):
+        return ApiError(422, "invalid_input", str(exc), field=exc.field)
+    if isinstance(exc, FolderNotOwned):
+        return ApiError(409, "folder_not_owned", str(exc), field=exc.field)
+    if isinstance(exc, ExportRefused):
+        if exc.not_found:
+            return ApiError(404, "run_not_found", f"there is no run {run_id}; list runs with GET /api/runs")
+        return ApiError(409, "not_exportable", str(exc))
+    if isinstance(exc, ExportFailed):
+        log.error("export of run %s failed: %s", run_id, exc)
+    return ApiError(500, "export_failed", str(exc))

@@ -20,7 +20,8 @@ from tunelab.server.errors import ApiError
 
 # How a refusal names each use.
 USES = {"export": "an export is being written from it", "eval": "an evaluation is running on it",
-        "speak": "it is speaking a text", "chat": "a chat or completion answer is being generated with it (/v1)"}
+        "speak": "it is speaking a text", "chat": "a chat or completion answer is being generated with it (/v1)",
+        "push": "it is being pushed to the Hugging Face Hub"}
 
 
 class RunInUse(Exception):

@@ -128,6 +128,8 @@ export const api = {
   chatTarget: (id, checkpoint) => request("GET", `/api/runs/${encodeURIComponent(id)}/chat${checkpoint == null ? "" : `?checkpoint=${checkpoint}`}`),
   exportRun: (id, body) => request("POST", `/api/runs/${encodeURIComponent(id)}/export`, body),
   listExports: (id) => request("GET", `/api/runs/${encodeURIComponent(id)}/exports`),
+  /** The token goes in the body, never in the URL. */
+  pushRun: (id, body) => request("POST", `/api/runs/${encodeURIComponent(id)}/push`, body),
   /** One export file (or, without `file`, the whole folder as a zip) as a blob, fetched with the token. */
   exportBlob: async (id, folder, file) => {
     const query = new URLSearchParams({ folder, ...(file ? { file } : {}) });

@@ -4,13 +4,15 @@
  * schema in /openapi.json), so a format or setting the server gains appears here
  * without a page change. A choice list becomes a select, anything else a text box.
  * Below them, every export the run has is listed with a download button for each file
- * and one for the whole folder as a zip (its owner's or an admin's, as exporting is).
+ * and one for the whole folder as a zip (its owner's or an admin's, as exporting is),
+ * and the push to the Hugging Face Hub (push-form.js).
  */
 
 import { api } from "./api.js";
 import { runName } from "./history.js";
 import { formatBytes } from "./format.js";
 import { notify } from "./notice.js";
+import { PushForm } from "./push-form.js";
 import { cannotManage, guard } from "./rights.js";
 
 const $ = (id) => document.getElementById(id);
@@ -47,13 +49,14 @@ export class ExportDialog {
     this.schema = null;
     this.schemas = {};
     this.busy = false;
+    this.push = new PushForm((run) => { if (this.run === run) this.#showDownloads(run); });
     $("export-form").addEventListener("submit", (event) => {
       event.preventDefault();
       this.#submit();
     });
     $("export-close").addEventListener("click", () => $("export-dialog").close());
     $("export-dialog").addEventListener("cancel", (event) => {
-      if (this.busy) event.preventDefault();  // the export goes on either way; keep its answer in view
+      if (this.busy || this.push.busy) event.preventDefault();  // the work goes on either way; keep its answer in view
     });
   }
 
@@ -70,6 +73,7 @@ export class ExportDialog {
     $("export-result").replaceChildren();
     $("export-error").textContent = "";
     $("export-downloads-list").replaceChildren();
+    this.push.open(run);
     $("export-dialog").showModal();
     this.#showDownloads(run);
   }
