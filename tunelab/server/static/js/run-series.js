@@ -5,6 +5,11 @@
  * (after a reload) and `progress` events from the SSE stream. Keying every series by
  * step makes the merge order-free: a step seen twice is one point, and a step missing
  * from one source is filled by the other, so the charts have no gaps and no doubles.
+ *
+ * A resumed run's own steps begin after the step it resumed from; the steps before it
+ * belong to the runs it continues (the run detail's `earlier_runs`). They are kept apart
+ * (`setEarlier`), so a chart can draw them in a colour of their own, with a marker at
+ * each resume point, and the moving average runs over the whole curve.
  */
 
 export const MOVING_AVERAGE_WINDOW = 10;
@@ -22,6 +27,23 @@ export class RunSeries {
     this.points = Object.fromEntries(SERIES.map((name) => [name, new Map()]));
     this.extra = new Map(); // name -> Map(step -> value): what the method logs beyond the fixed series
     this.lastStep = null;
+    this.setEarlier([]);
+  }
+
+  /** The runs this one continues, oldest first: `earlier_runs` of the run detail. */
+  setEarlier(parts) {
+    this.earlier = Object.fromEntries(SERIES.map((name) => [name, new Map()]));
+    this.markers = [];
+    for (const part of parts || []) {
+      const m = part.metrics || {};
+      for (const name of SERIES) pairUp(this.earlier[name], m.steps, m[name]);
+      if (Number.isInteger(part.until_step)) this.markers.push({ step: part.until_step, label: resumeLabel(part) });
+    }
+  }
+
+  /** Whether earlier runs logged series `name` (the loss, the learning rate...). */
+  hasEarlier(name) {
+    return this.earlier[name].size > 0;
   }
 
   /** Merge the histories object of a status or metrics answer. */
@@ -69,11 +91,35 @@ export class RunSeries {
     return inStepOrder(this.extra.get(name) || new Map());
   }
 
-  /** Loss data for a chart: [steps, raw loss, trailing moving average]. */
-  lossWithAverage() {
-    const [steps, loss] = this.series("loss");
-    return [steps, loss, movingAverage(loss, MOVING_AVERAGE_WINDOW)];
+  /** Chart data of one series: [steps, this run's values] and, with earlier runs,
+   * their values as a third column (each column null at the other's steps). */
+  withEarlier(name) {
+    const own = this.points[name];
+    const before = this.earlier[name];
+    if (!this.hasEarlier(name)) return this.series(name);
+    const steps = [...new Set([...before.keys(), ...own.keys()])].sort((a, b) => a - b);
+    return [steps, steps.map((s) => own.get(s) ?? null), steps.map((s) => (own.has(s) ? null : before.get(s) ?? null))];
   }
+
+  /** Loss data for a chart: [steps, raw loss, trailing moving average] and, with earlier
+   * runs, their loss as a fourth column; the average runs over the whole curve. */
+  lossWithAverage() {
+    if (!this.hasEarlier("loss")) {
+      const [steps, loss] = this.series("loss");
+      return [steps, loss, movingAverage(loss, MOVING_AVERAGE_WINDOW)];
+    }
+    const [steps, own, before] = this.withEarlier("loss");
+    const whole = steps.map((_, i) => own[i] ?? before[i]);
+    const known = whole.map((v, i) => [v, i]).filter(([v]) => isNumber(v));
+    const average = steps.map(() => null);
+    movingAverage(known.map(([v]) => v), MOVING_AVERAGE_WINDOW).forEach((v, j) => { average[known[j][1]] = v; });
+    return [steps, own, average, before];
+  }
+}
+
+/** "resumed from Run #3 at step 40": what a marker at a resume point says. */
+export function resumeLabel(part) {
+  return `resumed from Run #${part.run_id} at step ${part.until_step}`;
 }
 
 function inStepOrder(points) {
