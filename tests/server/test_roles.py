@@ -40,6 +40,7 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("POST", "/api/runs/{run_id}/export"): (409, 409, 409, 403, 403, 401),
     ("GET", "/api/runs/{run_id}/status"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/runs/{run_id}/progress"): (200, 200, 200, 200, 200, 401),
+    ("POST", "/api/stream-tickets"): (200, 200, 200, 200, 200, 401),
     ("POST", "/api/runs/{run_id}/stop"): (409, 409, 409, 403, 403, 401),  # running, but not on this server
     ("GET", "/api/queue"): (200, 200, 200, 200, 200, 401),
     ("POST", "/api/runs/{run_id}/queue"): (409, 409, 409, 403, 403, 401),

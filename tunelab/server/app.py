@@ -36,13 +36,15 @@ from tunelab.inference.host import InferenceHost
 from tunelab.orchestrator.prewarm import prewarm_wanted
 from tunelab.server import (roles, routes_chat, routes_dataset_files, routes_datasets, routes_downloads, routes_eval,
                             routes_export, routes_inference, routes_me, routes_memory, routes_models, routes_queue,
-                            routes_run_live, routes_runs, routes_samples, routes_speak, routes_sweeps, routes_train)
+                            routes_run_live, routes_runs, routes_samples, routes_speak, routes_stream_tickets, routes_sweeps,
+                            routes_train)
 from tunelab.server.auth import PUBLIC_PATHS, TokenGate, load_or_create_token
 from tunelab.server.errors import install_error_handlers
 from tunelab.server.guards import RequestGuard
 from tunelab.server.queue_cap import configured_cap
 from tunelab.server.run_uses import RunUses
 from tunelab.server.schemas import Health, error_schemas
+from tunelab.server.stream_tickets import TicketBook
 from tunelab.store import Store
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -164,6 +166,7 @@ def create_app(
     app.state.inference = inference
     app.state.run_uses = RunUses()  # exports, evaluations and answers in progress, which a delete must not break
     app.state.token = token or load_or_create_token()
+    app.state.stream_tickets = TicketBook()  # what a browser's EventSource shows instead of the token
     app.state.heartbeat_seconds = heartbeat_seconds if heartbeat_seconds is not None else _heartbeat_default()
     app.state.start_lock = threading.Lock()
     app.state.preview_slots = asyncio.Semaphore(PREVIEW_SLOTS)
@@ -181,6 +184,7 @@ def create_app(
     app.include_router(routes_train.router)
     app.include_router(routes_runs.router)
     app.include_router(routes_run_live.router)
+    app.include_router(routes_stream_tickets.router)
     app.include_router(routes_queue.router)
     app.include_router(routes_sweeps.router)
     app.include_router(routes_samples.router)
@@ -201,7 +205,7 @@ def create_app(
     _offline_docs(app)
     if static_dir is not None and static_dir.is_dir():
         app.router.routes.append(PageMount("/", app=StaticFiles(directory=static_dir, html=True), name="page"))
-    app.add_middleware(TokenGate, token=app.state.token, store=store)
+    app.add_middleware(TokenGate, token=app.state.token, store=store, tickets=app.state.stream_tickets)
     app.add_middleware(RequestGuard, allowed_hosts=None if allowed_hosts is None else frozenset(allowed_hosts))
     _document_bearer_auth(app)
     return app

@@ -2,9 +2,11 @@
 
 The token is created once, at random, in the tunelab home (`token`, mode 0600) and
 reused by every later start; `TUNELAB_TOKEN` overrides it. Every path under `/api/` and
-`/v1/` except `GET /api/health` needs `Authorization: Bearer <token>`. The progress stream
-may carry it as `?token=` instead, because a browser's EventSource cannot set headers.
-Tokens are compared in constant time so response timing reveals nothing about them.
+`/v1/` except `GET /api/health` needs `Authorization: Bearer <token>`. No route reads a
+token from the URL: a browser's EventSource, which cannot set headers, opens a progress
+stream with a short-lived single-use `?ticket=` instead (stream_tickets.py), asked for
+with the header. Tokens are compared in constant time so response timing reveals nothing
+about them.
 
 Named API keys (tunelab.keys, `tunelab keys create`) are accepted the same way, beside
 the token: a `tlk_` credential is looked up by its SHA-256 among the store's active keys
@@ -20,7 +22,7 @@ import hmac
 import logging
 import os
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -30,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tunelab import paths
 from tunelab.keys import LOCAL_OWNER, hashes_match, looks_like_key, secret_hash
 from tunelab.server.errors import error_response
+from tunelab.server.stream_tickets import TicketBook
 from tunelab.store import StoreError
 
 log = logging.getLogger("tunelab.server")
@@ -38,8 +41,6 @@ TOKEN_ENV = "TUNELAB_TOKEN"
 PUBLIC_PATHS = frozenset({"/api/health"})
 # tunelab's API and the OpenAI-compatible one (whose clients send their API key as the bearer token).
 TOKEN_ROOTS = ("/api", "/v1")
-# EventSource cannot send an Authorization header; only this route reads ?token=.
-QUERY_TOKEN_PATHS = frozenset({"/api/train/progress"})
 CALLER_SCOPE_KEY = "tunelab.caller"
 
 
@@ -49,6 +50,8 @@ class Caller:
 
     role: str
     key_name: str | None = None
+    # The key's SHA-256 (what the store keeps), so a stream ticket can name the key it stands for.
+    key_hash: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def shown(self) -> str:
@@ -117,16 +120,14 @@ def token_matches(given: str, expected: str) -> bool:
 
 
 def credentials(scope: Scope) -> list[str]:
-    """What the request offers as token or key: the bearer header, and on the SSE route ?token=."""
+    """What the request offers as token or key: the bearer header (never the URL)."""
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-    given = [bearer_token(headers)]
-    if scope.get("path") in QUERY_TOKEN_PATHS:
-        given += _query(scope).get("token", [])
-    return [g for g in given if g]
+    given = bearer_token(headers)
+    return [given] if given else []
 
 
 def is_authorized(scope: Scope, expected: str) -> bool:
-    """True when the request carries the token (header, or query on the SSE route)."""
+    """True when the request carries the token in its header."""
     return any(token_matches(given, expected) for given in credentials(scope))
 
 
@@ -139,8 +140,26 @@ def identify(scope: Scope, token: str, store: Any | None) -> Caller | None:
             digest = secret_hash(given)
             found = store.find_api_key(digest)
             if found is not None and hashes_match(digest, found["secret_sha256"]):
-                return Caller(found["role"], found["name"])
+                return Caller(found["role"], found["name"], key_hash=digest)
     return None
+
+
+def redeem_ticket(scope: Scope, tickets: TicketBook, store: Any | None) -> Caller | None:
+    """The caller a `?ticket=` on a GET stands for, when the request has no credential of its
+    own: the ticket must open this very path, now, once; a key it names must still be active
+    (looked up again, so a revoked key's ticket opens nothing)."""
+    given = _query(scope).get("ticket", [])
+    if scope.get("method") != "GET" or len(given) != 1 or credentials(scope):
+        return None
+    issued = tickets.redeem(given[0], scope.get("path", ""))
+    if issued is None:
+        return None
+    if issued.key_hash is None:  # the token's ticket (a key's always names its hash)
+        return TOKEN_CALLER if issued.key_name is None else None
+    found = store.find_api_key(issued.key_hash) if store is not None else None
+    if found is None or found["name"] != issued.key_name:
+        return None
+    return Caller(found["role"], found["name"], key_hash=issued.key_hash)
 
 
 def _query(scope: Scope) -> dict[str, list[str]]:
@@ -162,10 +181,11 @@ class TokenGate:
     routing, so an unauthenticated caller learns nothing (not even whether a body would
     validate). Records the caller in the scope for the role rules."""
 
-    def __init__(self, app: ASGIApp, token: str, store: Any | None = None):
+    def __init__(self, app: ASGIApp, token: str, store: Any | None = None, tickets: TicketBook | None = None):
         self.app = app
         self.token = token
         self.store = store
+        self.tickets = tickets
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and self._needs_token(scope):
@@ -173,6 +193,8 @@ class TokenGate:
                 # A key is looked up in the database: off the event loop, which streams progress.
                 caller = TOKEN_CALLER if is_authorized(scope, self.token) else \
                     await asyncio.to_thread(identify, scope, self.token, self.store)
+                if caller is None and self.tickets is not None:
+                    caller = await asyncio.to_thread(redeem_ticket, scope, self.tickets, self.store)
             except StoreError as exc:
                 log.warning("an API key could not be checked: %s", exc)
                 await error_response(503, "database_busy", "the API key could not be checked because the run "

@@ -56,6 +56,8 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/api/runs/{run_id}/export"): OWN_RUN,
     ("GET", "/api/runs/{run_id}/status"): READ,
     ("GET", "/api/runs/{run_id}/progress"): READ,
+    # A ticket opens a stream as its caller, whose role the stream's own rule checks again then.
+    ("POST", "/api/stream-tickets"): READ,
     ("POST", "/api/runs/{run_id}/stop"): OWN_RUN,  # stop, cancel, or withdraw from the queue
     ("GET", "/api/queue"): READ,
     ("POST", "/api/runs/{run_id}/queue"): OWN_RUN,  # a waiting run's place and priority

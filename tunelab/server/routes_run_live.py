@@ -49,11 +49,13 @@ async def run_progress(
     last_event_id_header: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     last_event_id: Annotated[str | None, Query(description="The last event id held, `<run_id>:<step>` (as the "
                                                            "Last-Event-ID header): replay this run's later steps.")] = None,
-    token: Annotated[str | None, Query(description="The API token, for EventSource clients that cannot set headers.")] = None,
+    ticket: Annotated[str | None, Query(description=(
+        "A stream ticket from POST /api/stream-tickets, for EventSource clients that cannot set headers "
+        "(the API token itself is never accepted in the URL)."))] = None,
 ) -> Response:
     """Live progress of this run (Server-Sent Events, as /api/train/progress): `status`
     while it waits in the queue, `progress` per step, then `complete` or `error`."""
-    del token  # checked by the token gate before routing; declared here for the docs
+    del ticket  # checked by the token gate before routing; declared here for the docs
     resume_from = requested_resume(last_event_id_header, last_event_id, f"an event id `<run_id>:<step>`, e.g. {run_id}:40")
     state = request.app.state
     view = state.orchestrator.view(run_id)  # RunNotFound (404) before the stream starts

@@ -135,11 +135,13 @@ async def progress(
     last_event_id: Annotated[str | None, Query(description=(
         "The last event id held, `<run_id>:<step>`: replay that run's later steps, or the current run from "
         "its start when it is another run (same as the Last-Event-ID header; a bare step means the current run)."))] = None,
-    token: Annotated[str | None, Query(description="The API token, for EventSource clients that cannot set headers.")] = None,
+    ticket: Annotated[str | None, Query(description=(
+        "A stream ticket from POST /api/stream-tickets, for EventSource clients that cannot set headers "
+        "(the API token itself is never accepted in the URL)."))] = None,
 ) -> Response:
     """Live progress (Server-Sent Events): `progress` (id = `<run_id>:<step>`), `status`,
     `heartbeat`, then `complete` or `error`. Reconnect with `Last-Event-ID` to get missed steps."""
-    del token  # checked by the token gate before routing; declared here for the docs
+    del ticket  # checked by the token gate before routing; declared here for the docs
     resume_from = requested_resume(last_event_id_header, last_event_id,
                                    "an event id `<run_id>:<step>` (or a bare step number for the current run), e.g. 7:40")
     state = request.app.state

@@ -95,9 +95,10 @@ export function newRequestId() {
 export const api = {
   me: () => request("GET", "/api/me"),
   status: () => request("GET", "/api/train/status"),
+  runStatus: (id) => request("GET", `/api/runs/${encodeURIComponent(id)}/status`),
   metrics: () => request("GET", "/api/train/metrics"),
   start: (config, startRequestId) => request("POST", "/api/train/start", { ...config, start_request_id: startRequestId }),
-  stop: (save, expectedJobId) => request("POST", "/api/train/stop", { save, expected_job_id: expectedJobId ?? null }),
+  stopRun: (id, save) => request("POST", `/api/runs/${encodeURIComponent(id)}/stop`, { save }),
   reset: () => request("POST", "/api/train/reset"),
   previewDataset: (source) => request("POST", "/api/datasets/preview", source),
   estimateMemory: (config) => request("POST", "/api/memory/estimate", config),
@@ -149,13 +150,8 @@ export const api = {
   /** The server's OpenAPI document (public): the export options are read from it. */
   openapi: () => request("GET", "/openapi.json"),
   /**
-   * The progress stream. EventSource cannot send headers, so the token rides in the
-   * query; `runId` and `afterStep` (the event id `<run>:<step>`) ask the server to replay
-   * every step after the ones already held — or the whole run, when it is another one.
+   * A single-use ticket that opens one progress stream: EventSource cannot send headers,
+   * and the token itself never goes in a URL. `{ticket, expires_in, url}`.
    */
-  progressUrl: (runId, afterStep) => {
-    const query = new URLSearchParams({ token: getToken() });
-    if (Number.isInteger(runId) && Number.isInteger(afterStep)) query.set("last_event_id", `${runId}:${afterStep}`);
-    return `/api/train/progress?${query}`;
-  },
+  streamTicket: (runId) => request("POST", "/api/stream-tickets", { run_id: runId }),
 };

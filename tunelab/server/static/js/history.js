@@ -36,8 +36,8 @@ const hasWeights = (run) => run.status === "completed" || (run.status === "stopp
 
 export class HistoryPanel {
   /**
-   * @param onResumed called with the new job id after a resume starts (the current run
-   *   panel follows it, which refreshes this list)
+   * @param onResumed called with the answer ({job_id, queued, ...}) after a resume starts
+   *   (the current run panel follows it unless it waits in the queue)
    * @param onCompare called with the selected run ids
    * @param onChat called with a run and whether to compare it with its base
    * @param onExport called with a run to export
@@ -202,7 +202,7 @@ export class HistoryPanel {
     try {
       const answer = await api.resumeRun(run.id);
       notify(`Resuming ${runName(run)} as run #${answer.job_id}.`);
-      this.onResumed(answer.job_id);
+      this.onResumed(answer);
     } catch (err) {
       notify(`Cannot resume ${runName(run)}: ${err.message}`, "error");
     }

@@ -34,14 +34,14 @@ const playground = new PlaygroundPanel();
 const exportDialog = new ExportDialog();
 const dataPicker = new DataPicker();
 const history = new HistoryPanel({
-  onResumed: (jobId) => runPanel.follow(jobId),
+  onResumed: (answer) => runPanel.follow(answer),
   onCompare: (ids) => compare.show(ids),
   onChat: (run, withBase) => playground.open(run, withBase),
   onExport: (run) => exportDialog.open(run),
 });
 // A run that ends may be one to continue from: the Model list is refreshed with the history.
 const runPanel = new RunPanel({ onRunChanged: () => { history.refresh(); queuePanel.refresh(); loadModelPicker(); } });
-const queuePanel = new QueuePanel({ onChanged: () => history.refresh() });
+const queuePanel = new QueuePanel({ onChanged: () => history.refresh(), onWatch: (runId) => runPanel.watch(runId) });
 
 setUpDatasetCheck(configForm);
 setUpMemoryEstimate(configForm);
@@ -120,7 +120,7 @@ function setUpStart() {
         : answer.queued ? `Run #${answer.job_id} waits for its devices: position ${answer.queue_position} in the queue.`
           : `Started run #${answer.job_id}.`);
       queuePanel.refresh();
-      await runPanel.follow(answer.job_id);
+      await runPanel.follow(answer);
     } catch (err) {
       if (err.code !== "network") pending = null;
       if (err.status === 422 && err.fields.length) configForm.showErrors(err.fields);

@@ -1,6 +1,6 @@
 /**
  * "Active and queued runs": every run this server trains now (status, owner, devices,
- * step, and a Stop button) and every run waiting for devices (its place, priority, owner
+ * step, a Stop button, and ▶ to watch it in the run panel) and every run waiting for devices (its place, priority, owner
  * and the devices it asked for, with Move up / Move down, a priority to set, and Cancel).
  *
  * The list is GET /api/queue, polled while the page is visible; changes go through
@@ -35,9 +35,13 @@ function wanted(request) {
 }
 
 export class QueuePanel {
-  /** @param onChanged called when a run joins or leaves the lists (the history refreshes then) */
-  constructor({ onChanged = () => {} } = {}) {
+  /**
+   * @param onChanged called when a run joins or leaves the lists (the history refreshes then)
+   * @param onWatch called with a training run's id when its ▶ is pressed (the run panel shows it)
+   */
+  constructor({ onChanged = () => {}, onWatch = () => {} } = {}) {
     this.onChanged = onChanged;
+    this.onWatch = onWatch;
     this.seen = "";
     this.timer = null;
     this.busy = false;
@@ -103,7 +107,9 @@ export class QueuePanel {
     actions.append(guard(button("Stop", "danger", `Stop ${nameOf(run)}`, () => this.#act(
       () => queueApi.stop(run.id, true), `Stopping ${nameOf(run)} at its next step; its checkpoint is kept.`)),
     cannotManage(run)));
-    item.append(el("span", "queue-mark", "▶"), title, badge, facts, progress, actions);
+    const watch = button("▶", "quiet queue-mark", `Watch ${nameOf(run)} in the run panel`, () => this.onWatch(run.id));
+    watch.title = "Show this run's live charts in the run panel";
+    item.append(watch, title, badge, facts, progress, actions);
     return item;
   }
 

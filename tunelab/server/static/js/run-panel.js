@@ -1,14 +1,18 @@
 /**
  * The "Current run" panel: phase, numbers, progress bar, live charts and the stop dialog.
  *
- * The server's progress stream follows one run and closes after its end. So the panel
- * reads the status snapshot first (numbers plus the histories so far), then opens the
- * stream with `last_event_id` = `<run>:<last step it holds>`: the server replays every
- * step after it and then goes live, leaving no gap. If the connection drops, EventSource
- * reconnects by itself and sends Last-Event-ID (the last `<run>:<step>` id it got). RunSeries merges by step, so a step
- * that arrives twice is drawn once. Between runs nothing streams, so the panel polls
- * the status to notice a run started elsewhere (CLI, API, another tab). The "Stopping…"
- * notice follows the run: it stays while the run winds down and goes when it has ended.
+ * Which run it shows: the run that trains on the server now (GET /api/train/status, which
+ * never names a queued run), or the one the person picked with ▶ in the queue panel
+ * (`watch`), until they clear it. A run started from the page that waits in the queue
+ * stays in the queue panel only: the panel keeps the run that trains.
+ *
+ * The panel reads the run's status first (numbers plus the histories so far), then opens
+ * that run's own progress stream (progress-stream.js: one connection, a stream ticket,
+ * backoff on reconnect), which replays every step after the last one held and then goes
+ * live, leaving no gap. RunSeries merges by step, so a step that arrives twice is drawn
+ * once. Between runs nothing streams, so the panel polls the status to notice a run
+ * started elsewhere (CLI, API, another tab, the queue). The "Stopping…" notice follows
+ * the run: it stays while the run winds down and goes when it has ended.
  * A resumed run's charts begin with the steps of the runs it continues (read once with
  * its history row), in a colour of their own, with a marker where it took over.
  */
@@ -18,12 +22,13 @@ import { LineChart } from "./charts.js";
 import { SamplePlayer } from "./samples.js";
 import { fmtDuration, fmtInt, fmtMemory, fmtNumber } from "./format.js";
 import { notify } from "./notice.js";
+import { ProgressStream } from "./progress-stream.js";
 import { cannotManage, guard } from "./rights.js";
 import { MOVING_AVERAGE_WINDOW, RunSeries } from "./run-series.js";
 
-const FINAL_PHASES = new Set(["completed", "stopped", "error"]);
+// cancelled: a queued run withdrawn before it started (it has no steps and never will).
+const FINAL_PHASES = new Set(["completed", "stopped", "error", "cancelled"]);
 const POLL_MS = { loading: 1500, idle: 5000 };
-const STREAM_RETRY_MS = 3000;
 
 const STAT_FORMATS = {
   epoch: (v) => fmtNumber(v, 3),
@@ -59,10 +64,12 @@ export class RunPanel {
     this.onRunChanged = onRunChanged;
     this.series = new RunSeries();
     this.runId = null;
+    this.watched = null; // a run picked with ▶ (shown until cleared); null: the run that trains now
     this.run = null; // the run's history row, once read: its owner decides who may stop or clear it
     this.phase = "idle";
     this.running = false;
     this.stream = null;
+    this.endedRun = null; // the run whose stream has said it ended: it is not opened again
     this.dismissStopNotice = null;
     this.pollTimer = null;
     this.refreshes = 0;
@@ -86,9 +93,19 @@ export class RunPanel {
     return this.refresh();
   }
 
-  /** A run was just started from this page. */
-  async follow(jobId) {
-    this.#adoptRun(jobId);
+  /** A run was just started (or resumed) from this page. One that waits in the queue is
+   * the queue panel's to show: the run panel keeps the run that trains. */
+  async follow(answer) {
+    if (answer.queued) return;
+    this.watched = null;
+    await this.refresh();
+    document.getElementById("current-run").scrollIntoView({ behavior: "smooth", block: "start" });
+  }
+
+  /** Show `runId` (▶ in the queue panel) until the person clears it or picks another. */
+  async watch(runId) {
+    this.watched = runId;
+    this.#adoptRun(runId);
     await this.refresh();
     document.getElementById("current-run").scrollIntoView({ behavior: "smooth", block: "start" });
   }
@@ -99,9 +116,15 @@ export class RunPanel {
     const asked = ++this.refreshes;
     let status;
     try {
-      status = await api.status();
+      status = this.watched === null ? await api.status() : await api.runStatus(this.watched);
     } catch (err) {
-      if (err.status !== 401 && asked === this.refreshes) this.#schedulePoll(POLL_MS.idle);
+      if (asked !== this.refreshes) return;
+      if (err.status === 404 && this.watched !== null) {
+        this.watched = null; // the picked run was deleted: back to the run that trains
+        this.refresh();
+      } else if (err.status !== 401) {
+        this.#schedulePoll(POLL_MS.idle);
+      }
       return;
     }
     if (asked !== this.refreshes) return;
@@ -111,8 +134,11 @@ export class RunPanel {
     const wasRunning = this.running;
     this.#showStatus(status);
     this.#drawSoon();
-    if (this.running && !this.stream) this.#openStream();
-    if (!this.running) this.#closeStream();
+    // A run's stream is opened once: one opened after its end would only say so again,
+    // and again, as fast as the server can answer.
+    const live = this.running && this.endedRun !== runId;
+    if (live && !this.stream) this.#openStream();
+    if (!live) this.#closeStream();
     if (wasRunning && !this.running) this.onRunChanged();
     // While training, the stream brings every step and its `status` events bring the
     // stage changes, so polling then would only repeat what the stream already said.
@@ -120,12 +146,13 @@ export class RunPanel {
     else if (status.phase !== "training") this.#schedulePoll(POLL_MS.loading);
   }
 
-  /** Show `runId` from now on; `keepStream` when the open stream already follows it. */
-  #adoptRun(runId, keepStream = false) {
+  /** Show `runId` from now on (its stream is opened once its status says it runs). */
+  #adoptRun(runId) {
     if (runId === this.runId) return;
-    if (!keepStream) this.#closeStream();
+    this.#closeStream();
     this.#endStopNotice();
     this.runId = runId;
+    $("current-run").dataset.runId = runId === null ? "" : String(runId);
     this.run = null;
     this.series.clear();
     this.#drawSoon();
@@ -166,26 +193,18 @@ export class RunPanel {
   }
 
   #openStream() {
-    const stream = new EventSource(api.progressUrl(this.runId, this.series.lastStep));
-    this.stream = stream;
-    stream.addEventListener("open", () => this.#streamState(""));
-    stream.addEventListener("progress", (e) => this.#onProgress(JSON.parse(e.data)));
-    stream.addEventListener("status", () => this.refresh());
-    stream.addEventListener("complete", () => this.#onEnd(stream));
-    stream.addEventListener("error", (e) => {
-      // A named `error` event (with data) is the run failing; a bare one is the
-      // connection. EventSource retries a dropped connection itself, sending
-      // Last-Event-ID, but gives up on an answer it cannot use (e.g. 401).
-      if (e.data) {
-        this.#onEnd(stream);
-      } else if (stream.readyState === EventSource.CLOSED) {
-        this.#streamState("Live updates lost; retrying…");
-        if (this.stream === stream) this.stream = null;
-        setTimeout(() => this.refresh(), STREAM_RETRY_MS);
-      } else {
-        this.#streamState("Live updates interrupted; reconnecting…");
-      }
-    });
+    const runId = this.runId;
+    this.stream = new ProgressStream(runId, () => this.series.lastStep, {
+      progress: (event) => this.#onProgress(event),
+      status: () => this.refresh(),
+      end: () => {
+        this.stream = null;
+        this.endedRun = runId;
+        this.refresh();
+      },
+      lost: () => { this.stream = null; this.refresh(); },
+      state: (text) => this.#streamState(text),
+    }).open();
   }
 
   #closeStream() {
@@ -195,24 +214,11 @@ export class RunPanel {
     this.#streamState("");
   }
 
-  /** The run ended: the server closes the stream now, so close it here before EventSource reconnects. */
-  #onEnd(stream) {
-    if (this.stream === stream) this.#closeStream();
-    this.refresh();
-  }
-
   #streamState(text) {
     $("stream-state").textContent = text;
   }
 
   #onProgress(event) {
-    const runId = event.run_id ?? event.job_id;
-    if (runId !== undefined && runId !== null && runId !== this.runId) {
-      // A newer run than the one on screen (the connection came back after a run
-      // ended and another began): switch to it and read its whole history.
-      this.#adoptRun(runId, true);
-      this.refresh();
-    }
     this.series.addProgress(event);
     if (!this.running || this.phase !== "training") {
       this.running = true;
@@ -225,7 +231,9 @@ export class RunPanel {
 
   #showStatus(status) {
     this.phase = status.phase;
-    this.running = Boolean(status.is_training_running);
+    // /api/train/status's flag says whether anything trains here: with two GPUs busy, the
+    // run it shows may have ended while the other trains on. Ended is ended.
+    this.running = Boolean(status.is_training_running) && !FINAL_PHASES.has(status.phase);
     if (!this.running) this.#endStopNotice();
     this.#showPhase(status.phase);
     this.#showNumbers(status);
@@ -323,7 +331,7 @@ export class RunPanel {
       const choice = dialog.returnValue;
       if (choice !== "save" && choice !== "cancel") return;
       try {
-        await api.stop(choice === "save", this.runId);
+        await api.stopRun(this.runId, choice === "save");
         this.#endStopNotice();
         // A quick stop can end before this answer arrives: the stream has then said
         // so already, and a sticky notice raised now would outlive the run for good.
@@ -344,12 +352,17 @@ export class RunPanel {
     this.dismissStopNotice = null;
   }
 
+  /** A picked run goes back to the run that trains; the server's own ended run is reset to idle. */
   async #clear() {
-    try {
-      await api.reset();
-    } catch (err) {
-      notify(`Cannot clear: ${err.message}`, "error");
-      return;
+    if (this.watched !== null) {
+      this.watched = null;
+    } else {
+      try {
+        await api.reset();
+      } catch (err) {
+        notify(`Cannot clear: ${err.message}`, "error");
+        return;
+      }
     }
     this.#adoptRun(null);
     await this.refresh();
