@@ -1,6 +1,7 @@
 """A resumed run continues its own curve on the page: resumed from the history, its live
-charts hold the first run's steps from step 1 (a series of their own, with a marker at
-the resume point) and then its own; Compare draws its whole curve the same way."""
+charts (the logged extra metrics' too) hold the first run's steps from step 1 (a series
+of their own, with a marker at the resume point) and then its own; Compare draws its
+whole curve the same way."""
 
 from __future__ import annotations
 
@@ -56,6 +57,12 @@ def test_a_resumed_runs_charts_and_compare_show_its_whole_curve(server, demo_ass
     # Once stopped, every step of the whole curve is drawn, from step 1, each once.
     expect(chart).to_have_attribute("data-points", str(len(before) + len(after)))
     expect(chart).to_have_attribute("data-series-points", f"{len(after)},{len(before) + len(after)},{len(before)}")
+    # So is the metric the method logs beyond the fixed ones (the first in the selector).
+    extra = sorted(first["metrics"]["extra"])[0]
+    expect(page.locator("#extra-series")).to_have_value(extra)
+    extra_counts = [len(run["metrics"]["extra"][extra]["steps"]) for run in (second, first)]
+    expect(page.locator("#chart-extra")).to_have_attribute("data-series-points", ",".join(map(str, extra_counts)))
+    expect(page.locator("#chart-extra")).to_have_attribute("data-markers", label)
 
     # Compare: the resumed run's curve begins at step 1 too, marked where it took over.
     for run_id in (first_id, second_id):

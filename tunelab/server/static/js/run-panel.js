@@ -315,12 +315,16 @@ export class RunPanel {
     $("extra-chart-box").hidden = names.length === 0;
     const name = select.value;
     const data = this.series.extraSeries(name);
-    if (name !== this.extraShown) {
-      this.extraShown = name;
-      this.charts.extra.setSeries([{ label: name.replace(/_/g, " "), colorIndex: 5, style: "both" }], data);
+    const earlier = this.series.hasEarlier(name);
+    const shown = `${name}\n${earlier}`;
+    if (shown !== this.extraShown) {
+      this.extraShown = shown;
+      const series = [{ label: name.replace(/_/g, " "), colorIndex: 5, style: "both" }, ...(earlier ? [EARLIER_SERIES] : [])];
+      this.charts.extra.setSeries(series, data);
     } else {
       this.charts.extra.setData(data);
     }
+    this.charts.extra.setMarkers(this.series.markers);
   }
 
   #askStop() {

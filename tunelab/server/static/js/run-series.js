@@ -33,17 +33,23 @@ export class RunSeries {
   /** The runs this one continues, oldest first: `earlier_runs` of the run detail. */
   setEarlier(parts) {
     this.earlier = Object.fromEntries(SERIES.map((name) => [name, new Map()]));
+    this.earlierExtra = new Map();
     this.markers = [];
     for (const part of parts || []) {
       const m = part.metrics || {};
       for (const name of SERIES) pairUp(this.earlier[name], m.steps, m[name]);
+      for (const [name, series] of Object.entries(m.extra || {})) {
+        if (!this.earlierExtra.has(name)) this.earlierExtra.set(name, new Map());
+        pairUp(this.earlierExtra.get(name), series.steps, series.values);
+      }
       if (Number.isInteger(part.until_step)) this.markers.push({ step: part.until_step, label: resumeLabel(part) });
     }
   }
 
-  /** Whether earlier runs logged series `name` (the loss, the learning rate...). */
+  /** Whether earlier runs logged series `name` (the loss, the learning rate, an extra one...). */
   hasEarlier(name) {
-    return this.earlier[name].size > 0;
+    const points = SERIES.includes(name) ? this.earlier[name] : this.earlierExtra.get(name);
+    return Boolean(points && points.size > 0);
   }
 
   /** Merge the histories object of a status or metrics answer. */
@@ -81,24 +87,22 @@ export class RunSeries {
     return inStepOrder(this.points[name]);
   }
 
-  /** The names of the extra series seen so far, sorted. */
+  /** The names of the extra series seen so far (this run's or earlier runs'), sorted. */
   extraNames() {
-    return [...this.extra.keys()].sort();
+    return [...new Set([...this.extra.keys(), ...this.earlierExtra.keys()])].sort();
   }
 
-  /** [steps, values] of one extra series (empty when unknown). */
+  /** [steps, values] of one extra series (empty when unknown), with earlier runs' values
+   * as a third column when they logged it. */
   extraSeries(name) {
-    return inStepOrder(this.extra.get(name) || new Map());
+    const own = this.extra.get(name) || new Map();
+    return this.hasEarlier(name) ? joined(own, this.earlierExtra.get(name)) : inStepOrder(own);
   }
 
   /** Chart data of one series: [steps, this run's values] and, with earlier runs,
    * their values as a third column (each column null at the other's steps). */
   withEarlier(name) {
-    const own = this.points[name];
-    const before = this.earlier[name];
-    if (!this.hasEarlier(name)) return this.series(name);
-    const steps = [...new Set([...before.keys(), ...own.keys()])].sort((a, b) => a - b);
-    return [steps, steps.map((s) => own.get(s) ?? null), steps.map((s) => (own.has(s) ? null : before.get(s) ?? null))];
+    return this.hasEarlier(name) ? joined(this.points[name], this.earlier[name]) : this.series(name);
   }
 
   /** Loss data for a chart: [steps, raw loss, trailing moving average] and, with earlier
@@ -120,6 +124,12 @@ export class RunSeries {
 /** "resumed from Run #3 at step 40": what a marker at a resume point says. */
 export function resumeLabel(part) {
   return `resumed from Run #${part.run_id} at step ${part.until_step}`;
+}
+
+/** [steps, this run's values, earlier runs' values], each null at the other's steps. */
+function joined(own, before) {
+  const steps = [...new Set([...before.keys(), ...own.keys()])].sort((a, b) => a - b);
+  return [steps, steps.map((s) => own.get(s) ?? null), steps.map((s) => (own.has(s) ? null : before.get(s) ?? null))];
 }
 
 function inStepOrder(points) {
