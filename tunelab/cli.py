@@ -225,6 +225,7 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
     from rich.text import Text
 
     from tunelab.layout import recorded_world_size, strategy_for
+    from tunelab.resume_chain import describe as describe_chain, earlier_runs
     from tunelab.runs_view import sparkline, when as _when
     from tunelab.store import Store
 
@@ -247,6 +248,11 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
                 "output_dir", "error_message"):
         if row.get(key) not in (None, ""):
             console.print(Text(f"  {key}: {printable(row[key], keep_lines=key == 'error_message')}"))
+    lineage = describe_chain(row, earlier_runs(store, row))
+    if lineage:  # its curve begins in the runs it continues
+        console.print(Text(f"  {lineage}"))
+    if row.get("resumed_by_run_id") is not None:
+        console.print(f"  resumed as: run {row['resumed_by_run_id']}")
     if trial is not None:  # a pruned trial's run ends `stopped`: this says why
         console.print(Text(f"  sweep: {printable(trial['sweep'])} ({trial['sweep_id']}), trial {trial['trial']}, {trial['state']}"))
     console.print(f"  loss: {sparkline(row.get('loss_sparkline'))}")
@@ -268,7 +274,7 @@ def export(
     run: int = typer.Argument(..., help="Run id (see `tunelab runs`)."),
     format_: str = typer.Option("adapter", "--format", help="adapter | merged | gguf | gguf-adapter (a LoRA adapter as a llama.cpp GGUF)."),
     dest: Optional[str] = typer.Option(None, "--dest", help="Folder inside the outputs root (a relative path starts there). "
-                                                            "Default: <run folder>/export-<format>."),
+                                                            "Default: <run folder>/export-<format> (a resumed run: <run folder>/run-<id>-export-<format>)."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="float16 | bfloat16 | float32 (default: the run's training half type, bf16 runs bfloat16, else float16); for merged and gguf."),
     quant: Optional[str] = typer.Option(None, "--quant", help="gguf only: q8_0 | q4_k_m | q5_k_m | q6_k (llama.cpp's quantisations); default: a float GGUF in --dtype."),
 ) -> None:

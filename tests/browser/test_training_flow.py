@@ -71,8 +71,10 @@ def test_train_stop_resume_compare_and_manage_history(server, open_page, fill_de
     row1.get_by_role("button", name="Resume first try").click()
     expect(page.locator("#run-name")).to_contain_text("#2", timeout=RUN_START_MS)
     expect(page.locator("#run-phase")).to_have_text("training", timeout=RUN_START_MS)
-    wait_points(page, 3)
-    assert int(page.get_attribute("#chart-loss", "data-last-step")) > first["final_step"]
+    # Its chart begins with the first run's steps (marked) and grows past them.
+    expect(page.locator("#chart-loss")).to_have_attribute("data-markers", f"resumed from Run #1 at step {first['final_step']}")
+    page.wait_for_function(
+        f"Number(document.querySelector('#chart-loss').dataset.lastStep) > {first['final_step']}", timeout=RUN_START_MS)
     shoot(page, "flow-3-resumed")
 
     # Cancel the resumed run: stopped, and not resumable.

@@ -107,6 +107,16 @@ def test_the_scan_is_bounded_in_depth_folders_and_answers(tmp_path):
     assert scan_roots([root], max_folders=1) == []  # the root itself used the whole budget
 
 
+def test_a_resumed_runs_merged_export_is_found_under_its_own_name(tmp_path):
+    shared = tmp_path / "outputs" / "20260101-lora"
+    model_folder(shared / "export-merged")         # the first run's, stopped and exported
+    model_folder(shared / "run-2-export-merged")   # the run that resumed it and completed
+    runs = [{"id": 2, "status": "completed", "output_dir": str(shared), "display_name": None, "resumed_from_run_id": 1},
+            {"id": 1, "status": "stopped", "output_dir": str(shared), "display_name": None}]
+    found = [m for m in local_models.finished_runs(runs, [tmp_path / "outputs"])]
+    assert [(m.name, m.label) for m in found] == [(str(shared / "run-2-export-merged"), "run #2 (merged export): continue from it")]
+
+
 def test_the_demo_finished_runs_and_the_cache_in_one_list(tmp_path, monkeypatch):
     cache_root, outputs = tmp_path / "cache", tmp_path / "outputs"
     demo = model_folder(cache_root / "demo-v1" / "model")

@@ -262,6 +262,23 @@ def _check_format_fits(run_id: int, fmt: str, kind: str, source: Path, config: d
                                          f"then fuse it with `mlx_lm.fuse --model {config.get('model_name')} --adapter-path <export folder>`")
 
 
+def export_folder_name(run: dict[str, Any], fmt: str) -> str:
+    """The name of a run's default export folder inside its run folder: `export-<format>`.
+    A resumed run shares the folder of the run it continues, so its exports are named
+    after it (`run-<id>-export-<format>`), never replacing that run's own."""
+    return f"run-{run['id']}-export-{fmt}" if run.get("resumed_from_run_id") is not None else f"export-{fmt}"
+
+
+def default_export_folder(run: dict[str, Any], fmt: str) -> Path:
+    """Where an export goes when no `dest` is given: `<run folder>/<export_folder_name>`.
+    A run folder outside the outputs root (allowed explicitly at training time) still
+    exports inside the root, to `<outputs root>/run-<id>-export-<format>`."""
+    folder = Path(run["output_dir"]) / export_folder_name(run, fmt)
+    if not paths.is_within(folder, paths.outputs_root()):
+        folder = paths.outputs_root() / f"run-{run['id']}-export-{fmt}"
+    return folder
+
+
 def _destination(run: dict[str, Any], fmt: str, dest: str | None, folder_owners: Callable[[Path], list[int]],
                  foreign_writer: ForeignWriter) -> Path:
     if dest is not None and str(dest).strip():
@@ -279,13 +296,7 @@ def _destination(run: dict[str, Any], fmt: str, dest: str | None, folder_owners:
                                            "replace that run's files. Choose a new folder, or leave dest out to use "
                                            f"<run folder>/export-{fmt}")
     else:
-        run_folder = Path(run["output_dir"])
-        folder = run_folder / f"export-{fmt}"
-        if not paths.is_within(folder, paths.outputs_root()):
-            # The run's folder lies outside the root (allowed explicitly at training time);
-            # an export still writes only inside the root.
-            folder = paths.outputs_root() / f"run-{run['id']}-export-{fmt}"
-        folder = paths.resolve_export_dir(folder, "dest")
+        folder = paths.resolve_export_dir(default_export_folder(run, fmt), "dest")
     earlier = None
     if folder.exists():
         if not folder.is_dir():

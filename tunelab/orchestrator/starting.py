@@ -130,8 +130,10 @@ class RunStarter:
         planned = layout.plan(plan.cfg.model_dump(), layout.visible_gpu_count(env))
         cfg, memory_notes = fit_memory(plan.cfg, chosen, planned.world_size, planned.processes_per_node)
         public = self._public(plan, cfg)
+        # The run it continues, if any: export_after names a resumed run's export after it.
         payload = {**cfg.worker_payload(), "output_dir": str(plan.output_dir),
-                   "resume_from": str(plan.resume_from) if plan.resume_from else None}
+                   "resume_from": str(plan.resume_from) if plan.resume_from else None,
+                   "resumed_from_run_id": plan.resumed_from}
         if plan.resume_from is not None:  # the world size is known only now, from the GPUs just chosen
             check_world_size(plan.resume_from, layout.plan(payload, layout.visible_gpu_count(env)).world_size)
         devices = devices_for(chosen)

@@ -3,7 +3,8 @@
 Four sources, in this order:
   demo     the built demo model (a model folder whose asset folder is marked READY)
   run      finished runs whose folder holds a whole model (full fine-tunes, or a merged
-           export in `export-merged`), to continue training from
+           export in `export-merged`, `run-<id>-export-merged` for a resumed run), to
+           continue training from
   folder   other model folders inside the data roots (`paths.data_roots`)
   hf_cache models in the local Hugging Face cache (`models--org--name` folders with a
            `config.json` in a snapshot), named by their hub id, which loads them from the cache
@@ -162,14 +163,18 @@ def _folder_entry(folder: Path) -> LocalModel:
 
 def finished_runs(runs: Iterable[dict[str, Any]], roots: list[Path]) -> list[LocalModel]:
     """Completed runs whose folder (or merged export) is a whole model inside a data root."""
+    # Imported when first asked, not with the server (whose start-up is timed); planning is torch-free.
+    from tunelab.export.plan import export_folder_name
+
     found = []
     for run in runs:
         if run.get("status") != "completed" or not run.get("output_dir"):
             continue
         name = run.get("display_name") or f"run #{run['id']}"
-        for folder in (Path(run["output_dir"]), Path(run["output_dir"]) / "export-merged"):
+        merged_export = Path(run["output_dir"]) / export_folder_name(run, "merged")
+        for folder in (Path(run["output_dir"]), merged_export):
             if any(paths.is_within(folder, root) for root in roots) and is_model_folder(folder):
-                merged = " (merged export)" if folder.name == "export-merged" else ""
+                merged = " (merged export)" if folder == merged_export else ""
                 found.append(LocalModel(str(Path(os.path.realpath(folder))), "run", f"{name}{merged}: continue from it"))
                 break
     return found

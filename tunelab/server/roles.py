@@ -178,6 +178,16 @@ def enforce(request: Request) -> None:
                                       "stop, rename, delete, resume, export or reorder only its own runs: ask its owner or an admin")
 
 
+def may_read_run(caller: Caller, run: dict[str, Any]) -> bool:
+    """Whether `caller` may read `run` by the rule of `GET /api/runs/{run_id}`: what a run's
+    answer shows of other runs (the runs a resumed run continues) follows the same rule,
+    so it never shows a run its caller could not ask for itself."""
+    rule = RULES[("GET", "/api/runs/{run_id}")]
+    if caller.role not in ALLOWED_ROLES[rule]:
+        return False
+    return rule in (PUBLIC, READ, USE) or caller.role == "admin" or run.get("owner") == caller.key_name
+
+
 def _role_message(caller: Caller, rule: str | None) -> str:
     if rule is None:
         return "this route has no role rule, so no key may use it"

@@ -37,7 +37,8 @@ class ExportRequest(BaseModel):
                    "(from llama.cpp's converter) and an Ollama Modelfile; gguf-adapter: a LoRA run's adapter alone as a llama.cpp "
                    "adapter GGUF (llama-cli --lora, Ollama ADAPTER).")
     dest: PathText | None = Field(None, min_length=1, max_length=4096,
-                                  description="Folder inside the outputs root (relative paths start there). Default: <run folder>/export-<format>. "
+                                  description="Folder inside the outputs root (relative paths start there). Default: <run folder>/export-<format>; "
+                                              "a resumed run, which shares the folder of the run it continues: <run folder>/run-<id>-export-<format>. "
                                               "A folder holding files is refused unless this run or another run of its owner wrote them "
                                               "(409 naming who did).")
     dtype: Literal["float16", "bfloat16", "float32"] | None = Field(

@@ -1,5 +1,8 @@
 """`/api/runs`: the run history — list, detail, rename, delete, resume.
 
+A resumed run's detail also carries the steps of the runs it continues
+(`tunelab.resume_chain`), each shown only to a caller who may read that run (roles.py).
+
 Deleting a run's files is the one place the API removes things from disk, so it is
 guarded: the folder must lie inside the outputs root (symlinks resolved, by `paths`), no
 other run may use it (a resumed run shares its parent's folder) and it may hold no other
@@ -18,14 +21,16 @@ from tunelab import paths
 from tunelab.folder_owners import own_exports, writers_touching
 from tunelab.orchestrator import NotResumable
 from tunelab.orchestrator.resume import check_resumable
+from tunelab.resume_chain import earlier_runs, metric_rows_until
 from tunelab.server.errors import ApiError
 from tunelab.server.queue_cap import require_queue_room
-from tunelab.server.roles import caller_of
+from tunelab.server.roles import caller_of, may_read_run
 from tunelab.server.routes_train import settle
 from tunelab.server.run_ids import RunId
 from tunelab.server.run_uses import RunInUse
 from tunelab.server.schemas import (
     DeleteAnswer,
+    EarlierRun,
     JobAnswer,
     RenameRequest,
     ResumeRequest,
@@ -62,10 +67,17 @@ def _require_run(request: Request, run_id: int) -> dict[str, Any]:
     return run
 
 
-def _paired_metrics(store: Store, run_id: int) -> RunMetrics:
-    rows = store.get_metrics(run_id)
-    return RunMetrics(steps=[r["step"] for r in rows], **{f: [r[f] for r in rows] for f in METRIC_FIELDS},
-                      extra=store.get_metric_extras(run_id))
+def _paired_metrics(store: Store, run_id: int, until_step: int | None = None) -> RunMetrics:
+    rows, extras = metric_rows_until(store, run_id, until_step)
+    return RunMetrics(steps=[r["step"] for r in rows], **{f: [r[f] for r in rows] for f in METRIC_FIELDS}, extra=extras)
+
+
+def _earlier_runs(request: Request, run: dict[str, Any]) -> list[EarlierRun]:
+    """The runs `run` resumed from, as far back as the caller may read each."""
+    store, caller = request.app.state.store, caller_of(request)
+    return [EarlierRun(run_id=part.run["id"], display_name=part.run.get("display_name"), status=part.run["status"],
+                       until_step=part.until_step, metrics=_paired_metrics(store, part.run["id"], part.until_step))
+            for part in earlier_runs(store, run, may_read=lambda row: may_read_run(caller, row))]
 
 
 @router.get("", response_model=RunList, responses=error_responses(422))
@@ -83,10 +95,12 @@ def list_runs(
 @router.get("/{run_id}", response_model=RunDetail, responses=error_responses(404, 422))
 def get_run(request: Request, run_id: RunId) -> RunDetail:
     """One run: its record, its settings (without secrets) and every metric by step (the
-    extra ones as series of their own)."""
+    extra ones as series of their own); for a resumed run also the steps of the runs it
+    continues (`earlier_runs`), so the whole curve can be drawn."""
     run = _require_run(request, run_id)
     metrics = _paired_metrics(request.app.state.store, run_id)
-    return RunDetail(**_summary_fields(request.app.state.store, run), config=run["config"], metrics=metrics)
+    return RunDetail(**_summary_fields(request.app.state.store, run), config=run["config"], metrics=metrics,
+                     earlier_runs=_earlier_runs(request, run))
 
 
 @router.patch("/{run_id}", response_model=RunSummary, responses=error_responses(404, 422))

@@ -245,9 +245,23 @@ class RunMetrics(BaseModel):
     extra: dict[str, ExtraSeries] = Field({}, description=EXTRA_HELP)
 
 
+class EarlierRun(BaseModel):
+    """A run that a resumed run continues: its steps up to the one the next run resumed from."""
+
+    run_id: int
+    display_name: str | None
+    status: str
+    until_step: int | None = Field(description="The step the run after it resumed from (its checkpoint); its later "
+                                               "steps are not part of this curve. Null when unknown: all its steps count.")
+    metrics: RunMetrics
+
+
 class RunDetail(RunSummary):
     config: dict[str, Any] = Field(description="The run's settings, without secrets.")
-    metrics: RunMetrics
+    metrics: RunMetrics = Field(description="This run's own steps (a resumed run's start after the step it resumed from).")
+    earlier_runs: list[EarlierRun] = Field([], description=(
+        "For a resumed run, the runs it continues, oldest first, each with its steps up to the resume point: with "
+        "`metrics` they make the whole curve. The list stops at a run the caller may not read."))
 
 
 class RenameRequest(BaseModel):

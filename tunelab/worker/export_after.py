@@ -7,7 +7,8 @@ on rank 0 only, after every rank has saved. The training state it no longer need
 optimizer's state, the gradients, cached CUDA blocks) is freed first; the merge itself runs
 on the CPU, like the export child. The plan and the files are exactly those of
 `tunelab export RUN --format <fmt>` (`export.plan.plan_export`, `export.run`): the same
-folder `<run folder>/export-<fmt>`, staging and rename, manifest and dtype rule.
+folder `<run folder>/export-<fmt>` (`run-<id>-export-<fmt>` for a resumed run, which shares
+its folder with the run it continues), staging and rename, manifest and dtype rule.
 An export that fails never fails the run, whose weights are saved already: the failure is
 sent as a status event and named in the completion message.
 """
@@ -54,7 +55,7 @@ def _run_record(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
     """What `plan_export` reads of the store's row, as the run will be recorded: completed,
     with its folder and config (the row itself is written by the parent after this process ends)."""
     return {"id": config.get("run_id"), "status": "completed", "output_dir": str(output_dir), "config": config,
-            "model_name": config.get("model_name")}
+            "model_name": config.get("model_name"), "resumed_from_run_id": config.get("resumed_from_run_id")}
 
 
 def _free_training_memory(trainer: Any) -> None:

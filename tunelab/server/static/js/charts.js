@@ -4,7 +4,10 @@
  * A LineChart owns one container: it sizes itself to the container's width, takes its
  * colours from the theme's CSS variables (and redraws when the theme changes), and
  * records how many points it shows and its last step in `data-points` and
- * `data-last-step`, which the browser tests compare with the server's metrics.
+ * `data-last-step` (and each series' own count in `data-series-points`), which the
+ * browser tests compare with the server's metrics.
+ * Markers (`setMarkers`) are dashed vertical lines at given steps, each labelled (where a
+ * resumed run took over); their labels are also in `data-markers`.
  */
 
 import { fmtNumber, fmtTick } from "./format.js";
@@ -30,6 +33,7 @@ export class LineChart {
     this.options = options;
     this.data = [[], ...options.series.map(() => [])];
     this.plot = null;
+    this.markers = [];
     this.#build();
     new ResizeObserver(() => this.#fit()).observe(container);
     document.addEventListener("themechange", () => this.#build());
@@ -40,6 +44,17 @@ export class LineChart {
     this.options = { ...this.options, series };
     this.data = data;
     this.#build();
+  }
+
+  /** Replace the markers: [{step, label}]. */
+  setMarkers(markers) {
+    const key = JSON.stringify(markers || []);
+    if (key === JSON.stringify(this.markers)) return; // set on every redraw of the data; draw again only on a change
+    this.markers = markers || [];
+    this.container.dataset.markers = this.markers.map((m) => m.label).join("; ");
+    // setData draws everything again, axes included (a bare redraw right after a rebuild
+    // would draw axes whose ticks are not computed yet).
+    if (this.plot) this.plot.setData(this.data);
   }
 
   setData(data) {
@@ -76,8 +91,37 @@ export class LineChart {
       ],
       series: [{ label: this.options.xLabel || "step" }, ...series],
       legend: { live: true },
+      hooks: { draw: [(u) => this.#drawMarkers(u)] },
     }, this.data, this.container);
     this.#count();
+  }
+
+  /** Each marker as a dashed line across the plot, its label at the top (left of the
+   * line where it would run past the right edge). */
+  #drawMarkers(u) {
+    if (!this.markers.length) return;
+    const ratio = uPlot.pxRatio || 1;
+    const { left, top, width, height } = u.bbox;
+    const ctx = u.ctx;
+    ctx.save();
+    ctx.strokeStyle = ctx.fillStyle = cssVar("--chart-axis");
+    ctx.lineWidth = ratio;
+    ctx.setLineDash([4 * ratio, 3 * ratio]);
+    ctx.font = `${11 * ratio}px sans-serif`;
+    ctx.textBaseline = "top";
+    for (const marker of this.markers) {
+      const x = Math.round(u.valToPos(marker.step, "x", true));
+      if (!Number.isFinite(x) || x < left || x > left + width) continue;
+      ctx.beginPath();
+      ctx.moveTo(x, top);
+      ctx.lineTo(x, top + height);
+      ctx.stroke();
+      const room = left + width - x;
+      const textWidth = ctx.measureText(marker.label).width;
+      ctx.textAlign = textWidth + 8 * ratio > room ? "right" : "left";
+      ctx.fillText(marker.label, x + (ctx.textAlign === "right" ? -4 : 4) * ratio, top + 4 * ratio);
+    }
+    ctx.restore();
   }
 
   #width() {
@@ -92,6 +136,8 @@ export class LineChart {
     const xs = this.data[0];
     this.container.dataset.points = String(xs.length);
     this.container.dataset.lastStep = xs.length ? String(xs[xs.length - 1]) : "";
+    // Each series' own points (a compared run's, or the part before a resume).
+    this.container.dataset.seriesPoints = this.data.slice(1).map((ys) => ys.filter((y) => y !== null && y !== undefined).length).join(",");
     this.container.classList.toggle("is-empty", xs.length === 0);
   }
 }

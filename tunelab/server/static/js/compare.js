@@ -1,13 +1,15 @@
 /**
  * Comparing runs: the loss curves of two or more runs from the history, overlaid on one
- * chart by step, raw or smoothed with the same moving average as the live chart.
+ * chart by step, raw or smoothed with the same moving average as the live chart. A
+ * resumed run's curve is whole: it begins with the steps of the runs it continues
+ * (`earlier_runs` of its detail), with a marker where it took over.
  */
 
 import { api } from "./api.js";
 import { LineChart } from "./charts.js";
 import { notify } from "./notice.js";
 import { runName } from "./history.js";
-import { MOVING_AVERAGE_WINDOW, movingAverage } from "./run-series.js";
+import { MOVING_AVERAGE_WINDOW, movingAverage, resumeLabel } from "./run-series.js";
 
 const $ = (id) => document.getElementById(id);
 
@@ -47,8 +49,9 @@ export class ComparePanel {
   #draw() {
     const smooth = $("compare-smooth").checked;
     const curves = this.runs.map((run) => {
-      const pairs = run.metrics.steps
-        .map((step, i) => [step, run.metrics.loss[i]])
+      const parts = [...(run.earlier_runs || []).map((part) => part.metrics), run.metrics];
+      const pairs = parts
+        .flatMap((m) => m.steps.map((step, i) => [step, m.loss[i]]))
         .filter(([, loss]) => typeof loss === "number");
       const raw = pairs.map((p) => p[1]);
       const values = smooth ? movingAverage(raw, MOVING_AVERAGE_WINDOW) : raw;
@@ -58,5 +61,8 @@ export class ComparePanel {
     const data = [steps, ...curves.map((curve) => steps.map((s) => (curve.has(s) ? curve.get(s) : null)))];
     const series = this.runs.map((run, i) => ({ label: `${runName(run)} (#${run.id})`, colorIndex: i, style: smooth ? "line" : "both", width: 1.5 }));
     this.chart.setSeries(series, data);
+    this.chart.setMarkers(this.runs.flatMap((run) => (run.earlier_runs || [])
+      .filter((part) => Number.isInteger(part.until_step))
+      .map((part) => ({ step: part.until_step, label: `#${run.id} ${resumeLabel(part)}` }))));
   }
 }

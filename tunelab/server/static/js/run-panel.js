@@ -13,6 +13,8 @@
  * once. Between runs nothing streams, so the panel polls the status to notice a run
  * started elsewhere (CLI, API, another tab, the queue). The "Stopping…" notice follows
  * the run: it stays while the run winds down and goes when it has ended.
+ * A resumed run's charts begin with the steps of the runs it continues (read once with
+ * its history row), in a colour of their own, with a marker where it took over.
  */
 
 import { api } from "./api.js";
@@ -42,6 +44,18 @@ const STAT_FORMATS = {
   world_size: fmtInt,
 };
 
+// The fixed charts' series; a resumed run's charts add one for the runs it continues.
+const CHART_SERIES = {
+  loss: [
+    { label: "loss", colorIndex: 0, style: "both", width: 1 },
+    { label: `moving average (${MOVING_AVERAGE_WINDOW})`, colorIndex: 1, style: "line", width: 2.5 },
+  ],
+  learning_rate: [{ label: "learning rate", colorIndex: 2, style: "line" }],
+  grad_norm: [{ label: "grad norm", colorIndex: 3, style: "line" }],
+  eval_loss: [{ label: "eval loss", colorIndex: 4, style: "both" }],
+};
+const EARLIER_SERIES = { label: "before the resume", colorIndex: 7, style: "both", width: 1 };
+
 const $ = (id) => document.getElementById(id);
 
 export class RunPanel {
@@ -61,18 +75,13 @@ export class RunPanel {
     this.refreshes = 0;
     this.drawPending = false;
     this.charts = {
-      loss: new LineChart($("chart-loss"), {
-        title: "Loss",
-        series: [
-          { label: "loss", colorIndex: 0, style: "both", width: 1 },
-          { label: `moving average (${MOVING_AVERAGE_WINDOW})`, colorIndex: 1, style: "line", width: 2.5 },
-        ],
-      }),
-      learning_rate: new LineChart($("chart-learning_rate"), { title: "Learning rate", series: [{ label: "learning rate", colorIndex: 2, style: "line" }] }),
-      grad_norm: new LineChart($("chart-grad_norm"), { title: "Gradient norm", series: [{ label: "grad norm", colorIndex: 3, style: "line" }] }),
-      eval_loss: new LineChart($("chart-eval_loss"), { title: "Eval loss", series: [{ label: "eval loss", colorIndex: 4, style: "both" }] }),
+      loss: new LineChart($("chart-loss"), { title: "Loss", series: CHART_SERIES.loss }),
+      learning_rate: new LineChart($("chart-learning_rate"), { title: "Learning rate", series: CHART_SERIES.learning_rate }),
+      grad_norm: new LineChart($("chart-grad_norm"), { title: "Gradient norm", series: CHART_SERIES.grad_norm }),
+      eval_loss: new LineChart($("chart-eval_loss"), { title: "Eval loss", series: CHART_SERIES.eval_loss }),
       extra: new LineChart($("chart-extra"), { title: "", series: [{ label: "", colorIndex: 5, style: "both" }] }),
     };
+    this.earlierShown = {}; // the charts that carry a series of the runs this one continues
     this.extraShown = null; // the extra series in the chart; the selector picks another
     this.samples = new SamplePlayer($("sample-box"), $("sample-audio"), $("sample-caption"));
     $("extra-series").addEventListener("change", () => this.#drawSoon());
@@ -154,16 +163,28 @@ export class RunPanel {
   /** The status has no run name nor owner; the history has, so ask it once per run. */
   async #showName(runId) {
     $("run-name").textContent = runId === null ? "" : `Run #${runId}`;
+    this.#showLineage();
     if (runId === null) return;
     try {
       const run = await api.getRun(runId);
       if (this.runId !== runId) return;
       this.run = run;
+      this.series.setEarlier(run.earlier_runs);
+      this.#showLineage();
+      this.#drawSoon();
       this.#showPhase(this.phase);
       if (run.display_name) $("run-name").textContent = `${run.display_name} (#${runId})`;
     } catch {
       // The number alone is still a fine name; a deleted run is not worth a message.
     }
+  }
+
+  /** Where a resumed run's curve begins, in words beside its name. */
+  #showLineage() {
+    const line = $("run-lineage");
+    const markers = this.series.markers;
+    line.textContent = markers.length ? `${markers.map((m) => m.label[0].toUpperCase() + m.label.slice(1)).join("; ")}: the earlier steps are drawn before the marker.` : "";
+    line.hidden = !markers.length;
   }
 
   #schedulePoll(ms) {
@@ -267,8 +288,16 @@ export class RunPanel {
     this.drawPending = true;
     requestAnimationFrame(() => {
       this.drawPending = false;
-      this.charts.loss.setData(this.series.lossWithAverage());
-      for (const name of ["learning_rate", "grad_norm", "eval_loss"]) this.charts[name].setData(this.series.series(name));
+      const data = { loss: this.series.lossWithAverage() };
+      for (const name of ["learning_rate", "grad_norm", "eval_loss"]) data[name] = this.series.withEarlier(name);
+      for (const [name, values] of Object.entries(data)) {
+        const chart = this.charts[name];
+        const earlier = this.series.hasEarlier(name);
+        if (earlier !== Boolean(this.earlierShown[name])) chart.setSeries([...CHART_SERIES[name], ...(earlier ? [EARLIER_SERIES] : [])], values);
+        else chart.setData(values);
+        this.earlierShown[name] = earlier;
+        chart.setMarkers(this.series.markers);
+      }
       this.#drawExtra();
     });
   }
@@ -286,12 +315,16 @@ export class RunPanel {
     $("extra-chart-box").hidden = names.length === 0;
     const name = select.value;
     const data = this.series.extraSeries(name);
-    if (name !== this.extraShown) {
-      this.extraShown = name;
-      this.charts.extra.setSeries([{ label: name.replace(/_/g, " "), colorIndex: 5, style: "both" }], data);
+    const earlier = this.series.hasEarlier(name);
+    const shown = `${name}\n${earlier}`;
+    if (shown !== this.extraShown) {
+      this.extraShown = shown;
+      const series = [{ label: name.replace(/_/g, " "), colorIndex: 5, style: "both" }, ...(earlier ? [EARLIER_SERIES] : [])];
+      this.charts.extra.setSeries(series, data);
     } else {
       this.charts.extra.setData(data);
     }
+    this.charts.extra.setMarkers(this.series.markers);
   }
 
   #askStop() {
