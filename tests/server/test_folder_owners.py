@@ -120,6 +120,31 @@ def test_bob_can_neither_overwrite_nor_delete_alices_export(lab, demo_run):
     assert alice.post(f"/api/runs/{alice_run}/export", json={"dest": "x"}).status_code == 200
 
 
+def test_bob_cannot_continue_alices_run_by_its_id_or_its_checkpoint_folder(lab, demo_run):
+    alice, bob = lab["as"]["alice"], lab["as"]["bob"]
+    alice_run, bob_run = lab["runs"]["alice"], lab["runs"]["bob"]
+    checkpoint = lab["outputs"] / "alice-run" / "checkpoint-5"
+    checkpoint.mkdir(exist_ok=True)
+    (checkpoint / "trainer_state.json").write_text('{"global_step": 5}')
+    with Store(lab["home"] / "tunelab.db") as store:
+        before = len(store.list_runs())
+    # Continuing a run hands over its weights: only its owner (or an admin) may, by id or by folder,
+    # whether the start is made, only checked, or a sweep's base.
+    for target in (str(alice_run), "alice-run/checkpoint-5", str(checkpoint)):
+        for route, body in (("/api/train/start", demo_run(resume_from=target)),
+                            ("/api/train/check", demo_run(resume_from=target)),
+                            ("/api/sweeps", {"base": demo_run(resume_from=target, eval_steps=2, eval_holdout=0.2), "trials": 1,
+                                             "space": {"learning_rate": {"choice": [1e-4, 2e-4]}}})):
+            error = error_of(bob.post(route, json=body), 403)
+            assert error["code"] == "not_owner" and error["field"] == "resume_from", (route, target, error)
+            assert f"run {alice_run}'s checkpoint" in error["message"] and "'alice'" in error["message"]
+    with Store(lab["home"] / "tunelab.db") as store:
+        assert len(store.list_runs()) == before  # nothing started, nothing queued
+    # The owner passes the same check; bob may name his own run.
+    assert alice.post("/api/train/check", json=demo_run(resume_from=str(alice_run))).status_code == 200
+    assert bob.post("/api/train/check", json=demo_run(resume_from=str(bob_run))).status_code == 200
+
+
 @pytest.mark.parametrize("dest", ["a\u202eb", "a\nb", "a\x07b", "x\u2066y"])
 def test_an_export_dest_with_control_or_bidi_characters_is_refused_naming_the_field(lab, dest):
     answer = lab["as"]["alice"].post(f"/api/runs/{lab['runs']['alice']}/export", json={"dest": dest})

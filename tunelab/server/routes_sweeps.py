@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field
 from tunelab.server.errors import ApiError
 from tunelab.server.roles import caller_of
 from tunelab.server.schemas import error_responses
-from tunelab.server.user_paths import checked_config
+from tunelab.server.user_paths import check_resume_owned, checked_config
 from tunelab.store import sweeps as table
 from tunelab.sweeps.spec import check_corners, check_sweep
 
@@ -64,7 +64,9 @@ def start_sweep(body: dict[str, Any], request: Request) -> SweepStarted:
     caller = caller_of(request)
     spec = check_sweep({"name": "sweep", **body})
     def checked(cfg: Any) -> Any:
-        return checked_config(cfg, state, role=caller.role)
+        config = checked_config(cfg, state, role=caller.role)
+        check_resume_owned(config, state.store, caller)
+        return config
 
     check_corners(spec, checked)
     with _LOCK:

@@ -34,7 +34,7 @@ from tunelab.server.schemas import (
     error_responses,
 )
 from tunelab.server.sse import ProgressStream, requested_resume
-from tunelab.server.user_paths import check_output_dir_owned, checked_config
+from tunelab.server.user_paths import check_output_dir_owned, check_resume_owned, checked_config
 
 router = APIRouter(prefix="/api/train", tags=["training"], responses=error_responses(401))
 RUN_ID_HEADER = "X-Tunelab-Run-Id"
@@ -72,6 +72,7 @@ def start(body: StartRequest, request: Request) -> JobAnswer:
                 return JobAnswer.of(state.orchestrator, existing["id"], existing["status"], duplicate=True)
         require_queue_room(state, caller.key_name)
         check_output_dir_owned(config, state.store, caller.key_name)  # under the lock a delete takes too
+        check_resume_owned(config, state.store, caller)
         settle(state.orchestrator)
         run_id = state.orchestrator.start(config, start_request_id=request_id, owned_by=caller.key_name)
     return JobAnswer.of(state.orchestrator, run_id)
@@ -82,7 +83,9 @@ def check(body: RunConfig, request: Request) -> CheckAnswer:
     """Check a run config as a start would (its settings, paths and opt-ins, for the caller's
     role) and start nothing: 200 with the config a start would store, or the start's 422
     listing every problem. The page checks its form with this."""
-    config = checked_config(parse_config(body.model_dump(exclude_unset=True)), request.app.state, role=caller_of(request).role)
+    caller = caller_of(request)
+    config = checked_config(parse_config(body.model_dump(exclude_unset=True)), request.app.state, role=caller.role)
+    check_resume_owned(config, request.app.state.store, caller)
     return CheckAnswer(config=config.public())
 
 

@@ -35,7 +35,7 @@ from urllib.parse import urlsplit
 from tunelab import paths
 from tunelab.config import RunConfig, parse_config
 from tunelab.config_resume import stored_settings
-from tunelab.folder_owners import foreign_writer, writers_touching
+from tunelab.folder_owners import foreign_writer, owner_words, writers_touching
 from tunelab.grpo_settings import uses_reward_code
 from tunelab.paths import PathNotAllowed
 from tunelab.remote_code_check import FIELD as FINGERPRINT_FIELD
@@ -146,6 +146,26 @@ def check_output_dir_owned(config: RunConfig, store: Any, owner: str | None) -> 
         raise ApiError(409, "folder_not_owned", f"output_dir {config.output_dir} holds {whose}; a new run never writes among files "
                                                 "it does not own. Choose a new folder, or leave output_dir out for a fresh one",
                        field="output_dir")
+
+
+def check_resume_owned(config: RunConfig, store: Any, caller: Any) -> None:
+    """403 when a member's new run would continue another owner's run: `resume_from` naming
+    that run's id, or a checkpoint in that run's folder or exports. Continuing a run hands
+    the new run its weights and optimizer state, as `POST /api/runs/{id}/resume` would, and
+    that route is the owner's (or an admin's) too. The config's paths are resolved already."""
+    target = (config.resume_from or "").strip()
+    if not target or caller.role == "admin":
+        return
+    if target.isdigit():
+        run = store.get_run(int(target))
+        owners = [(int(target), run.get("owner"))] if run is not None else []
+    else:
+        owners = [(w.run_id, w.owner) for w in writers_touching(store, target)]
+    for run_id, owner in owners:
+        if owner != caller.key_name:
+            raise ApiError(403, "not_owner", f"resume_from names run {run_id}'s checkpoint, which belongs to "
+                                             f"{owner_words(owner)}; the member key {caller.shown!r} may continue only "
+                                             "its own runs: ask its owner or an admin", field="resume_from")
 
 
 class PathsNotAllowed(PathNotAllowed):
