@@ -57,6 +57,7 @@ class SweepRunner:
         here); any other is `interrupted` here and FAIL in the study: neither counted nor lost."""
         told = studies.finished(self.study)
         left = set(table.interrupt_running(self.store, self.sweep_id))
+        self._withdraw_queued(left)
         for number in left & set(told):
             state, value = told[number]
             table.end_trial(self.store, self.sweep_id, number, state, value)
@@ -64,6 +65,15 @@ class SweepRunner:
         if cut:
             self.say(f"trial(s) {', '.join(map(str, cut))} were cut short by an earlier stop; not counted")
         return cut
+
+    def _withdraw_queued(self, numbers: set[int]) -> None:
+        """A cut trial's run still waiting in a server's queue would train for nothing: withdraw it."""
+        for trial in table.list_trials(self.store, self.sweep_id):
+            if trial["trial"] in numbers and trial["run_status"] == "queued":
+                try:
+                    self.orchestrator.stop_run(trial["run_id"], save=False)
+                except Exception as exc:  # another server's queue, or it started meanwhile: closed as an orphan there
+                    self.say(f"trial {trial['trial']}: its queued run {trial['run_id']} was left as it is ({exc})")
 
     def run(self) -> dict[str, Any]:
         """Run trials until the budget (`trials`, `max_hours`) is spent; returns the sweep row."""
@@ -192,7 +202,8 @@ class SweepRunner:
             self.study.tell(trial, value)
             table.end_trial(self.store, self.sweep_id, trial.number, "complete", value)
             self.say(f"trial {trial.number}: {self.spec.objective.metric} {value:.4g}")
-        elif self._stopping.is_set():
+        elif self._stopping.is_set() or getattr(self.orchestrator, "closed", False):
+            # Stopped with the sweep, or ended by its process shutting down: cut short, not counted.
             self.study.tell(trial, state=states.FAIL)
             table.end_trial(self.store, self.sweep_id, trial.number, "interrupted", value)
         else:

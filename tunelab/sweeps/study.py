@@ -118,6 +118,15 @@ def fail_running(study) -> list[int]:
     return stale
 
 
+def sweep_importances(store: Store, sweep_id: int) -> dict[str, float]:
+    """The importances of sweep `sweep_id`'s parameters (`tunelab sweep show`, GET /api/sweeps)."""
+    try:
+        study = load_study(store, sweep_id)
+    except KeyError:  # the sweep's row is written just before its study
+        return {}
+    return importances(study)
+
+
 def importances(study) -> dict[str, float]:
     """Each parameter's importance to the objective; empty until enough trials completed."""
     optuna = _optuna()
