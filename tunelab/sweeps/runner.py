@@ -146,11 +146,11 @@ class SweepRunner:
                 if getattr(self.orchestrator, "closed", False):
                     self._stopping.set()
                 if self._stopping.is_set():  # not recorded here: neither counted nor lost
-                    self.study.tell(trial, state=studies.trial_states().FAIL)
+                    studies.tell(self.study, trial, state=studies.trial_states().FAIL)
                     return None
                 time.sleep(BUSY_RETRY_S)
             except Exception as exc:  # refused by this machine (memory, a path, a file): a failed trial, counted
-                self.study.tell(trial, state=studies.trial_states().FAIL)
+                studies.tell(self.study, trial, state=studies.trial_states().FAIL)
                 table.add_trial(self.store, self.sweep_id, trial.number, None, studies.params_of(trial), state="failed")
                 self.say(f"trial {trial.number}: refused: {exc}")
                 return None
@@ -196,18 +196,18 @@ class SweepRunner:
         states = studies.trial_states()
         status = (self.store.get_run(run_id) or {}).get("status")
         if pruned and status in ("stopped", "completed"):
-            self.study.tell(trial, state=states.PRUNED)
+            studies.tell(self.study, trial, state=states.PRUNED)
             table.end_trial(self.store, self.sweep_id, trial.number, "pruned", value)
         elif status == "completed" and value is not None:
-            self.study.tell(trial, value)
+            studies.tell(self.study, trial, value)
             table.end_trial(self.store, self.sweep_id, trial.number, "complete", value)
             self.say(f"trial {trial.number}: {self.spec.objective.metric} {value:.4g}")
         elif self._stopping.is_set() or getattr(self.orchestrator, "closed", False):
             # Stopped with the sweep, or ended by its process shutting down: cut short, not counted.
-            self.study.tell(trial, state=states.FAIL)
+            studies.tell(self.study, trial, state=states.FAIL)
             table.end_trial(self.store, self.sweep_id, trial.number, "interrupted", value)
         else:
-            self.study.tell(trial, state=states.FAIL)
+            studies.tell(self.study, trial, state=states.FAIL)
             table.end_trial(self.store, self.sweep_id, trial.number, "failed", value)
             why = "reported no " + self.spec.objective.metric if status == "completed" else f"run ended {status}"
             self.say(f"trial {trial.number}: failed ({why})")

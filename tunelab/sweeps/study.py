@@ -109,6 +109,17 @@ def finished(study) -> dict[int, tuple[str, float | None]]:
     return found
 
 
+def tell(study, trial, *args: Any, **kwargs: Any) -> None:
+    """`study.tell`. The grid sampler stops the study once its last point is told, which
+    Optuna allows inside `study.optimize` only and raises about otherwise, after recording
+    the trial; the runner's own budget ends a grid sweep, so that stop is no error here."""
+    try:
+        study.tell(trial, *args, **kwargs)
+    except RuntimeError as exc:
+        if "Study.stop" not in str(exc):
+            raise
+
+
 def fail_running(study) -> list[int]:
     """Mark the study's trials left RUNNING by a dead process as FAIL; their numbers."""
     optuna = _optuna()
