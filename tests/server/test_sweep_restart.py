@@ -144,3 +144,24 @@ def test_a_sweep_another_live_server_runs_is_not_taken(start_server, demo_run, t
         assert taken.status_code == 409, taken.text
         assert (tmp_path / "a" / "server-id").read_text().strip() in taken.json()["error"]["message"]
         assert not the_sweep(b)["running"] and the_sweep(a)["running"]
+
+
+def test_a_member_stops_only_the_sweeps_its_key_started(start_server, demo_run, tmp_path):
+    from tunelab.keys import new_secret, secret_hash
+
+    home = tmp_path / "home"
+    home.mkdir()
+    secrets = {name: new_secret() for name in ("alice", "bob")}
+    with Store(home / "tunelab.db") as store:
+        for name, secret in secrets.items():
+            store.add_api_key(name, "member", secret_hash(secret))
+    server = start_server(home=home, extra_env=sweep_env(step_seconds=0.4))
+    alice, bob = server.client(token=secrets["alice"]), server.client(token=secrets["bob"])
+    sweep_id = alice.post("/api/sweeps", json=sweep_body(demo_run)).json()["id"]
+    refused = bob.post(f"/api/sweeps/{sweep_id}/stop")
+    assert refused.status_code == 403 and "alice" in refused.json()["error"]["message"], refused.text
+    assert the_sweep(server)["running"] and the_sweep(server)["started_by"] == "alice"
+    assert alice.post(f"/api/sweeps/{sweep_id}/stop").status_code == 200
+    wait_for(lambda: not the_sweep(server)["running"], "the sweep to stop")
+    runs = {r["id"]: r for r in alice.get("/api/runs").json()["runs"]}
+    assert runs and all(r["owner"] == "alice" for r in runs.values())  # its trials are alice's runs
