@@ -23,7 +23,7 @@ function seriesColor(n) {
 export class LineChart {
   /**
    * @param container element the chart fills
-   * @param options {title, xLabel, xLog (a logarithmic x axis), series: [{label, colorIndex, style: "points"|"line"|"both", width}]}
+   * @param options {title, xLabel, xLog (a logarithmic x axis), xFormat (x tick label, "" for none), series: [{label, colorIndex, style: "points"|"line"|"both", width}]}
    */
   constructor(container, options) {
     this.container = container;
@@ -72,7 +72,7 @@ export class LineChart {
       scales: { x: this.options.xLog ? { time: false, distr: 3 } : { time: false } },
       axes: [
         { ...axisStyle, label: this.options.xLabel || "step",
-          ...(this.options.xLog ? { values: (u, values) => values.map((v) => fmtNumber(v, 2)) } : {}) },
+          ...(this.options.xFormat ? { values: (u, values) => values.map((v) => (v == null ? "" : this.options.xFormat(v))) } : {}) },
         { ...axisStyle, size: 64, values: (u, values, axis, space, increment) => values.map((v) => fmtTick(v, increment)) },
       ],
       series: [{ label: this.options.xLabel || "step" }, ...series],

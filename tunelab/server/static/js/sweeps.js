@@ -147,7 +147,7 @@ export class SweepsPanel {
         return chart;
       };
       const objective = new LineChart(figure("sweep-chart-objective", `${sweep.metric} by trial`),
-        { title: `${sweep.metric} by trial`, xLabel: "trial", series: seriesOf() });
+        { title: `${sweep.metric} by trial`, xLabel: "trial", xFormat: (v) => (Number.isInteger(v) ? String(v) : ""), series: seriesOf() });
       const params = new Map(sweep.space.map((name) => [name, figure(`sweep-chart-${name}`, `${sweep.metric} against ${name}`)]));
       this.charts = { sweepId: sweep.id, objective, params, built: new Map() };
     }
@@ -164,7 +164,8 @@ export class SweepsPanel {
         fresh.id = container.id;
         container.replaceWith(fresh);
         this.charts.params.set(name, fresh);
-        this.charts.built.set(name, new LineChart(fresh, { title: `${sweep.metric} against ${name}`, xLabel: name, xLog, series: seriesOf() }));
+        this.charts.built.set(name, new LineChart(fresh, { title: `${sweep.metric} against ${name}`, xLabel: name, xLog,
+          ...(xLog ? { xFormat: (v) => (isPowerOf10(v) ? fmtNumber(v, 2) : "") } : {}), series: seriesOf() }));
       }
       this.charts.built.get(name).setData(aligned(pairs));
     }
@@ -241,6 +242,11 @@ function aligned(pairs) {
   return [sorted.map((p) => p[0]),
     sorted.map(([, t]) => (t.state === "complete" ? t.value : null)),
     sorted.map(([, t]) => (t.state === "pruned" ? t.value : null))];
+}
+
+/** A log axis labels its decades only. */
+function isPowerOf10(value) {
+  return Math.abs(Math.log10(value) - Math.round(Math.log10(value))) < 1e-9;
 }
 
 function shown(value) {
