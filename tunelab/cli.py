@@ -467,9 +467,20 @@ def demo(
                                           "checkable answer and built-in rewards."),
     tts_family: str = typer.Option("orpheus", help="The tts demo's model: orpheus (a tiny Orpheus-style Llama with a SNAC codec) "
                                                   "or csm (a tiny Sesame CSM with its Mimi codec inside)."),
+    sweep_file: Optional[Path] = typer.Option(None, "--sweep-file", help="Train nothing: write the demo's hyperparameter sweep "
+                                              "(8 trials over learning rate and LoRA rank) to this file, to run with `tunelab sweep FILE`."),
 ) -> None:
     """Fine-tune a built-in tiny model on generated sample data, offline, end to end."""
     from tunelab.config import ConfigError
+
+    if sweep_file is not None:
+        from tunelab.demo import ensure_demo_assets
+        from tunelab.demo_sweep import write_demo_sweep
+
+        console.print("preparing the demo model and data (built once, then cached)…")
+        written = write_demo_sweep(sweep_file, ensure_demo_assets())
+        console.print(f"wrote {written}; run it with: tunelab sweep {written}", soft_wrap=True, markup=False, highlight=False)
+        raise typer.Exit(0)
     from tunelab.demo import print_demo_summary
     from tunelab.demo_cli import demo_rewards, demo_run_config, print_demo_evals
     from tunelab.foreground import watch_run

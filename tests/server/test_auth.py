@@ -12,7 +12,7 @@ from tunelab.server.auth import load_or_create_token, token_and_origin
 from tunelab.server.main import bind_warning
 
 # Path parameters filled in when every documented route is called.
-SAMPLE_PATH_VALUES = {"run_id": "1", "name": "step-1.wav"}
+SAMPLE_PATH_VALUES = {"run_id": "1", "name": "step-1.wav", "sweep_id": "1"}
 
 
 def documented_routes(server) -> list[tuple[str, str]]:

@@ -47,6 +47,7 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("POST", "/api/runs/{run_id}/queue"): (409, 409, 409, 403, 403, 401),
     ("GET", "/api/sweeps"): (200, 200, 200, 200, 200, 401),
     ("POST", "/api/sweeps"): (422, 422, 422, 422, 403, 401),
+    ("POST", "/api/sweeps/{sweep_id}/stop"): (404, 404, 404, 404, 403, 401),  # there is no sweep 1
     ("GET", "/api/runs/{run_id}/chat"): (409, 409, 409, 409, 409, 401),
     ("POST", "/api/runs/{run_id}/eval"): (409, 409, 409, 409, 403, 401),
     ("GET", "/api/runs/{run_id}/evals"): (200, 200, 200, 200, 200, 401),
@@ -92,7 +93,7 @@ def add_keys(home) -> dict[str, str]:
 
 
 def request(client: httpx.Client, method: str, path: str, run_id: int) -> httpx.Response:
-    url = path.replace(RUN, str(run_id)).replace("{name}", "step-1.wav")
+    url = path.replace(RUN, str(run_id)).replace("{name}", "step-1.wav").replace("{sweep_id}", "1")
     if path.endswith("/progress"):  # a stream that never ends: its status is enough
         with client.stream(method, url) as response:
             return response

@@ -137,6 +137,8 @@ def test_a_grid_sweep_tries_each_point_once_and_stops(tmp_path, home):
     store = Store()
     trials = table.list_trials(store, table.get_sweep(store, "lr-rank")["id"])
     assert sorted((t["params"]["lora_r"], t["params"]["num_epochs"]) for t in trials) == [(8, 1), (8, 2), (32, 1), (32, 2)]
+    # The last point too ends recorded (the grid sampler's stop after it is not an error here).
+    assert [t["state"] for t in trials] == ["complete"] * 4, trials
 
 
 def test_a_sweep_on_the_demo_model_trains_real_trials(tmp_path, home, demo_assets):

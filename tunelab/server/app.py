@@ -1,7 +1,8 @@
 """`create_app`: the FastAPI application, wired to one orchestrator and one store.
 
 Order matters here: orphaned runs from a previous server life are closed before the
-orchestrator can start a new one; the API routes are registered before the web page is
+orchestrator can start a new one, and the sweeps this server was running when it died
+resume before it answers (routes_sweeps.resume_sweeps); the API routes are registered before the web page is
 mounted at `/`, and the page's mount never answers under `/api/`, so an unknown API path
 is a JSON 404 and a wrong method a JSON 405. The token gate (token or API key) wraps
 everything, and the request guard (Host name, body size) wraps the token gate; each API
@@ -144,6 +145,8 @@ def create_app(
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if owns_orchestrator:
             orchestrator.start_prewarm()
+            # Sweeps this server was running when it died go on, from the trials they had.
+            await asyncio.to_thread(routes_sweeps.resume_sweeps, app.state)
         yield
         await asyncio.to_thread(inference.close)
         if owns_orchestrator:

@@ -65,6 +65,7 @@ RULES: dict[tuple[str, str], str] = {
     ("POST", "/api/runs/{run_id}/queue"): OWN_RUN,  # a waiting run's place and priority
     ("GET", "/api/sweeps"): READ,
     ("POST", "/api/sweeps"): USE,  # starts runs (its trials), as /api/train/start does
+    ("POST", "/api/sweeps/{sweep_id}/stop"): USE,  # and the route lets a member stop only a sweep its key started
     ("GET", "/api/runs/{run_id}/chat"): READ,
     ("POST", "/api/runs/{run_id}/eval"): USE,  # loads a model, as chat does; adds results, changes nothing of the run
     ("GET", "/api/runs/{run_id}/evals"): READ,

@@ -72,7 +72,7 @@ def start(body: StartRequest, request: Request) -> JobAnswer:
                 return JobAnswer.of(state.orchestrator, existing["id"], existing["status"], duplicate=True)
         require_queue_room(state, caller.key_name)
         check_output_dir_owned(config, state.store, caller.key_name)  # under the lock a delete takes too
-        check_resume_owned(config, state.store, caller)
+        check_resume_owned(config, state.store, caller.role, caller.key_name)
         settle(state.orchestrator)
         run_id = state.orchestrator.start(config, start_request_id=request_id, owned_by=caller.key_name)
     return JobAnswer.of(state.orchestrator, run_id)
@@ -85,7 +85,7 @@ def check(body: RunConfig, request: Request) -> CheckAnswer:
     listing every problem. The page checks its form with this."""
     caller = caller_of(request)
     config = checked_config(parse_config(body.model_dump(exclude_unset=True)), request.app.state, role=caller.role)
-    check_resume_owned(config, request.app.state.store, caller)
+    check_resume_owned(config, request.app.state.store, caller.role, caller.key_name)
     return CheckAnswer(config=config.public())
 
 

@@ -148,13 +148,13 @@ def check_output_dir_owned(config: RunConfig, store: Any, owner: str | None) -> 
                        field="output_dir")
 
 
-def check_resume_owned(config: RunConfig, store: Any, caller: Any) -> None:
+def check_resume_owned(config: RunConfig, store: Any, role: str, key_name: str | None) -> None:
     """403 when a member's new run would continue another owner's run: `resume_from` naming
     that run's id, or a checkpoint in that run's folder or exports. Continuing a run hands
     the new run its weights and optimizer state, as `POST /api/runs/{id}/resume` would, and
     that route is the owner's (or an admin's) too. The config's paths are resolved already."""
     target = (config.resume_from or "").strip()
-    if not target or caller.role == "admin":
+    if not target or role == "admin":
         return
     if target.isdigit():
         run = store.get_run(int(target))
@@ -162,9 +162,9 @@ def check_resume_owned(config: RunConfig, store: Any, caller: Any) -> None:
     else:
         owners = [(w.run_id, w.owner) for w in writers_touching(store, target)]
     for run_id, owner in owners:
-        if owner != caller.key_name:
+        if owner != key_name:
             raise ApiError(403, "not_owner", f"resume_from names run {run_id}'s checkpoint, which belongs to "
-                                             f"{owner_words(owner)}; the member key {caller.shown!r} may continue only "
+                                             f"{owner_words(owner)}; the member key {key_name!r} may continue only "
                                              "its own runs: ask its owner or an admin", field="resume_from")
 
 

@@ -157,6 +157,14 @@ SWEEPS_MIGRATION: tuple[str, ...] = (
     "CREATE INDEX sweep_trials_by_run ON sweep_trials (run_id)",
 )
 
+# Migration 11: which server runs a sweep now (NULL: none, or a CLI process) and the API key
+# that started it there (NULL: the home's token), so a server that died mid-sweep resumes it
+# at its next start with the same owner; a sweep that finished or was stopped has no server.
+SWEEP_SERVERS_MIGRATION: tuple[str, ...] = (
+    "ALTER TABLE sweeps ADD COLUMN server_id TEXT",
+    "ALTER TABLE sweeps ADD COLUMN started_by TEXT",
+)
+
 # A step: statements written for SQLite (translated for PostgreSQL), or a mapping
 # {"sqlite": (...), "postgresql": (...)} where the dialects differ (see tunelab.store.dialect).
 MIGRATIONS: tuple[tuple[str, ...] | Mapping[str, tuple[str, ...]], ...] = (
@@ -210,6 +218,7 @@ MIGRATIONS: tuple[tuple[str, ...] | Mapping[str, tuple[str, ...]], ...] = (
     SERVERS_MIGRATION,  # 8: server identities, their heartbeats, and the server of each run
     EXPORTS_MIGRATION,  # 9: export folders, their run and owner
     SWEEPS_MIGRATION,  # 10: sweeps and their trials
+    SWEEP_SERVERS_MIGRATION,  # 11: the server running each sweep, and who started it there
 )
 
 # A later report for a step fills in what an earlier one lacked and never erases a value.

@@ -1,4 +1,4 @@
-"""Sweeps and their trials: the `sweeps` and `sweep_trials` tables (store migration 10).
+"""Sweeps and their trials: the `sweeps` and `sweep_trials` tables (store migrations 10, 11).
 
 A sweep (tunelab/sweeps) is found again by its name, so running the same sweep file
 after a crash resumes it. Each trial row ties an Optuna trial number to the ordinary run
@@ -6,6 +6,8 @@ that trained it, with the trial's state: `running`, `complete`, `pruned` (stoppe
 saved by the pruner), `failed` (its run ended in error or reported no objective) or
 `interrupted` (its process died mid-trial: closed on the next start, never counted).
 Optuna keeps its own study tables in the same database through `optuna_url`.
+A sweep a server runs carries that server's id (`claim_sweep`) until it finishes or is
+stopped (`release_sweep`); a server that died meanwhile finds it again (`claimed_by`).
 """
 
 from __future__ import annotations
@@ -114,6 +116,35 @@ def counted_trials(store: Store, sweep_id: int) -> int:
     return int(row["n"])
 
 
+def claim_sweep(store: Store, sweep_id: int, server_id: str, started_by: str | None,
+                others_live: set[str]) -> str | None:
+    """Record that the server `server_id` runs the sweep for the key `started_by`, unless a
+    server in `others_live` runs it already; returns that other server's id, or None once claimed."""
+
+    def work(conn: sqlite3.Connection) -> str | None:
+        row = conn.execute("SELECT server_id FROM sweeps WHERE id = ?", (sweep_id,)).fetchone()
+        holder = row["server_id"] if row is not None else None
+        if holder is not None and holder != server_id and holder in others_live:
+            return holder
+        conn.execute("UPDATE sweeps SET server_id = ?, started_by = ? WHERE id = ?", (server_id, started_by, sweep_id))
+        return None
+
+    return store._retry(work, write=True)
+
+
+def release_sweep(store: Store, sweep_id: int, server_id: str) -> None:
+    """The server `server_id` runs the sweep no more (it finished, or was stopped)."""
+    store._retry(lambda conn: conn.execute("UPDATE sweeps SET server_id = NULL WHERE id = ? AND server_id = ?",
+                                           (sweep_id, server_id)), write=True)
+
+
+def claimed_by(store: Store, server_id: str) -> list[dict[str, Any]]:
+    """The sweeps the server `server_id` was running (and had not finished or stopped), oldest first."""
+    rows = store._retry(lambda conn: conn.execute("SELECT * FROM sweeps WHERE server_id = ? ORDER BY id",
+                                                  (server_id,)).fetchall(), write=False)
+    return [_sweep(row) for row in rows]
+
+
 def set_best(store: Store, sweep_id: int, run_id: int | None, value: float | None) -> None:
     store._retry(lambda conn: conn.execute("UPDATE sweeps SET best_run_id = ?, best_value = ? WHERE id = ?",
                                            (run_id, value, sweep_id)), write=True)
@@ -121,4 +152,5 @@ def set_best(store: Store, sweep_id: int, run_id: int | None, value: float | Non
 
 def _sweep(row: sqlite3.Row) -> dict[str, Any]:
     return {"id": row["id"], "name": row["name"], "spec": json.loads(row["spec_json"]), "created_at": row["created_at"],
-            "best_run_id": row["best_run_id"], "best_value": row["best_value"]}
+            "best_run_id": row["best_run_id"], "best_value": row["best_value"], "server_id": row["server_id"],
+            "started_by": row["started_by"]}

@@ -101,7 +101,7 @@ def print_sweep(store: Any, sweep_id: int, console: Any) -> None:
         console.print(f"best: run {sweep['best_run_id']} ({_markup(metric)} {sweep['best_value']:.4g})")
     else:
         console.print("best: none yet (no trial has completed)")
-    weights = studies.importances(studies.load_study(store, sweep_id))
+    weights = studies.sweep_importances(store, sweep_id)
     if weights:
         console.print("importance: " + ", ".join(f"{_markup(k)} {v:.2f}" for k, v in weights.items()))
 

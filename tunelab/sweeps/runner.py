@@ -57,6 +57,7 @@ class SweepRunner:
         here); any other is `interrupted` here and FAIL in the study: neither counted nor lost."""
         told = studies.finished(self.study)
         left = set(table.interrupt_running(self.store, self.sweep_id))
+        self._withdraw_queued(left)
         for number in left & set(told):
             state, value = told[number]
             table.end_trial(self.store, self.sweep_id, number, state, value)
@@ -64,6 +65,15 @@ class SweepRunner:
         if cut:
             self.say(f"trial(s) {', '.join(map(str, cut))} were cut short by an earlier stop; not counted")
         return cut
+
+    def _withdraw_queued(self, numbers: set[int]) -> None:
+        """A cut trial's run still waiting in a server's queue would train for nothing: withdraw it."""
+        for trial in table.list_trials(self.store, self.sweep_id):
+            if trial["trial"] in numbers and trial["run_status"] == "queued":
+                try:
+                    self.orchestrator.stop_run(trial["run_id"], save=False)
+                except Exception as exc:  # another server's queue, or it started meanwhile: closed as an orphan there
+                    self.say(f"trial {trial['trial']}: its queued run {trial['run_id']} was left as it is ({exc})")
 
     def run(self) -> dict[str, Any]:
         """Run trials until the budget (`trials`, `max_hours`) is spent; returns the sweep row."""
@@ -136,11 +146,11 @@ class SweepRunner:
                 if getattr(self.orchestrator, "closed", False):
                     self._stopping.set()
                 if self._stopping.is_set():  # not recorded here: neither counted nor lost
-                    self.study.tell(trial, state=studies.trial_states().FAIL)
+                    studies.tell(self.study, trial, state=studies.trial_states().FAIL)
                     return None
                 time.sleep(BUSY_RETRY_S)
             except Exception as exc:  # refused by this machine (memory, a path, a file): a failed trial, counted
-                self.study.tell(trial, state=studies.trial_states().FAIL)
+                studies.tell(self.study, trial, state=studies.trial_states().FAIL)
                 table.add_trial(self.store, self.sweep_id, trial.number, None, studies.params_of(trial), state="failed")
                 self.say(f"trial {trial.number}: refused: {exc}")
                 return None
@@ -186,17 +196,18 @@ class SweepRunner:
         states = studies.trial_states()
         status = (self.store.get_run(run_id) or {}).get("status")
         if pruned and status in ("stopped", "completed"):
-            self.study.tell(trial, state=states.PRUNED)
+            studies.tell(self.study, trial, state=states.PRUNED)
             table.end_trial(self.store, self.sweep_id, trial.number, "pruned", value)
         elif status == "completed" and value is not None:
-            self.study.tell(trial, value)
+            studies.tell(self.study, trial, value)
             table.end_trial(self.store, self.sweep_id, trial.number, "complete", value)
             self.say(f"trial {trial.number}: {self.spec.objective.metric} {value:.4g}")
-        elif self._stopping.is_set():
-            self.study.tell(trial, state=states.FAIL)
+        elif self._stopping.is_set() or getattr(self.orchestrator, "closed", False):
+            # Stopped with the sweep, or ended by its process shutting down: cut short, not counted.
+            studies.tell(self.study, trial, state=states.FAIL)
             table.end_trial(self.store, self.sweep_id, trial.number, "interrupted", value)
         else:
-            self.study.tell(trial, state=states.FAIL)
+            studies.tell(self.study, trial, state=states.FAIL)
             table.end_trial(self.store, self.sweep_id, trial.number, "failed", value)
             why = "reported no " + self.spec.objective.metric if status == "completed" else f"run ended {status}"
             self.say(f"trial {trial.number}: failed ({why})")

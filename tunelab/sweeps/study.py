@@ -109,6 +109,17 @@ def finished(study) -> dict[int, tuple[str, float | None]]:
     return found
 
 
+def tell(study, trial, *args: Any, **kwargs: Any) -> None:
+    """`study.tell`. The grid sampler stops the study once its last point is told, which
+    Optuna allows inside `study.optimize` only and raises about otherwise, after recording
+    the trial; the runner's own budget ends a grid sweep, so that stop is no error here."""
+    try:
+        study.tell(trial, *args, **kwargs)
+    except RuntimeError as exc:
+        if "Study.stop" not in str(exc):
+            raise
+
+
 def fail_running(study) -> list[int]:
     """Mark the study's trials left RUNNING by a dead process as FAIL; their numbers."""
     optuna = _optuna()
@@ -116,6 +127,15 @@ def fail_running(study) -> list[int]:
     for number in stale:
         study.tell(number, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
     return stale
+
+
+def sweep_importances(store: Store, sweep_id: int) -> dict[str, float]:
+    """The importances of sweep `sweep_id`'s parameters (`tunelab sweep show`, GET /api/sweeps)."""
+    try:
+        study = load_study(store, sweep_id)
+    except KeyError:  # the sweep's row is written just before its study
+        return {}
+    return importances(study)
 
 
 def importances(study) -> dict[str, float]:

@@ -149,6 +149,9 @@ export const api = {
     if (!response.ok) throw new ApiError(response.status, data);
     return data;
   },
+  listSweeps: () => request("GET", "/api/sweeps"),
+  startSweep: (body) => request("POST", "/api/sweeps", body),
+  stopSweep: (id) => request("POST", `/api/sweeps/${encodeURIComponent(id)}/stop`),
   localModels: () => request("GET", "/api/models/local"),
   /** The server's OpenAPI document (public): the export options are read from it. */
   openapi: () => request("GET", "/openapi.json"),

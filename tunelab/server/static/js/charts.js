@@ -26,7 +26,7 @@ function seriesColor(n) {
 export class LineChart {
   /**
    * @param container element the chart fills
-   * @param options {title, xLabel, series: [{label, colorIndex, style: "points"|"line"|"both", width}]}
+   * @param options {title, xLabel, xLog (a logarithmic x axis), xFormat (x tick label, "" for none), series: [{label, colorIndex, style: "points"|"line"|"both", width}]}
    */
   constructor(container, options) {
     this.container = container;
@@ -84,9 +84,10 @@ export class LineChart {
       width: this.#width(),
       height: HEIGHT,
       title: this.options.title,
-      scales: { x: { time: false } },
+      scales: { x: this.options.xLog ? { time: false, distr: 3 } : { time: false } },
       axes: [
-        { ...axisStyle, label: this.options.xLabel || "step" },
+        { ...axisStyle, label: this.options.xLabel || "step",
+          ...(this.options.xFormat ? { values: (u, values) => values.map((v) => (v == null ? "" : this.options.xFormat(v))) } : {}) },
         { ...axisStyle, size: 64, values: (u, values, axis, space, increment) => values.map((v) => fmtTick(v, increment)) },
       ],
       series: [{ label: this.options.xLabel || "step" }, ...series],

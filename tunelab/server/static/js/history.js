@@ -78,6 +78,36 @@ export class HistoryPanel {
     this.#syncCompareButton();
   }
 
+  /** Show run `runId`'s row: the page of the history that holds it, scrolled to and outlined. */
+  async reveal(runId) {
+    let offset = 0;
+    for (;;) {
+      let answer;
+      try {
+        answer = await api.listRuns(PAGE_SIZE, offset);
+      } catch (err) {
+        if (err.status !== 401) notify(`Cannot load the history: ${err.message}`, "error");
+        return;
+      }
+      if (answer.runs.some((run) => run.id === runId)) break;
+      // Newest first: a run older than this page's last is further on.
+      if (!answer.runs.length || offset + answer.runs.length >= answer.total) {
+        notify(`Run #${runId} is not in the history (deleted?).`, "error");
+        return;
+      }
+      offset += PAGE_SIZE;
+    }
+    this.offset = offset;
+    await this.refresh();
+    const row = $("runs-list").querySelector(`li[data-run-id="${runId}"]`);
+    if (!row) return;
+    for (const other of $("runs-list").querySelectorAll(".is-revealed")) other.classList.remove("is-revealed");
+    row.classList.add("is-revealed");
+    row.tabIndex = -1;
+    row.scrollIntoView({ behavior: "smooth", block: "center" });
+    row.focus({ preventScroll: true });
+  }
+
   #page(delta) {
     this.offset = Math.max(0, this.offset + delta);
     this.refresh();

@@ -1,6 +1,6 @@
 /**
  * The page's entry point: theme, token, and the wiring between the configure form, the
- * current run panel, the history and the comparison. Nothing is fetched until a token
+ * current run panel, the history and the comparison, and the sweeps. Nothing is fetched until a token
  * is known; a 401 anywhere asks for the token again. Who the token or key is comes first,
  * so every panel offers only what its role may do.
  */
@@ -22,6 +22,7 @@ import { QueuePanel } from "./queue-panel.js";
 import { cannotUse, guard } from "./rights.js";
 import { RunPanel } from "./run-panel.js";
 import { signIn } from "./signed-in.js";
+import { SweepsPanel } from "./sweeps.js";
 import { setUpTheme } from "./theme.js";
 
 const $ = (id) => document.getElementById(id);
@@ -43,6 +44,7 @@ const history = new HistoryPanel({
 // A run that ends may be one to continue from: the Model list is refreshed with the history.
 const runPanel = new RunPanel({ onRunChanged: () => { history.refresh(); queuePanel.refresh(); loadModelPicker(); } });
 const queuePanel = new QueuePanel({ onChanged: () => history.refresh(), onWatch: (runId) => runPanel.watch(runId) });
+const sweepsPanel = new SweepsPanel({ readBase: () => configForm.read(), onOpenRun: (id) => history.reveal(id) });
 
 setUpDatasetCheck(configForm);
 setUpMemoryEstimate(configForm);
@@ -186,6 +188,7 @@ async function load() {
   runPanel.start();
   queuePanel.start();
   history.refresh();
+  sweepsPanel.start();
   loadModelPicker();
   dataPicker.mount();
   if ($("data-upload-button")) guard($("data-upload-button"), cannotUse());
