@@ -13,6 +13,7 @@
 
 import { api } from "./api.js";
 import { LineChart } from "./charts.js";
+import { evalNote } from "./eval-note.js";
 import { SamplePlayer } from "./samples.js";
 import { fmtDuration, fmtInt, fmtMemory, fmtNumber } from "./format.js";
 import { notify } from "./notice.js";
@@ -47,6 +48,7 @@ export class RunPanel {
     this.runId = null;
     this.run = null; // the run's history row, once read: its owner decides who may stop or clear it
     this.phase = "idle";
+    this.totalSteps = null;
     this.running = false;
     this.stream = null;
     this.dismissStopNotice = null;
@@ -119,6 +121,7 @@ export class RunPanel {
     this.runId = runId;
     this.run = null;
     this.series.clear();
+    this.totalSteps = null;
     this.#drawSoon();
     this.#showName(runId);
     if (runId !== null) this.onRunChanged();
@@ -133,6 +136,7 @@ export class RunPanel {
       if (this.runId !== runId) return;
       this.run = run;
       this.#showPhase(this.phase);
+      this.#drawSoon(); // the eval chart's note reads the run's config
       if (run.display_name) $("run-name").textContent = `${run.display_name} (#${runId})`;
     } catch {
       // The number alone is still a fine name; a deleted run is not worth a message.
@@ -238,6 +242,7 @@ export class RunPanel {
     if (FINAL_PHASES.has(this.phase)) $("stat-eta_seconds").textContent = fmtDuration(null);
     const step = data.step ?? 0;
     const total = data.total_steps;
+    if (Number.isFinite(total)) this.totalSteps = total;
     const bar = $("run-progress");
     if (Number.isFinite(total) && total > 0) {
       bar.max = total;
@@ -261,8 +266,20 @@ export class RunPanel {
       this.drawPending = false;
       this.charts.loss.setData(this.series.lossWithAverage());
       for (const name of ["learning_rate", "grad_norm", "eval_loss"]) this.charts[name].setData(this.series.series(name));
+      this.#showEvalNote();
       this.#drawExtra();
     });
+  }
+
+  /** An empty eval chart says why: evaluation is off (and which fields turn it on), or when it comes. */
+  #showEvalNote() {
+    const chart = $("chart-eval_loss");
+    const empty = this.series.series("eval_loss")[0].length === 0;
+    const text = empty && this.runId !== null ? evalNote(this.run?.config, this.totalSteps) : "";
+    const note = $("eval-note");
+    note.textContent = text;
+    note.hidden = !text;
+    chart.classList.toggle("has-note", Boolean(text));
   }
 
   /** The metrics a method logs beyond the fixed ones (token accuracy, nDCG@10, reward
