@@ -114,6 +114,12 @@ export const api = {
     if (!response.ok) throw new ApiError(response.status, null);
     return response.blob();
   },
+  /** Every spoken sample of a run, as one zip blob. */
+  samplesZipBlob: async (id) => {
+    const response = await fetch(`/api/runs/${encodeURIComponent(id)}/samples.zip`, { headers: { Authorization: `Bearer ${getToken()}` } });
+    if (!response.ok) throw new ApiError(response.status, await response.json().catch(() => null));
+    return response.blob();
+  },
   /** A text-to-speech run's speech of `text`, as a wav blob (an ApiError with the server's reason otherwise). */
   speak: async (id, text) => {
     const response = await fetch(`/api/runs/${encodeURIComponent(id)}/speak`, {
