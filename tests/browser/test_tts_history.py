@@ -11,19 +11,17 @@ import numpy as np
 import pytest
 import soundfile
 from playwright.sync_api import expect
+from run_helpers import finished_tts_run
 
 pytestmark = [pytest.mark.browser]
 
 
-def _tts_run(server, output_dir: Path) -> int:
+def _tts_run(server, output_dir: Path, model: str = "tiny-tts") -> int:
     """A finished text-to-speech run recorded in the server's store, its folder `output_dir`."""
     from tunelab.store import Store
 
     with Store(server.home / "tunelab.db") as store:
-        run_id = store.create_run({"model_name": "tiny-tts", "eval_steps": 20}, "tiny-tts", "transcription")
-        store.set_modality(run_id, "tts")
-        store.finalize_run(run_id, status="completed", final_step=40, output_dir=output_dir)
-    return run_id
+        return finished_tts_run(store, output_dir, model)
 
 
 def test_the_history_lists_a_tts_runs_samples_per_step_to_play_and_download(server, open_page, tmp_path, shoot):
