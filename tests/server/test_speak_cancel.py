@@ -78,8 +78,8 @@ def test_leaving_the_progress_stream_ends_the_speaking_mid_generation(start_serv
         for line in answer.iter_lines():
             progress.append(json.loads(line))
             assert progress[-1]["type"] == "progress", progress[-1]
-            if (progress[-1]["tokens"] or 0) >= 14:
-                break  # two frames written: leave, as the page's Cancel does
+            if progress[-1]["tokens"] is not None:
+                break  # the model has begun to speak: leave, as the page's Cancel does
     assert progress[0]["message"].startswith(f"speaking with run {run_id} on ")
     assert any(p["message"] == "loading the model" for p in progress)
     speaking = [p for p in progress if p["tokens"] is not None]
@@ -88,7 +88,7 @@ def test_leaving_the_progress_stream_ends_the_speaking_mid_generation(start_serv
 
     said = _cancelled_line(server, 0)
     assert int(said.group(1)) == run_id and said.group(3) is not None
-    assert 14 <= int(said.group(3)) < int(said.group(4))  # ended well short of its limit
+    assert int(said.group(3)) < int(said.group(4))  # ended short of its limit
     assert _speak_children(server) == []  # said only once the child has ended
     _speaks_again(client, run_id)
 
