@@ -26,6 +26,7 @@ from typing import Annotated, Any, AsyncIterator, Callable
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
+from starlette.background import BackgroundTask
 
 from tunelab.inference.devices import DeviceBusy
 from tunelab.inference.speak import PreparedSpeech, SpeakCancelled, SpeakFailed, SpeakOptions, prepare_speech
@@ -98,35 +99,27 @@ async def _whole(request: Request, job: SpeakJob) -> bytes:
                 raise _api_error(item.error) from None
             return item.wav or b""
         if await request.is_disconnected():
-            log.info("the client of a speak request went away; speaking is ended")
-            job.cancel()
+            job.abandon()
     raise AssertionError("a speak job ends with Finished")
 
 
 async def _lines(job: SpeakJob) -> AsyncIterator[bytes]:
-    """The progress stream. Starlette cancels it when the client goes away (the `finally`
-    then cancels the job); a job that finished is not touched."""
-    finished = False
-    try:
-        async for item in job.updates(DISCONNECT_POLL_S):
-            if item is None:
-                continue
-            line: dict[str, Any]
-            if isinstance(item, Finished):
-                finished = True
-                if item.error is not None:
-                    error = _api_error(item.error)
-                    body = {"code": error.code, "message": error.message, **({"field": error.field} if error.field else {})}
-                    line = {"type": "error", "status": error.status, "error": body}
-                else:
-                    line = {"type": "done", "media_type": "audio/wav", "audio_base64": base64.b64encode(item.wav or b"").decode()}
+    """The progress stream, ending with the wav or the error. Starlette stops sending it
+    when the client goes away; the response's background task then abandons the job."""
+    async for item in job.updates(DISCONNECT_POLL_S):
+        if item is None:
+            continue
+        line: dict[str, Any]
+        if isinstance(item, Finished):
+            if item.error is not None:
+                error = _api_error(item.error)
+                body = {"code": error.code, "message": error.message, **({"field": error.field} if error.field else {})}
+                line = {"type": "error", "status": error.status, "error": body}
             else:
-                line = progress_line(job, item)
-            yield (json.dumps(line) + "\n").encode()
-    finally:
-        if not finished:
-            log.info("the client of a speak stream went away; speaking is ended")
-            job.cancel()
+                line = {"type": "done", "media_type": "audio/wav", "audio_base64": base64.b64encode(item.wav or b"").decode()}
+        else:
+            line = progress_line(job, item)
+        yield (json.dumps(line) + "\n").encode()
 
 
 @router.post("/{run_id}/speak", response_class=Response, responses={
@@ -140,5 +133,8 @@ async def speak(request: Request, run_id: RunId, body: SpeakOptions,
     Closing the connection ends the speaking."""
     job = SpeakJob(*await asyncio.to_thread(_checked, request, run_id, body))
     if stream:
-        return StreamingResponse(_lines(job), media_type="application/x-ndjson", headers={"Cache-Control": "no-store"})
+        # The background task runs once the response is over, however it ended (even before
+        # its first line): a job still speaking then has lost its client.
+        return StreamingResponse(_lines(job), media_type="application/x-ndjson", headers={"Cache-Control": "no-store"},
+                                 background=BackgroundTask(job.abandon))
     return Response(await _whole(request, job), media_type="audio/wav")

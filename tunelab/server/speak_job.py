@@ -4,7 +4,7 @@ its end handed to the event loop, and a cancel that ends the speak child.
 `SpeakJob(prepared, release)` runs `inference.speak.speak_prepared` on a daemon thread (it waits on a
 child process for tens of seconds; the event loop must not). Each progress update, then the
 wav or the failure, is put on an asyncio queue with `call_soon_threadsafe`, so the route
-reads them with `await`. `cancel()` sets the event the speaking polls: the child is ended
+reads them with `await`. `abandon()` (the client went away) sets the event the speaking polls: the child is ended
 within a poll and the thread finishes with SpeakCancelled. `release` (the route's hold on
 the run and on the one-at-a-time lock) is called when the thread ends, not when the
 request does: the next request may start only once the child is really gone.
@@ -39,6 +39,7 @@ class SpeakJob:
         self.started = time.monotonic()
         self.last = SpeakProgress("starting")
         self._cancel = threading.Event()
+        self._done = threading.Event()
         self._loop = asyncio.get_running_loop()
         self._queue: asyncio.Queue[SpeakProgress | Finished] = asyncio.Queue()
         threading.Thread(target=self._run, name="speak", daemon=True).start()
@@ -50,7 +51,9 @@ class SpeakJob:
 
     def _run(self) -> None:
         try:
-            self._put(Finished(wav=speak_prepared(self.prepared, self._put, self._cancel)))
+            wav = speak_prepared(self.prepared, self._put, self._cancel)
+            self._done.set()
+            self._put(Finished(wav=wav))
         except SpeakCancelled as exc:
             # Said once the child has ended: how far it had come shows the work was cut short.
             last = self.last
@@ -62,9 +65,14 @@ class SpeakJob:
         except BaseException as exc:  # noqa: BLE001 - every failure is the route's to report
             self._put(Finished(error=exc))
         finally:
+            self._done.set()
             self.release()
 
-    def cancel(self) -> None:
+    def abandon(self) -> None:
+        """The client went away: end the speaking, unless it has finished already."""
+        if self._done.is_set() or self._cancel.is_set():
+            return
+        log.info("the client of a speak request to run %s went away; ending the speaking", self.prepared.target.run_id)
         self._cancel.set()
 
     @property

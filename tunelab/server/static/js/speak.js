@@ -24,6 +24,7 @@ function stageText(line) {
   if (Number.isInteger(line.tokens) && Number.isInteger(line.max_tokens)) {
     return `Speaking: ${fmtInt(line.tokens)} of at most ${fmtInt(line.max_tokens)} audio tokens`;
   }
+  if (line.message?.startsWith("speaking on ")) return "Speaking…"; // a model that counts no tokens (Sesame CSM)
   return STAGES[line.message] || "Starting…";
 }
 
