@@ -1,7 +1,8 @@
 """Helpers shared by the model families' tests (vision, speech, audio chat, text-to-speech):
 their conftests' helper folders and espeak-ng assets, and for the end-to-end runs an
 orchestrator with an event recorder, stop-and-save once a run reaches a step, waiting for a
-run's end, and the `tunelab` CLI in a child process (export, speak)."""
+run's end, and the `tunelab` CLI in a child process (export, speak); the tiny text-to-speech
+model and a finished run of it, for the tests that speak without training first."""
 
 from __future__ import annotations
 
@@ -96,3 +97,25 @@ def speak_to_file(home: Path, run_id: int, *extra: str) -> Path:
     out = home / "spoken.wav"
     run_cli(home, "speak", str(run_id), "one two three", "-o", str(out), *extra)
     return out
+
+
+def tiny_tts_model(folder: Path) -> Path:
+    """The text-to-speech demo's tiny Orpheus-style Llama and its codec/, built under `folder`
+    from a few transcripts of its own (no espeak-ng needed: nothing is trained on clips); the model folder."""
+    import json
+
+    from tunelab.tts_demo import ensure_tts_demo_assets
+
+    folder.mkdir(parents=True, exist_ok=True)
+    transcripts = folder / "transcripts.jsonl"
+    transcripts.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("one two three", "four five six", "seven eight nine ten")))
+    return ensure_tts_demo_assets(transcripts, folder / "tts").model_dir
+
+
+def finished_tts_run(store: "Store", output_dir: Path, model: str = "tiny-tts") -> int:
+    """A completed text-to-speech run recorded in `store` whose folder is `output_dir`
+    (a model folder with its codec/ makes it one that speaks); its id."""
+    run_id = store.create_run({"model_name": model, "eval_steps": 20}, model, "transcription")
+    store.set_modality(run_id, "tts")
+    store.finalize_run(run_id, status="completed", final_step=40, output_dir=output_dir)
+    return run_id

@@ -151,17 +151,21 @@ class ChildProcess:
 
     def watched_messages(self, locks: Path, device: str, deadline: float, poll_s: float, *,
                          preempted: Callable[[str], Exception], timed_out: Callable[[], Exception],
-                         ended: Callable[[int], Exception]) -> Iterator[dict[str, Any]]:
+                         ended: Callable[[int], Exception],
+                         given_up: Callable[[], Exception | None] = lambda: None) -> Iterator[dict[str, Any]]:
         """The child's answers, one by one, while it may go on: raises `preempted(holder)`
         once a run trains on `device` (the GPU is the run's), `timed_out()` past the
-        monotonic `deadline`, and `ended(exit code)` when the child ends before its last
-        answer (after its stderr's last lines are in `tail()`)."""
+        monotonic `deadline`, what `given_up()` returns once it returns one (the caller
+        went away), and `ended(exit code)` when the child ends before its last answer
+        (after its stderr's last lines are in `tail()`)."""
         while True:
             holder = training_on(locks, device)
             if holder is not None:
                 raise preempted(holder)
             if time.monotonic() > deadline:
                 raise timed_out()
+            if (gone := given_up()) is not None:
+                raise gone
             try:
                 message = self.messages.get(timeout=poll_s)
             except queue.Empty:

@@ -1,5 +1,8 @@
-"""Speak with a finished text-to-speech run: text in, a wav out — `tunelab speak` and
-`POST /api/runs/{id}/speak` call `speak_run(store, run_id, options)`.
+"""Speak with a finished text-to-speech run: text in, a wav out — `tunelab speak` calls
+`speak_run(store, run_id, options)`; `POST /api/runs/{id}/speak` calls its two halves,
+`prepare_speech` (every check, before a child starts: a refusal is a plain HTTP error) and
+`speak_prepared` (the child), on a thread, with a cancel event it sets when its client goes
+away and a progress callback (the child's stage, then the audio tokens written so far).
 
 Torch-free, as chat and eval are on this side: the weights are the ones chat would load
 (`target.resolve_target`, for a run of modality `tts` only: a text run is refused, naming
@@ -8,13 +11,16 @@ inference rules choose (`devices.choose_device`: never a GPU a training run hold
 the eval child's process handling (`evaluate.runner.ChildProcess`). Should a training run
 claim the child's GPU meanwhile, the child is ended and the request refused, leaving the
 GPU to the run. An Orpheus-style run needs the SNAC `codec/` beside its weights (found
-before a model loads); a Sesame CSM run (its config's model_type) has its codec inside. The child writes the wav into a temporary folder; its bytes come back.
+before a model loads); a Sesame CSM run (its config's model_type) has its codec inside. The child writes the wav into a temporary folder; its bytes come back. A cancel ends the
+child within a poll (SpeakCancelled).
 """
 
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -28,7 +34,7 @@ from tunelab.inference.target import InferenceError, TargetInputError, TargetRef
 
 MAX_TEXT_CHARS = 2000
 DEFAULT_AUDIO_TOKENS = 1200  # 171 frames: about 15 s of Orpheus's 24 kHz SNAC
-POLL_S = 1.0
+POLL_S = 0.25  # how soon a cancel, or a training run claiming the device, ends the child
 
 
 class SpeakFailed(InferenceError):
@@ -47,8 +53,32 @@ class SpeakOptions(BaseModel):
     temperature: float = Field(0.0, ge=0, le=2, description="0 (greedy: the same text says the same) to 2.")
 
 
-def speak_run(store: Any, run_id: int, options: SpeakOptions, progress: Callable[[str], None] = lambda message: None) -> bytes:
-    """The wav of `options.text` spoken by `run_id` (at the codec's rate)."""
+class SpeakCancelled(InferenceError):
+    """The caller gave up (an HTTP client went away); the child was ended."""
+
+
+@dataclass(frozen=True)
+class SpeakProgress:
+    """How far one speaking has come: `message` (loading, speaking on a device) and, while an
+    Orpheus-style model speaks, the audio tokens written so far of at most `max_tokens`."""
+
+    message: str
+    tokens: int | None = None
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class PreparedSpeech:
+    """A request checked up to the point of starting a child: what `speak_prepared` runs."""
+
+    store: Any
+    target: Any
+    codec: Path | None
+    options: SpeakOptions
+
+
+def prepare_speech(store: Any, run_id: int, options: SpeakOptions) -> PreparedSpeech:
+    """Every check that needs no model: the run, its weights and its codec (refusals name the fix)."""
     if not options.text.strip():
         raise TargetInputError("text", "the text is only blanks; give the words to speak")
     target = resolve_target(store.get_run(run_id), run_id, options.checkpoint, speech=True)
@@ -59,24 +89,38 @@ def speak_run(store: Any, run_id: int, options: SpeakOptions, progress: Callable
     if codec is None and not csm:  # found before a model loads
         raise TargetRefused(f"{target.weights} and its run folder hold no codec/ folder (the SNAC codec a TTS run saves "
                             "beside its weights), so its audio tokens cannot become sound")
-    locks = paths.locks_dir(store.path)
+    return PreparedSpeech(store, target, codec, options)
+
+
+def speak_run(store: Any, run_id: int, options: SpeakOptions, progress: Callable[[SpeakProgress], None] = lambda update: None,
+              cancel: threading.Event | None = None) -> bytes:
+    """The wav of `options.text` spoken by `run_id` (at the codec's rate)."""
+    return speak_prepared(prepare_speech(store, run_id, options), progress, cancel)
+
+
+def speak_prepared(prepared: PreparedSpeech, progress: Callable[[SpeakProgress], None] = lambda update: None,
+                   cancel: threading.Event | None = None) -> bytes:
+    """Speak a checked request in a child; `progress` hears how far it has come, and once
+    `cancel` is set the child is ended within a poll (SpeakCancelled)."""
+    options, target = prepared.options, prepared.target
+    locks = paths.locks_dir(prepared.store.path)
     device, env = choose_device(locks)
-    progress(f"speaking with {target.label} on {device}")
+    progress(SpeakProgress(f"speaking with {target.label} on {device}"))
     from tunelab.evaluate.runner import ChildProcess
 
     with tempfile.TemporaryDirectory(prefix="tunelab-speak-") as folder:
         dest = Path(folder) / "speech.wav"
-        request = {"target": target.child_request(), "codec": str(codec) if codec else None, "text": options.text, "max_new_tokens": options.max_new_tokens,
-                   "temperature": options.temperature, "dest": str(dest)}
+        request = {"target": target.child_request(), "codec": str(prepared.codec) if prepared.codec else None, "text": options.text,
+                   "max_new_tokens": options.max_new_tokens, "temperature": options.temperature, "dest": str(dest)}
         child = ChildProcess(request, env, module="tunelab.inference.speak_child")
         try:
-            _wait_done(child, locks, device, progress)
+            _wait_done(child, locks, device, progress, cancel or threading.Event())
         finally:
             child.end()
         return dest.read_bytes()
 
 
-def _wait_done(child: Any, locks: Path, device: str, progress: Callable[[str], None]) -> None:
+def _wait_done(child: Any, locks: Path, device: str, progress: Callable[[SpeakProgress], None], cancel: threading.Event) -> None:
     limit_s = load_timeout_s() + max_time_s()  # loading, then one generation: as chat bounds them
     deadline = time.monotonic() + limit_s
     messages = child.watched_messages(
@@ -84,11 +128,14 @@ def _wait_done(child: Any, locks: Path, device: str, progress: Callable[[str], N
         preempted=lambda holder: TargetRefused(f"{holder} started training on {device}; speaking was ended to leave the GPU "
                                                "to it. Try again when the run has finished"),
         timed_out=lambda: SpeakFailed(f"speaking took longer than {limit_s:.0f} s and was ended; ask for fewer max_new_tokens"),
-        ended=lambda code: SpeakFailed(f"the speak process ended (exit code {code}) before finishing{child.tail()}"))
+        ended=lambda code: SpeakFailed(f"the speak process ended (exit code {code}) before finishing{child.tail()}"),
+        given_up=lambda: SpeakCancelled("speaking was cancelled before it finished") if cancel.is_set() else None)
     for message in messages:
         kind = message.get("type")
         if kind == "progress":
-            progress(str(message.get("message")))
+            tokens, most = message.get("tokens"), message.get("max_tokens")
+            progress(SpeakProgress(str(message.get("message")), int(tokens) if tokens is not None else None,
+                                   int(most) if most is not None else None))
         elif kind == "error":
             text = str(message.get("message"))
             if message.get("refused"):

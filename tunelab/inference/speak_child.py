@@ -4,7 +4,8 @@ Protocol (the parent side is `speak.speak_run`; the eval child's shape): the par
 one JSON line
   {"target": ModelTarget.child_request(), "codec": folder or null, "text", "max_new_tokens", "temperature", "dest"}
 and the child answers with JSON lines on its real stdout:
-  {"type": "progress", "message"}
+  {"type": "progress", "message", "tokens"?, "max_tokens"?}   tokens: audio tokens written so far
+                                                              (Orpheus-style, every half second)
   {"type": "error", "message", "refused"?}   then it exits (2: refused, 1: failed)
   {"type": "done", "seconds", "rate"}        the wav is at `dest`
 A Sesame CSM model (its config's model_type, as the worker tells it) speaks through its own
@@ -21,9 +22,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
+
+
+TOKENS_EVERY_S = 0.5
 
 
 class Refused(Exception):
@@ -74,9 +79,24 @@ def _speak_orpheus(request: dict[str, Any], send: Callable[[dict[str, Any]], Non
     tokens = int(request["max_new_tokens"])
     if room:  # the prompt and the speech together stay within the model's positions
         tokens = min(tokens, int(room) - len(prompt_ids(loaded.tokenizer, layout, request["text"])))
-    send({"type": "progress", "message": f"speaking on {loaded.device}"})
+    message = f"speaking on {loaded.device}"
+    send({"type": "progress", "message": message, "tokens": 0, "max_tokens": tokens})
     return write_sample(loaded.model, loaded.tokenizer, layout, codec, request["text"], tokens, Path(request["dest"]),
-                        float(request.get("temperature") or 0.0))
+                        float(request.get("temperature") or 0.0), on_token=_every(TOKENS_EVERY_S, lambda made: send(
+                            {"type": "progress", "message": message, "tokens": made, "max_tokens": tokens})))
+
+
+def _every(seconds: float, report: Callable[[int], None]) -> Callable[[int], None]:
+    """`report`, called at most once per `seconds` (a token takes milliseconds; a line each would flood the pipe)."""
+    last = [0.0]
+
+    def maybe(made: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= seconds:
+            last[0] = now
+            report(made)
+
+    return maybe
 
 
 def main() -> int:

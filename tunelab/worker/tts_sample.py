@@ -6,13 +6,13 @@ start after at least one frame — so even an untrained model's output decodes. 
 at <end_of_speech> or after `max_audio_tokens`. The wav lands in
 `<output_dir>/samples/step-<N>.wav` at the codec's rate; the API serves it and the page plays it.
 `tunelab speak` and `POST /api/runs/{id}/speak` synthesise through it too (`inference.speak_child`),
-greedy or sampled at a temperature.
+greedy or sampled at a temperature, counting the tokens as they come (the page's progress).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from tunelab.worker.tts_layout import FRAME, offsets_to_codes
 
@@ -23,8 +23,10 @@ def sample_path(output_dir: Path, step: int) -> Path:
     return Path(output_dir) / SAMPLES_FOLDER / f"step-{step}.wav"
 
 
-def generate_offsets(model: Any, prompt: list[int], layout: Any, max_audio_tokens: int, temperature: float = 0.0) -> list[int]:
-    """The audio offsets the model writes for `prompt`: greedy, or sampled at `temperature` > 0."""
+def generate_offsets(model: Any, prompt: list[int], layout: Any, max_audio_tokens: int, temperature: float = 0.0,
+                     on_token: Callable[[int], None] | None = None) -> list[int]:
+    """The audio offsets the model writes for `prompt`: greedy, or sampled at `temperature` > 0.
+    `on_token(n)` is told before each new token how many it has written so far."""
     import torch
 
     size, start, end = layout.codebook_size, layout.audio_start, layout.control["end_of_speech"]
@@ -32,6 +34,8 @@ def generate_offsets(model: Any, prompt: list[int], layout: Any, max_audio_token
 
     def allowed(_batch: int, ids: Any) -> list[int]:
         made = len(ids) - len(prompt)
+        if on_token is not None:  # asked once per new token: the cheapest place to count them
+            on_token(made)
         place = made % FRAME
         return places[place] + [end] if place == 0 and made else places[place]
 
@@ -45,12 +49,12 @@ def generate_offsets(model: Any, prompt: list[int], layout: Any, max_audio_token
 
 
 def write_sample(model: Any, tokenizer: Any, layout: Any, codec: Any, text: str, max_audio_tokens: int, dest: Path,
-                 temperature: float = 0.0) -> Path:
+                 temperature: float = 0.0, on_token: Callable[[int], None] | None = None) -> Path:
     import soundfile
 
     from tunelab.worker.tts_data import prompt_ids
 
-    offsets = generate_offsets(model, prompt_ids(tokenizer, layout, text), layout, max(FRAME, max_audio_tokens), temperature)
+    offsets = generate_offsets(model, prompt_ids(tokenizer, layout, text), layout, max(FRAME, max_audio_tokens), temperature, on_token)
     audio = codec.decode(*offsets_to_codes(offsets, layout.codebook_size))
     dest.parent.mkdir(parents=True, exist_ok=True)
     draft = dest.with_name(f".{dest.name}")

@@ -116,14 +116,42 @@ export const api = {
     if (!response.ok) throw new ApiError(response.status, null);
     return response.blob();
   },
-  /** A text-to-speech run's speech of `text`, as a wav blob (an ApiError with the server's reason otherwise). */
-  speak: async (id, text) => {
-    const response = await fetch(`/api/runs/${encodeURIComponent(id)}/speak`, {
-      method: "POST", body: JSON.stringify({ text }),
+  /** Every spoken sample of a run, as one zip blob. */
+  samplesZipBlob: async (id) => {
+    const response = await fetch(`/api/runs/${encodeURIComponent(id)}/samples.zip`, { headers: { Authorization: `Bearer ${getToken()}` } });
+    if (!response.ok) throw new ApiError(response.status, await response.json().catch(() => null));
+    return response.blob();
+  },
+  /**
+   * A text-to-speech run's speech of `text`, as a wav blob, streamed: `onProgress` hears each
+   * progress line ({message, tokens, max_tokens, elapsed_s}); aborting `signal` closes the
+   * connection, which ends the speaking on the server. An ApiError carries the server's reason.
+   */
+  speak: async (id, text, { signal, onProgress = () => {} } = {}) => {
+    const response = await fetch(`/api/runs/${encodeURIComponent(id)}/speak?stream=true`, {
+      method: "POST", body: JSON.stringify({ text }), signal,
       headers: { Authorization: `Bearer ${getToken()}`, "Content-Type": "application/json" },
     });
     if (!response.ok) throw new ApiError(response.status, await response.json().catch(() => null));
-    return response.blob();
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let pending = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      pending += value;
+      const lines = pending.split("\n");
+      pending = lines.pop();
+      for (const line of lines.filter(Boolean)) {
+        const item = JSON.parse(line);
+        if (item.type === "progress") onProgress(item);
+        else if (item.type === "error") throw new ApiError(item.status, { error: item.error });
+        else if (item.type === "done") {
+          const bytes = Uint8Array.from(atob(item.audio_base64), (c) => c.charCodeAt(0));
+          return new Blob([bytes], { type: item.media_type });
+        }
+      }
+    }
+    throw new ApiError(0, { error: { code: "network", message: "the connection ended before the speech was made; try again" } });
   },
   chatTarget: (id, checkpoint) => request("GET", `/api/runs/${encodeURIComponent(id)}/chat${checkpoint == null ? "" : `?checkpoint=${checkpoint}`}`),
   exportRun: (id, body) => request("POST", `/api/runs/${encodeURIComponent(id)}/export`, body),

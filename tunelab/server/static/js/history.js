@@ -3,10 +3,11 @@
  * final loss and duration, and the actions on it (rename, resume, delete, select for
  * comparison; chat, compare with its base and export, for a run with weights to use;
  * evaluate, with the run's evaluations folding out below it; for a text-to-speech run,
- * speak in place of chat and evaluate; where a run's family cannot chat or be evaluated,
- * a note on its row says why). The selection survives
- * paging and refreshes. An action the signed-in key may not take on a run (another
- * member's, or any for a viewer) is disabled, the reason on hover (rights.js).
+ * speak in place of chat and evaluate, and its spoken samples, one per eval step, to
+ * play; where a run's family cannot chat or be evaluated, a note on its row says why).
+ * The selection survives paging and refreshes. An action the signed-in key may not take
+ * on a run (another member's, or any for a viewer) is disabled, the reason on hover
+ * (rights.js).
  */
 
 import { api } from "./api.js";
@@ -14,6 +15,7 @@ import { evalSection } from "./evals.js";
 import { fmtDuration, fmtInt, fmtNumber, fmtTime, sparkline } from "./format.js";
 import { notify } from "./notice.js";
 import { cannotManage, guard } from "./rights.js";
+import { samplesSection } from "./sample-list.js";
 import { speakSection } from "./speak.js";
 import { button, el } from "./dom.js";
 
@@ -197,6 +199,8 @@ export class HistoryPanel {
     item.append(pick, title, badge, facts, spark, actions);
     if (evals) item.append(evals.details);
     if (speech) item.append(speech.details);
+    // A text-to-speech run speaks a sample at each eval, whatever became of it afterwards.
+    if (run.modality === "tts") item.append(samplesSection(run, name));
     return item;
   }
 

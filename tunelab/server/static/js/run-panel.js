@@ -19,6 +19,7 @@
 
 import { api } from "./api.js";
 import { LineChart } from "./charts.js";
+import { evalNote } from "./eval-note.js";
 import { SamplePlayer } from "./samples.js";
 import { fmtDuration, fmtInt, fmtMemory, fmtNumber } from "./format.js";
 import { notify } from "./notice.js";
@@ -67,6 +68,7 @@ export class RunPanel {
     this.watched = null; // a run picked with ▶ (shown until cleared); null: the run that trains now
     this.run = null; // the run's history row, once read: its owner decides who may stop or clear it
     this.phase = "idle";
+    this.totalSteps = null;
     this.running = false;
     this.stream = null;
     this.endedRun = null; // the run whose stream has said it ended: it is not opened again
@@ -155,6 +157,7 @@ export class RunPanel {
     $("current-run").dataset.runId = runId === null ? "" : String(runId);
     this.run = null;
     this.series.clear();
+    this.totalSteps = null;
     this.#drawSoon();
     this.#showName(runId);
     if (runId !== null) this.onRunChanged();
@@ -173,6 +176,7 @@ export class RunPanel {
       this.#showLineage();
       this.#drawSoon();
       this.#showPhase(this.phase);
+      this.#drawSoon(); // the eval chart's note reads the run's config
       if (run.display_name) $("run-name").textContent = `${run.display_name} (#${runId})`;
     } catch {
       // The number alone is still a fine name; a deleted run is not worth a message.
@@ -267,6 +271,7 @@ export class RunPanel {
     if (FINAL_PHASES.has(this.phase)) $("stat-eta_seconds").textContent = fmtDuration(null);
     const step = data.step ?? 0;
     const total = data.total_steps;
+    if (Number.isFinite(total)) this.totalSteps = total;
     const bar = $("run-progress");
     if (Number.isFinite(total) && total > 0) {
       bar.max = total;
@@ -298,8 +303,20 @@ export class RunPanel {
         this.earlierShown[name] = earlier;
         chart.setMarkers(this.series.markers);
       }
+      this.#showEvalNote();
       this.#drawExtra();
     });
+  }
+
+  /** An empty eval chart says why: evaluation is off (and which fields turn it on), or when it comes. */
+  #showEvalNote() {
+    const chart = $("chart-eval_loss");
+    const empty = this.series.series("eval_loss")[0].length === 0;
+    const text = empty && this.runId !== null ? evalNote(this.run?.config, this.totalSteps) : "";
+    const note = $("eval-note");
+    note.textContent = text;
+    note.hidden = !text;
+    chart.classList.toggle("has-note", Boolean(text));
   }
 
   /** The metrics a method logs beyond the fixed ones (token accuracy, nDCG@10, reward
