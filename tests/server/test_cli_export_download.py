@@ -2,7 +2,8 @@
 subprocess, as a user runs it) has the server export the run, downloads the files byte
 for byte, and uses that export again next time; a connection the network cuts mid-file,
 and a CLI killed mid-file, both end with the right bytes through a Range request for the
-rest, never a half file under its final name; another member's CLI is refused with the
+rest (or, the file having changed on the server meanwhile, the whole new file), never a
+half file under its final name; another member's CLI is refused with the
 server's reason and exit 1, writing nothing; without a server it says how to name one.
 
 The runs are written through the real store (a completed LoRA run whose folder holds an
@@ -118,7 +119,10 @@ def test_a_connection_cut_mid_file_continues_with_a_range_request(lab, tmp_path)
     same_files(to, export_folder(server, run_id))
 
 
-def test_a_cli_killed_mid_file_leaves_a_part_file_and_the_next_run_finishes_it(lab, tmp_path):
+@pytest.mark.parametrize("changed", [False, True], ids=["same-file", "file-changed-meanwhile"])
+def test_a_cli_killed_mid_file_leaves_a_part_file_and_the_next_run_finishes_it(lab, tmp_path, changed):
+    """And when the file changed on the server in between (exported again), the part's
+    ETag no longer matches: the server sends it whole, and no old byte is kept."""
     server, secrets, run_id = lab
     proxy = FaultyProxy(int(server.base_url.rsplit(":", 1)[1]), f"file={WEIGHTS}".encode(), CUT_AFTER, mode="stall")
     to = tmp_path / "here"
@@ -131,6 +135,8 @@ def test_a_cli_killed_mid_file_leaves_a_part_file_and_the_next_run_finishes_it(l
         process.communicate(timeout=30)
         assert 0 < part.stat().st_size == held < WEIGHTS_BYTES
         assert not (to / WEIGHTS).exists()  # never a half file under the final name
+        if changed:
+            (export_folder(server, run_id) / WEIGHTS).write_bytes(os.urandom(WEIGHTS_BYTES))
         # The network is fine again: the next run continues from the bytes held.
         done = run_cli(["export", str(run_id), "--download", "--to", str(to), "--server", proxy.url], secrets["alice"],
                        tmp_path / "cli-home")
@@ -138,7 +144,8 @@ def test_a_cli_killed_mid_file_leaves_a_part_file_and_the_next_run_finishes_it(l
         proxy.close()
     assert done.returncode == 0, done.stdout + done.stderr
     assert proxy.ranges_asked() == ["", f"bytes={held}-"]
-    assert f"{WEIGHTS} ({WEIGHTS_BYTES} bytes, resumed)" in done.stdout
+    assert f"{WEIGHTS} ({WEIGHTS_BYTES} bytes, {'downloaded' if changed else 'resumed'})" in done.stdout
+    assert not part.exists() and not part.with_name(part.name + ".etag").exists()
     same_files(to, export_folder(server, run_id))
 
 
