@@ -77,10 +77,11 @@ def measure(quick: bool) -> list[Result]:
                ratio=spread([a / ANSWER_TARGET_S for a in answers]), target=1.0, higher_is_better=False,
                command=command, details=[f"first answer after {spread(answers).text(2)} s"]),
         Result(key="idle_rss", title="8b. Idle server memory",
-               measures="idle server process RSS ÷ 150 MB (the prewarmed worker is reported next to it, not in it)",
+               measures="idle server process RSS ÷ 150 MB (the prewarmed children are reported next to it, not in it)",
                ratio=spread([m["server"] / RSS_TARGET_MB for m in memory]), target=1.0, higher_is_better=False,
                command=command,
-               details=[f"default (prewarm on): server alone {figure(memory, 'server')} MB RSS; prewarmed worker alone "
+               details=[f"default (prewarm on): server alone {figure(memory, 'server')} MB RSS; prewarmed children (the training worker "
+                        f"and the spare dataset-preview child) "
                         f"{figure(memory, 'worker')} MB RSS; total {figure(memory, 'total_rss')} MB RSS, "
                         f"{figure(memory, 'total_pss')} MB PSS (shared pages counted once)",
                         f"with `TUNELAB_PREWARM=0` (no worker waits; each run pays its imports at start, see 4.): "

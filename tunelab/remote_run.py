@@ -78,7 +78,7 @@ def find_server(say: Callable[[str], None]) -> Server | None:
         say(f"the tunelab server at {url} (pid {pid}) does not answer: training in this process")
         return None
     say(f"handing the run to the server at {url} (pid {pid}); --local trains in this process")
-    return Server(url, pid, _read_token())
+    return Server(url, pid, read_token())
 
 
 def _pid_alive(pid: int) -> bool:
@@ -98,7 +98,7 @@ def _answers(url: str) -> bool:
         return False
 
 
-def _read_token() -> str:
+def read_token() -> str:
     """The token the server uses by the same rule: TUNELAB_TOKEN, else the home's file.
     Never created here: a server that made none uses TUNELAB_TOKEN, which we cannot guess."""
     override = os.environ.get(TOKEN_ENV, "").strip()

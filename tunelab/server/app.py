@@ -35,6 +35,7 @@ from tunelab.orchestrator.identity import load_identity, silent_after_s
 from tunelab.orchestrator.ownership import owner_is_alive
 from tunelab.inference.host import InferenceHost
 from tunelab.orchestrator.prewarm import prewarm_wanted
+from tunelab.server.preview_spare import PreviewSpare
 from tunelab.server import (roles, routes_chat, routes_dataset_files, routes_datasets, routes_downloads, routes_eval,
                             routes_export, routes_inference, routes_me, routes_memory, routes_models, routes_queue,
                             routes_run_live, routes_runs, routes_samples, routes_speak, routes_stream_tickets, routes_sweeps,
@@ -147,7 +148,9 @@ def create_app(
             orchestrator.start_prewarm()
             # Sweeps this server was running when it died go on, from the trials they had.
             await asyncio.to_thread(routes_sweeps.resume_sweeps, app.state)
+        await app.state.preview_spare.refill()
         yield
+        await app.state.preview_spare.close()
         await asyncio.to_thread(inference.close)
         if owns_orchestrator:
             await asyncio.to_thread(orchestrator.shutdown)
@@ -174,6 +177,8 @@ def create_app(
     app.state.heartbeat_seconds = heartbeat_seconds if heartbeat_seconds is not None else _heartbeat_default()
     app.state.start_lock = threading.Lock()
     app.state.preview_slots = asyncio.Semaphore(PREVIEW_SLOTS)
+    # "Check dataset" answers from a child that has done its imports (preview_spare.py).
+    app.state.preview_spare = PreviewSpare(enabled=prewarm_wanted(prewarm))
     app.state.allow_remote_code = allow_remote_code
     app.state.allow_unpinned_remote_code = allow_unpinned_remote_code
     app.state.allow_output_anywhere = allow_output_anywhere

@@ -4,7 +4,8 @@ Reading a dataset needs `datasets` and rendering chat needs a tokenizer (transfo
 neither of which may ever load in the server process. So the server starts this module
 as a child, writes `{"config": <worker payload>, "rows": n, "tokenizer": name|null,
 "cache_dir": folder}` to its stdin (`datasets` caches go to that folder, which the server
-removes afterwards), and reads one JSON answer from its stdout:
+removes afterwards), and reads one JSON answer from its stdout (a spare started with `--warm` does its imports
+first and then waits for that request: `preview_spare`):
   {"ok": true, "preview": {format, columns, row_count, rendered_with, rows: [...]}}
 (image-text data adds image_count and each shown row's images: `preview_images`;
 audio + transcript data its bad clip count: `preview_audio`)
@@ -31,6 +32,10 @@ TOTAL_CHARS = 40_000
 MAX_COLUMNS = 200
 MAX_TURNS = 64
 COLUMN_CHARS = 200
+# A spare child (preview_spare.py) starts with this flag: it warms up, then waits for its request.
+WARM_FLAG = "--warm"
+# The family most models (and the demo) use; another family's tokenizer module is small.
+WARM_MODEL_TYPE = "llama"
 
 
 def truncate(text: str, limit: int) -> str:
@@ -153,14 +158,45 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "preview": preview}
 
 
+def warm_up() -> None:
+    """Pay for a preview's imports before its request comes (a spare child, `--warm`):
+    `datasets`, and everything transformers imports on its first tokenizer load of a model
+    folder (its model-loading code, torch, accelerate: seconds), which only a real load
+    triggers; so a throwaway tokenizer, in a folder that names a model type, is loaded."""
+    import tempfile
+
+    import datasets  # noqa: F401 - imported for its import time
+    from tokenizers import Tokenizer, models
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    import tunelab.worker.data  # noqa: F401
+    import tunelab.worker.tokenization  # noqa: F401
+
+    with tempfile.TemporaryDirectory(prefix="tunelab-preview-warm-") as folder:
+        PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>"))).save_pretrained(folder)
+        Path(folder, "config.json").write_text(json.dumps({"model_type": WARM_MODEL_TYPE}))
+        AutoTokenizer.from_pretrained(folder)
+
+
 def main() -> None:
     # Libraries print progress bars and warnings to stdout; keep the real stdout for the
     # one JSON answer and send everything else to stderr (the server logs it).
     answer_stream = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
-    request = json.load(sys.stdin)
-    answer_stream.write(json.dumps(_answer(request), default=str))
-    answer_stream.flush()
+    if WARM_FLAG in sys.argv[1:]:
+        try:
+            warm_up()
+        except Exception as exc:  # noqa: BLE001 - a failed warm-up only leaves the work to the request
+            print(f"preview warm-up failed, the request pays for the imports: {exc!r}", file=sys.stderr)
+    text = sys.stdin.read()
+    if text.strip():  # empty: a spare the server never used (it shut down, or died)
+        answer_stream.write(json.dumps(_answer(request=json.loads(text)), default=str))
+        answer_stream.flush()
+    sys.stderr.flush()
+    # The server waits for this process to exit, and an interpreter holding transformers
+    # and torch takes seconds to tear itself down (measured: 3.5 s, most of a warm
+    # preview); nothing here needs it, the server removes the cache folder.
+    os._exit(0)
 
 
 if __name__ == "__main__":

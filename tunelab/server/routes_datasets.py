@@ -2,7 +2,8 @@
 
 The settings are validated and every path checked here, in the server; the reading and
 rendering happen in a short-lived child process (`preview_child`) so the server never
-loads `datasets` or `transformers`. The child is killed when it runs past its time. Its
+loads `datasets` or `transformers`; a spare child with its imports done takes the request
+when the server keeps one (`preview_spare`). The child is killed when it runs past its time. Its
 `datasets` caches go to a folder of its own under the home's `previews/`, removed when
 the preview ends, however it ends; a folder left there by a server that died mid-preview
 is swept once it is a day old.
@@ -27,6 +28,7 @@ from tunelab import paths
 from tunelab.config import RunConfig, parse_config
 from tunelab.remote_code_check import code_summary
 from tunelab.server.errors import ApiError
+from tunelab.server.preview_spare import PreviewSpare
 from tunelab.server.schemas import DatasetPreview, DatasetPreviewRequest, error_responses
 from tunelab.server.user_paths import checked_config
 
@@ -67,14 +69,18 @@ def _sweep_stale(previews: Path) -> None:
 
 
 async def run_preview_child(request: dict[str, Any], timeout: float,
-                            argv: tuple[str, ...] = ("-m", "tunelab.server.preview_child")) -> dict[str, Any]:
-    """Run the preview child (`python <argv>`) on `request` and return its JSON answer.
-    Its stdout is read only up to MAX_ANSWER_BYTES and its stderr only as a tail, so a
-    child that answers too much cannot grow this server's memory."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, *argv,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
+                            argv: tuple[str, ...] = ("-m", "tunelab.server.preview_child"),
+                            spare: PreviewSpare | None = None) -> dict[str, Any]:
+    """Run the preview child (`spare`'s waiting one if it has one, else `python <argv>`)
+    on `request` and return its JSON answer. Its stdout is read only up to
+    MAX_ANSWER_BYTES and its stderr only as a tail, so a child that answers too much
+    cannot grow this server's memory."""
+    process = await spare.take() if spare is not None else None
+    if process is None:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, *argv,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )
     try:
         out, err = await asyncio.wait_for(_talk(process, json.dumps(request).encode()), timeout)
     except TimeoutError:
@@ -137,11 +143,13 @@ async def preview(body: DatasetPreviewRequest, request: Request) -> DatasetPrevi
     async with request.app.state.preview_slots:
         await asyncio.to_thread(_sweep_stale, paths.previews_dir())
         cache_dir = tempfile.mkdtemp(prefix="preview-", dir=paths.previews_dir())
+        spare = request.app.state.preview_spare
         try:
-            answer = await run_preview_child({**child_request, "cache_dir": cache_dir}, _timeout())
+            answer = await run_preview_child({**child_request, "cache_dir": cache_dir}, _timeout(), spare=spare)
         finally:
             # The child has exited (or was killed) by now, so nothing writes here any more.
             await asyncio.to_thread(shutil.rmtree, cache_dir, True)
+            await spare.refill()  # after the preview, not during it: they would share the CPU
     if not answer.get("ok"):
         error = answer.get("error") or {}
         raise ApiError(422, error.get("code", "bad_dataset"), error.get("message", "the dataset cannot be read"), error.get("field"))
