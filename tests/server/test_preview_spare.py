@@ -1,5 +1,6 @@
 """The spare dataset-preview child on a real server started as `tunelab serve` starts it
-(prewarm on): a child with its imports done waits; "Check dataset" is answered by it
+(prewarm on): once the data files are listed (the page opening), a child with its imports
+done waits; "Check dataset" is answered by it
 (it is gone afterwards, its one request served) with the same preview a cold child
 gives, and a new spare takes its place; a spare killed while it waits is replaced by a
 cold child for that request, as if there were none. Without prewarm, no spare waits."""
@@ -52,6 +53,11 @@ def check(server, demo_assets) -> dict:
 
 def test_a_spare_answers_the_check_and_is_replaced(start_server, demo_assets):
     server = start_server(prewarm=True)
+    # None waits until someone opens the page (lists the data files): an unused server holds none.
+    time.sleep(1)
+    assert spares(server) == []
+    with server.client() as client:
+        assert client.get("/api/datasets").status_code == 200
     first = wait_for_spare(server)
     warm = check(server, demo_assets)
     assert not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE
@@ -67,6 +73,8 @@ def test_a_spare_answers_the_check_and_is_replaced(start_server, demo_assets):
 
 def test_without_prewarm_no_spare_waits(start_server, demo_assets):
     server = start_server()
+    with server.client() as client:
+        assert client.get("/api/datasets").status_code == 200
     check(server, demo_assets)
     time.sleep(1)
     assert spares(server) == []

@@ -148,7 +148,6 @@ def create_app(
             orchestrator.start_prewarm()
             # Sweeps this server was running when it died go on, from the trials they had.
             await asyncio.to_thread(routes_sweeps.resume_sweeps, app.state)
-        await app.state.preview_spare.refill()
         yield
         await app.state.preview_spare.close()
         await asyncio.to_thread(inference.close)
@@ -177,7 +176,8 @@ def create_app(
     app.state.heartbeat_seconds = heartbeat_seconds if heartbeat_seconds is not None else _heartbeat_default()
     app.state.start_lock = threading.Lock()
     app.state.preview_slots = asyncio.Semaphore(PREVIEW_SLOTS)
-    # "Check dataset" answers from a child that has done its imports (preview_spare.py).
+    # "Check dataset" answers from a child that has done its imports (preview_spare.py),
+    # started once someone lists the data files (the page does as it opens), not at start.
     app.state.preview_spare = PreviewSpare(enabled=prewarm_wanted(prewarm))
     app.state.allow_remote_code = allow_remote_code
     app.state.allow_unpinned_remote_code = allow_unpinned_remote_code

@@ -3,9 +3,11 @@
 A cold preview child spends nearly all of its time importing: `datasets`, then
 transformers and what its first tokenizer load pulls in (torch, accelerate). On the demo
 model and data that is about 99% of "Check dataset" (bench/dataset_check.py); the
-reading and rendering take a few hundredths of a second. So, as `tunelab serve` keeps a
-warm training worker, it keeps one spare preview child (`preview_child --warm`) that has
-done those imports and blocks reading its stdin. A preview takes it if it is still alive
+reading and rendering take a few hundredths of a second. So, once someone lists the data
+files (`GET /api/datasets`, which the page calls as it opens: a check is likely to follow
+while the form is filled in), `tunelab serve` keeps one spare preview child
+(`preview_child --warm`) that has done those imports and blocks reading its stdin; a
+server nobody has opened holds none. A preview takes it if it is still alive
 (else it starts a cold child, as before) and a new spare is started once that preview has
 ended, not while it runs, so the two never compete for the CPU. Each child still serves
 exactly one request and exits: a preview never sees another's state.

@@ -95,8 +95,12 @@ def list_files() -> list[DataFile]:
 
 
 @router.get("", response_model=DataFileList)
-async def list_datasets() -> DataFileList:
+async def list_datasets(request: Request) -> DataFileList:
     """The data files in the data roots, with size, rows and columns."""
+    # Whoever lists the data files (the page, as it opens) is about to check a dataset: the
+    # spare preview child starts now, not when the server starts, so a server nobody uses
+    # holds no idle process for it.
+    await request.app.state.preview_spare.refill()
     files = await asyncio.to_thread(list_files)
     return DataFileList(files=files, upload_folder=str(paths.datasets_root()), upload_max_bytes=dataset_files.upload_max_bytes())
 
