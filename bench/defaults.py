@@ -51,7 +51,6 @@ def compare(key: str, title: str, model: str, data: str, max_length: int, steps:
     arms = {"tunelab defaults": tunelab_options(mine[0], ours),
             TUNED: plain_options(runs[TUNED][0]), DEFAULTS: plain_options(runs[DEFAULTS][0])}
     differ = disagreements({name: arms[name] for name in ("tunelab defaults", TUNED)}, ("device", "precision"))
-    devices = {name: options["device"].split(":")[0].upper() for name, options in arms.items()}
     same_tokens = all(x.steps == y.steps and x.tokens == y.tokens
                       for other in (TUNED, DEFAULTS) for x, y in zip(mine, runs[other]))
     return Result(
@@ -69,7 +68,7 @@ def compare(key: str, title: str, model: str, data: str, max_length: int, steps:
             f"checkpointing={arms[DEFAULTS]['gradient_checkpointing']}, padded batches): {secondary.text()}; "
             f"TRL defaults {speed_text(runs[DEFAULTS], warmup)}",
         ],
-        checks={"every arm ran on the same device": len(set(devices.values())) == 1,
+        checks={"every arm ran on the same device": len({options["device"] for options in arms.values()}) == 1,
                 f"the headline arms ran at one precision ({precision}){' — ' + '; '.join(differ) if differ else ''}":
                     not differ and arms["tunelab defaults"]["precision"] == precision,
                 "same steps and tokens in every arm": same_tokens},

@@ -96,6 +96,7 @@ PLAIN_OPTIONS = ("device", "bf16", "gradient_checkpointing", "padding_free", "pa
 def plain_options(log: StepLog) -> dict[str, Any]:
     """A plain TRL run's options in force, as its script printed them."""
     options = {key: log.facts.get(key) for key in PLAIN_OPTIONS}
+    options["device"] = str(options["device"] or "?").split(":")[0].upper()  # "cuda:0" -> "CUDA", as tunelab says it
     options["precision"] = "bf16" if options["bf16"] else "fp32"
     return {"tool": "plain TRL SFTTrainer + PEFT", **options}
 

@@ -140,7 +140,7 @@ def test_cpu_headlines_count_every_step_and_the_trimmed_ratio_stands_beside():
 def test_arms_that_should_match_are_named_where_they_do_not():
     bf16 = plain_options(_log([1.0], [1], bf16=True, device="cpu", padding_free=True))
     fp32 = plain_options(_log([1.0], [1], bf16=False, device="cpu", padding_free=True))
-    assert bf16["precision"] == "bf16" and bf16["padding_free"] is True
+    assert bf16["precision"] == "bf16" and bf16["padding_free"] is True and bf16["device"] == "CPU"
     assert disagreements({"a": bf16, "b": bf16}, ("device", "precision")) == []
     assert disagreements({"a": bf16, "b": fp32}, ("device", "precision")) == ["precision: a=bf16, b=fp32"]
 
