@@ -1,19 +1,18 @@
-"""Target 4 — time to first step: `POST /api/train/start` until the first `progress`
-event reaches an SSE client, against a bare training script's launch until its first step.
+"""Target 4 — time to first step, like against like: a prewarmed server against a
+prewarmed peer, and cold against cold.
 
-The server is the real one (`python -m tunelab.server`, prewarming on as it is by
-default): each run is handed to a child that has already imported torch, transformers,
-peft, trl and datasets, and the next such child is prepared after the run. The bare
-script is `plain_trl.py`, launched fresh the way one would run it. Both train the demo's
-tiny Llama with identical settings; the clock stops when the first step is done.
+Headline: `POST /api/train/start` until the first `progress` event reaches an SSE client,
+on the real server (`python -m tunelab.server`, prewarming on as it is by default: each
+run is handed to a child that has already imported torch, transformers, peft, trl and
+datasets), against a notebook whose import cell already ran: `plain_trl.py`'s first step
+counted from the moment its imports are done (it reports that moment). Both have paid
+their imports before the clock starts; what is left is loading the model and tokenizer,
+reading and tokenizing the data, building the trainer and the first step.
 
-Two more figures stand next to the verdict, so it is not read as more than it is:
-- cold: `tunelab serve` launched fresh and a run started as soon as it answers — no
-  prewarmed worker is ready yet; the clock runs from the launch to the first progress
-  event at the client (the launch → first answer part is reported too);
-- notebook: the bare script's first step counted from the moment its imports are done
-  (`plain_trl.py` reports it), as in a notebook whose import cell already ran — the same
-  runs as the bare script arm, a second clock.
+Beside it, cold against cold: `tunelab serve` launched fresh with a run started as soon as
+it answers (no prewarmed worker is ready yet; the launch → first answer part is reported
+too), against the same plain script launched fresh, imports and all. Both train the
+demo's tiny Llama with the same settings; the clock stops when the first step is done.
 """
 
 from __future__ import annotations
@@ -77,10 +76,11 @@ def cold_first_step(demo, body: dict, cold_parts: list[tuple[float, float]]) -> 
 
 
 UNMET_NOTES = {
-    "first_step": "With the imports done ahead, a run's first step still waits for loading the model and tokenizer, "
-                  "reading and tokenizing the data, building the trainer and the first step itself (about 0.4 s for "
-                  "the demo model when the machine is quiet). A run handed to a worker whose imports are still under "
-                  "way (started less than ~6 s after the previous run ended) waits for them.",
+    "first_step": "Against a notebook whose imports already ran, the prewarmed worker has paid nothing more than the "
+                  "notebook has: both still load the model and tokenizer, read and tokenize the data, build the "
+                  "trainer and take the first step, and the server adds its HTTP round trips and a process hand-over. "
+                  "Reaching half the notebook's time needs work done before the start is pressed, e.g. the model "
+                  "and tokenizer loaded in the prewarmed worker while the form is filled in (not built yet).",
 }
 
 
@@ -102,10 +102,16 @@ def measure(quick: bool) -> list[Result]:
     ours, cold = runs["tunelab server"], runs["cold tunelab serve"]
     bare = [log.first_step_after_launch for log in runs["bare script"]]
     notebook = [log.first_step_after_imports for log in runs["bare script"]]
+    arms = {"tunelab server": {"tool": "python -m tunelab.server", "prewarm": "on (default)", "clock": "start request → "
+                               "first progress event at an SSE client"},
+            "notebook": {"tool": "bench/plain_trl.py", "clock": "imports done → first step"},
+            "cold tunelab serve": {"tool": "tunelab serve", "prewarm": "not ready yet", "clock": "launch → first progress"},
+            "bare script": {"tool": "bench/plain_trl.py", "clock": "launch → first step"}}
     return [Result(
         key="first_step", title="4. Time to first step",
-        measures="POST /api/train/start → first progress event at an SSE client ÷ bare script launch → first step",
-        ratio=ratios(ours, bare), target=0.3, higher_is_better=False,
+        measures="prewarmed server: POST /api/train/start → first progress event at an SSE client ÷ a notebook whose "
+                 "imports already ran: imports done → first step",
+        ratio=ratios(ours, notebook), target=0.5, higher_is_better=False, arms=arms,
         command=f"python bench/first_step.py{' --quick' if quick else ''}",
         details=[
             "demo tiny Llama, LoRA r16, chat data, batch 4, max 128 tokens; `python -m tunelab.server` with its "
@@ -114,8 +120,8 @@ def measure(quick: bool) -> list[Result]:
             f"{spread(cold).text(2)} s (launch → first answer {spread([a for a, _ in cold_parts]).text(2)} s, "
             f"start → first step {spread([b for _, b in cold_parts]).text(2)} s); bare script: "
             f"{spread(bare).text(2)} s; notebook (bare script, imports already done): {spread(notebook).text(2)} s",
-            f"ratios (per repetition): cold ÷ bare script {ratios(cold, bare).text(2)}; prewarmed ÷ notebook "
-            f"{ratios(ours, notebook).text(2)}; cold ÷ notebook {ratios(cold, notebook).text(2)}",
+            f"cold against cold (per repetition): cold `tunelab serve` + start ÷ bare script launch "
+            f"{ratios(cold, bare).text(2)}",
         ],
         checks={"every run was handed to the prewarmed worker": all(used_warm)},
     )]

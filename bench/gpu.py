@@ -19,8 +19,8 @@ MFU = tokens/s x FLOPs per token / the GPU's peak dense bf16 FLOP/s. FLOPs per t
 and would be 6·N for full fine-tuning; N counts the weights used in matrix multiplies
 (everything but the input embedding). Tokens are real (non-padding) tokens, so padding
 shows up as lost MFU. The headline tokens/s and MFU count every step after the warm-up;
-beside them, labelled, the same without the slowest 10% of steps (the CPU benchmarks'
-figure, where other processes interrupt steps; on a GPU of its own a slow step is the
+beside them, labelled, the same without the slowest 10% of steps (as in the CPU
+benchmarks, where other processes interrupt steps; on a GPU of its own a slow step is the
 run's own).
 
 Each arm runs pinned to one GPU (CUDA_VISIBLE_DEVICES, --gpu), and the parent never
@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assets import CACHE, larger_assets
-from runs import TRIM, plain_run, tunelab_run
+from runs import TRIM, TRIMMED_LABEL, plain_run, tunelab_run
 from sidebyside import alternate, ratios, spread
 
 TIME_LIMIT_S = 7 * 60
@@ -60,7 +60,6 @@ RUN_LIMIT_S = 150  # one arm's run, from launch to its last step
 WARMUP_STEPS = 5
 # bf16 kernels differ between the arms (attention, fused ops), so losses agree closely, not exactly.
 LOSS_TOLERANCE = 0.02
-TRIMMED_LABEL = f"slowest {TRIM:.0%} of steps dropped"
 
 
 @dataclass(frozen=True)
@@ -259,8 +258,8 @@ def main() -> None:
         figures[f"tunelab ÷ plain TRL, {layout}"] = {
             "ratio": ratios([log.tokens_per_s(skip, trim=0) for log in runs["tunelab"]],
                             [log.tokens_per_s(skip, trim=0) for log in runs["plain TRL"]]).median,
-            "ratio_trimmed": ratios([log.tokens_per_s(skip) for log in runs["tunelab"]],
-                                    [log.tokens_per_s(skip) for log in runs["plain TRL"]]).median}
+            "ratio_trimmed": ratios([log.tokens_per_s(skip, TRIM) for log in runs["tunelab"]],
+                                    [log.tokens_per_s(skip, TRIM) for log in runs["plain TRL"]]).median}
         work = same_work(runs["tunelab"], runs["plain TRL"])
         figures[f"same work, {layout}"] = work
         checks[f"{layout}: same steps in both arms"] = work["same_steps"]
@@ -381,7 +380,7 @@ def scaling(folder: Path, data: str, steps: int, batch_size: int, gpus: int, lim
                        timeout_s=limit_s)
     skip = min(WARMUP_STEPS, steps - 2)
     single, together = one.tokens_per_s(skip, trim=0), many.tokens_per_s(skip, trim=0)
-    trimmed = many.tokens_per_s(skip) / (gpus * one.tokens_per_s(skip))
+    trimmed = many.tokens_per_s(skip, TRIM) / (gpus * one.tokens_per_s(skip, TRIM))
     return {"efficiency": together / (gpus * single), "tokens_per_s_one": single, "tokens_per_s_many": together,
             "efficiency_trimmed": trimmed}
 

@@ -1,4 +1,4 @@
-"""Target 3 — padding waste: packed batches against padded batches on skewed lengths.
+"""Target 3 — packing against the best batches without it, on skewed lengths.
 
 The dataset has the shape of real instruction data: lognormal lengths, median 64 tokens,
 a long tail up to 1,024. Padded batches pay for every row up to the batch's longest
@@ -15,6 +15,12 @@ reference: what padding costs), batches grouped by length
 (`worker/direct_lm_head.py`), so their ratios hold both gains. Every arm leaves out the same warm-up steps and
 measures the same number of intervals; tokens/s counts real (non-padding) tokens.
 
+The headline divides packed tokens/s by the fastest unpacked arm of the same repetition
+(whichever it is: tunelab's padding-free batches, or TRL's padded, length-grouped or
+padding-free ones), so packing is credited only with what it adds over the best a user
+could pick without it; its ratio against padded batches stands beside it, labelled.
+tunelab leaves `packing` off by default, so it packs only where a user asks.
+
 The check: per-example losses of a packed batch (built by TRL's packing and collator,
 through the model exactly as a packed run loads it) equal each example's loss computed
 alone — no attention across examples. As a control, the same packed tokens without the
@@ -28,8 +34,8 @@ import time
 
 from assets import SKEWED_MAX, SKEWED_MEDIAN, SKEWED_SIGMA, larger_assets, skewed_lengths
 from results import Result, standalone
-from runs import plain_run, setup_of, tunelab_precision, tunelab_run
-from sidebyside import alternate, ratios, spread
+from runs import plain_options, plain_run, setup_of, speed_text, tunelab_options, tunelab_precision, tunelab_run
+from sidebyside import alternate, ratios
 
 BATCH = 8
 MAX_LENGTH = 1024
@@ -37,15 +43,19 @@ LOSS_TOLERANCE = 1e-4
 BOUNDARY_KEYS = ("position_ids", "cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k", "seq_idx")
 
 UNMET_NOTES = {
-    "packing": "Packing pays only when attention is computed per example: with transformers' dense sdpa over the "
-               "flattened batch (8 x 1,024 positions) it costs as much as the padding it saves, which is why packed "
-               "CPU runs (and unpacked ones, padding-free) use tunelab's per-example attention (packed_attention.py).",
+    "packing": "Padding-free batches already spend no position on padding, and that is what packing saves over "
+               "padded batches; packing then only changes how many tokens a step holds (every row of the batch "
+               "filled to max_seq_length), which on a CPU makes each step longer without making a token cheaper, "
+               "while its per-example attention over 8 x 1,024 positions costs more than over the shorter "
+               "unpacked micro-batches. This is why `packing` stays off by default: on a CPU the padding-free "
+               "unpacked batches are the faster choice. On a GPU, where a fuller step raises the kernels' "
+               "utilisation, bench/gpu.py measures packed against padded.",
 }
 
 
 # One warm-up rule for every arm: the first WARMUP_STEPS steps are left out (model and
 # data loading, the allocator's first sizes) and throughput is taken over the next
-# `intervals` step-to-step intervals, the slowest 10% of them left out, as everywhere.
+# `intervals` step-to-step intervals, every one counted (the trimmed figure beside it).
 WARMUP_STEPS = 2
 INTERVALS, QUICK_INTERVALS = 20, 4
 
@@ -73,20 +83,28 @@ def measure(quick: bool) -> list[Result]:
     check = per_example_check(larger)
     against = {name: ratios(speed[name], speed["plain TRL padded"]) for name in
                ("plain TRL group_by_length", "plain TRL padding-free")}
+    unpacked = [name for name in speed if name != "packed"]
+    best = [max(speed[name][i] for name in unpacked) for i in range(reps)]
+    fastest = [max(unpacked, key=lambda name: speed[name][i]) for i in range(reps)]
     plain_precisions = {("bf16" if r.facts.get("bf16") else "fp32") for name, logs in runs.items()
                         if name.startswith("plain") for r in logs}
     return [Result(
         key="packing", title="3. Packing vs padding",
-        measures="tunelab packed tokens/s ÷ padded-batch (plain TRL) tokens/s, real tokens only",
-        ratio=ratios(speed["packed"], speed["plain TRL padded"]), target=1.6, higher_is_better=True,
+        measures="tunelab packed tokens/s ÷ the fastest unpacked arm's tokens/s (tunelab padding-free, TRL padded, "
+                 "group_by_length or padding_free), real tokens only",
+        ratio=ratios(speed["packed"], best), target=1.0, higher_is_better=True,
+        arms={name: tunelab_options(logs[0], {**shared, "packing": name == "packed"}) if name in ("packed", "unpacked")
+              else plain_options(logs[0]) for name, logs in runs.items()},
         command=f"python bench/packing.py{' --quick' if quick else ''}",
         details=[
             f"larger random Llama, LoRA r16, batch {BATCH}, max_seq_length {MAX_LENGTH}; rows with lognormal lengths "
             f"(median {SKEWED_MEDIAN} tokens, sigma {SKEWED_SIGMA}, capped at {SKEWED_MAX}); every arm runs {steps} "
             f"steps, leaves out its first {WARMUP_STEPS} and measures the next {intervals} intervals "
-            f"(measured: {sorted({n for counts in measured.values() for n in counts})}), slowest 10% left out; "
+            f"(measured: {sorted({n for counts in measured.values() for n in counts})}), every interval counted; "
             f"a packed step holds ~{runs['packed'][0].tokens[0]} tokens",
-            *[f"{name}: {spread(values).text(0)} tokens/s" for name, values in speed.items()],
+            *[f"{name}: {speed_text(runs[name], WARMUP_STEPS)}" for name in speed],
+            f"the fastest unpacked arm per repetition: {', '.join(fastest)}; packed ÷ plain TRL padded "
+            f"{ratios(speed['packed'], speed['plain TRL padded']).text(2)} (against padded batches: not the headline)",
             "ratios against padded batches (per repetition): "
             f"packed ÷ tunelab unpacked (padding-free) {ratios(speed['packed'], speed['unpacked']).text(2)}; "
             + "; ".join(f"{name} ÷ plain TRL padded {value.text(2)}" for name, value in against.items())

@@ -17,7 +17,11 @@ tunelab's CPU defaults (`bf16: true`: bf16 autocast without checkpointing, tunel
 for wider models on a CPU with native bf16). `sampling` sets the Trainer's
 `train_sampling_strategy` (e.g. "group_by_length": batches of similar lengths);
 `padding_free: true` flattens each batch without padding (no packing: rows stay whole,
-so `max_length` is left unset and the data must already fit). `cuda: true` trains on the first GPU (with `dtype` for the
+so `max_length` is left unset and the data must already fit); `dataset_num_proc` tokenizes
+the data in that many processes, as a user with several cores would. Token counts are true
+tokens in every layout: padded batches count their attention mask; padding-free batches
+hold no padding, so every position counts (TRL's "non_padding" count would compare ids with
+the pad id, and leave out every EOS where pad = eos, as in SmolLM2). `cuda: true` trains on the first GPU (with `dtype` for the
 frozen base weights, e.g. "bfloat16"); otherwise it runs on the CPU.
 """
 
@@ -82,6 +86,7 @@ def main(settings: dict) -> None:
     if settings.get("padding_free"):
         layout["padding_free"] = True  # TRL refuses a max_length it cannot enforce without packing
     optimizer = {"optim": settings["optim"]} if "optim" in settings else {}  # else TRL's default
+    workers = {"dataset_num_proc": settings["dataset_num_proc"]} if settings.get("dataset_num_proc") else {}
     args = SFTConfig(
         output_dir=settings["output_dir"],
         max_steps=settings["max_steps"],
@@ -95,7 +100,7 @@ def main(settings: dict) -> None:
         seed=seed,
         logging_steps=1,
         logging_nan_inf_filter=False,
-        include_num_input_tokens_seen="non_padding",
+        include_num_input_tokens_seen="all" if settings.get("padding_free") else "non_padding",
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,
@@ -104,10 +109,17 @@ def main(settings: dict) -> None:
         **precision,
         **optimizer,
         **layout,
+        **workers,
     )
+    # Every option in force that bears on speed, memory or what a step holds: the bench writes
+    # them into its results, and checks that arms meant to match do.
     print("BENCH " + json.dumps({"event": "args", "bf16": args.bf16, "gradient_checkpointing": args.activation_checkpointing,
                                  "device": str(args.device), "padding_free": args.padding_free,
-                                 "sampling": args.train_sampling_strategy}),
+                                 "sampling": args.train_sampling_strategy, "packing": args.packing,
+                                 "dataset_num_proc": args.dataset_num_proc, "optim": str(args.optim),
+                                 "batch_size": args.per_device_train_batch_size,
+                                 "gradient_accumulation_steps": args.gradient_accumulation_steps,
+                                 "max_length": args.max_length, "token_count": args.include_num_input_tokens_seen}),
           flush=True)
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                          callbacks=[PrintSteps()])

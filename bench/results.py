@@ -28,6 +28,10 @@ class Result:
     # Why the benchmark could not measure at all (e.g. a package it reads is not installed, and
     # the command that installs it): reported as not measured rather than as a failure.
     not_measured: str = ""
+    # Each arm's options in force (tool, device, precision, layout, workers, ...), as the arm
+    # itself reported them: written into the results and the report, so a reader sees what
+    # every peer was given.
+    arms: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def ratio_met(self) -> bool:
@@ -54,7 +58,8 @@ class Result:
                 "direction": ">=" if self.higher_is_better else "<=", "met": self.met,
                 "spread": [self.ratio.low, self.ratio.high], "values": list(self.ratio.values),
                 "measures": self.measures, "checks": self.checks, "details": self.details,
-                "command": self.command, "obstacle": self.obstacle, "not_measured": self.not_measured}
+                "command": self.command, "obstacle": self.obstacle, "not_measured": self.not_measured,
+                "arms": self.arms}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "Result":
@@ -62,7 +67,7 @@ class Result:
         return cls(key=data["name"], title=data["title"], measures=data["measures"], ratio=ratio,
                    target=data["target"], higher_is_better=data["direction"] == ">=", command=data["command"],
                    details=data["details"], checks=data["checks"], obstacle=data.get("obstacle", ""),
-                   not_measured=data.get("not_measured", ""))
+                   not_measured=data.get("not_measured", ""), arms=data.get("arms", {}))
 
 
 def standalone(name: str, measure: Callable[[bool], list[Result]], unmet_notes: dict[str, str] | None = None) -> None:

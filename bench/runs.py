@@ -27,8 +27,10 @@ from tunelab.orchestrator.child import DEFAULT_WORKER, end_process, spawn_worker
 BENCH = Path(__file__).resolve().parent
 RUN_TIMEOUT_S = 600
 LINE_PREFIX = "BENCH "
-# Share of the slowest steps left out of a throughput figure (see StepLog.tokens_per_s).
+# Share of the slowest steps left out of the trimmed throughput figure that stands beside
+# every headline (see StepLog.tokens_per_s); headlines count every step.
 TRIM = 0.1
+TRIMMED_LABEL = f"slowest {TRIM:.0%} of steps dropped"
 
 
 @dataclass
@@ -46,10 +48,10 @@ class StepLog:
         self.losses.append(loss)
         self.tokens.append(tokens)
 
-    def tokens_per_s(self, skip: int, trim: float = TRIM) -> float:
-        """Tokens per second over the steps after step `skip`, leaving out the slowest
-        `trim` share of steps: on a shared machine those are the steps another process
-        interrupted. A cost of the trainer's own is paid on every step and stays in."""
+    def tokens_per_s(self, skip: int, trim: float = 0.0) -> float:
+        """Tokens per second over every step after step `skip` (the headline), or without the
+        slowest `trim` share of steps (the figure labelled beside it: on a shared machine
+        those are the steps another process interrupted)."""
         i = self.steps.index(skip)
         per_step = [(self.ts[j + 1] - self.ts[j], self.tokens[j + 1] - self.tokens[j]) for j in range(i, len(self.ts) - 1)]
         kept = sorted(per_step)[: max(1, round(len(per_step) * (1 - trim)))]
@@ -67,6 +69,57 @@ class StepLog:
     def first_step_after_imports(self) -> float:
         """From the script's imports done (a notebook whose import cell already ran) to its first step."""
         return self.ts[0] - self.facts["imported_ts"]
+
+
+def speed_ratios(ours: list[StepLog], theirs: list[StepLog], skip: int) -> tuple[Any, Any]:
+    """Per-repetition tokens/s ratios of two arms: every step after `skip` (the headline),
+    and the same with the slowest TRIM share of steps dropped (shown beside it, labelled)."""
+    from sidebyside import ratios
+
+    return (ratios([r.tokens_per_s(skip) for r in ours], [r.tokens_per_s(skip) for r in theirs]),
+            ratios([r.tokens_per_s(skip, TRIM) for r in ours], [r.tokens_per_s(skip, TRIM) for r in theirs]))
+
+
+def speed_text(logs: list[StepLog], skip: int, digits: int = 0) -> str:
+    """'M (L–H, n=N) tokens/s; slowest 10% of steps dropped: M'' for one arm's runs."""
+    from sidebyside import spread
+
+    return (f"{spread([r.tokens_per_s(skip) for r in logs]).text(digits)} tokens/s; {TRIMMED_LABEL}: "
+            f"{spread([r.tokens_per_s(skip, TRIM) for r in logs]).text(digits)}")
+
+
+# What a plain TRL run reports of its options (plain_trl.py's "args" event).
+PLAIN_OPTIONS = ("device", "bf16", "gradient_checkpointing", "padding_free", "packing", "sampling", "dataset_num_proc",
+                 "optim", "batch_size", "gradient_accumulation_steps", "max_length", "token_count")
+
+
+def plain_options(log: StepLog) -> dict[str, Any]:
+    """A plain TRL run's options in force, as its script printed them."""
+    options = {key: log.facts.get(key) for key in PLAIN_OPTIONS}
+    options["device"] = str(options["device"] or "?").split(":")[0].upper()  # "cuda:0" -> "CUDA", as tunelab says it
+    options["precision"] = "bf16" if options["bf16"] else "fp32"
+    return {"tool": "plain TRL SFTTrainer + PEFT", **options}
+
+
+def tunelab_options(log: StepLog, settings: dict[str, Any]) -> dict[str, Any]:
+    """A tunelab run's options in force: its worker's setup line (device, precision, attention,
+    packing) and the settings it was given."""
+    device, precision = setup_of(log)
+    setup = next((m for m in log.facts.get("statuses", []) if m.startswith("Setting up")), "?")
+    return {"tool": "tunelab worker", "device": device, "precision": precision, "setup": setup,
+            "packing": bool(settings.get("packing")), "batch_size": settings.get("batch_size"),
+            "gradient_accumulation_steps": settings.get("gradient_accumulation_steps"),
+            "max_length": settings.get("max_seq_length")}
+
+
+def disagreements(arms: dict[str, dict[str, Any]], keys: tuple[str, ...]) -> list[str]:
+    """The `keys` on which the arms' options differ ('precision: a=bf16, b=fp32'); [] when they agree."""
+    out = []
+    for key in keys:
+        values = {name: options.get(key) for name, options in arms.items()}
+        if len({json.dumps(v, default=str) for v in values.values()}) > 1:
+            out.append(f"{key}: " + ", ".join(f"{name}={value}" for name, value in values.items()))
+    return out
 
 
 def setup_of(log: StepLog) -> tuple[str, str]:

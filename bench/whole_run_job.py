@@ -49,6 +49,9 @@ class Job:
     max_length: int = 512
     seed: int = 3407
     bf16: bool = False  # the precision every arm trains in (bf16 autocast, else fp32)
+    # Processes each peer tokenizes with (TRL's dataset_num_proc, LLaMA-Factory's
+    # preprocessing_num_workers): the machine's cores, as their users set them.
+    workers: int = 1
 
 
 def _lognormal(rng: random.Random, median: int, cap: int) -> int:
@@ -91,8 +94,11 @@ def tunelab_config(job: Job, output_dir: str | None = None) -> dict[str, Any]:
 
 
 def trl_settings(job: Job, output_dir: str, merged_dir: str) -> dict[str, Any]:
-    """bench/plain_trl.py's settings for the same job, saving the adapter and a merged copy."""
+    """bench/plain_trl.py's settings for the same job, saving the adapter and a merged copy,
+    at TRL's best for it: padding-free batches (every row fits max_length, so nothing needs
+    the truncation padding-free batches cannot do) and tokenizing in `job.workers` processes."""
     return {
+        "padding_free": True, "dataset_num_proc": job.workers,
         "model": job.model, "data": job.data, "output_dir": output_dir, "max_steps": job.steps,
         "batch_size": job.batch_size, "learning_rate": job.learning_rate, "lora_r": job.lora_r,
         "lora_alpha": job.lora_alpha, "max_length": job.max_length, "seed": job.seed, "bf16": job.bf16,
@@ -113,7 +119,9 @@ def lf_dataset_info(data_file: str) -> dict[str, Any]:
 def lf_train_config(job: Job, dataset_dir: str, output_dir: str) -> dict[str, Any]:
     """`llamafactory-cli train` settings. No `template`: LLaMA-Factory parses the one in the
     model's tokenizer (the model's own template). train_on_prompt: the loss on every token,
-    as in the other two arms."""
+    as in the other two arms. `preprocessing_num_workers`: its tokenizing in `job.workers`
+    processes, as its users set it. No packing: on a CPU it makes steps longer without making
+    a token cheaper (bench/packing.py), and tunelab's arm does not pack either."""
     return {
         "model_name_or_path": job.model, "stage": "sft", "do_train": True, "finetuning_type": "lora",
         "lora_rank": job.lora_r, "lora_alpha": job.lora_alpha, "lora_dropout": 0.0, "lora_target": "all",
@@ -123,7 +131,7 @@ def lf_train_config(job: Job, dataset_dir: str, output_dir: str) -> dict[str, An
         "learning_rate": job.learning_rate, "max_steps": job.steps, "lr_scheduler_type": "linear", "warmup_steps": 0,
         "weight_decay": 0.001, "seed": job.seed, "logging_steps": 1, "save_strategy": "no", "report_to": "none",
         "plot_loss": False, "bf16": job.bf16, "fp16": False, "use_cpu": True, "disable_tqdm": True,
-        "dataloader_num_workers": 0,
+        "dataloader_num_workers": 0, "preprocessing_num_workers": job.workers,
     }
 
 

