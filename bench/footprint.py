@@ -6,8 +6,10 @@ by default); the clock runs from the launch until `/api/health` first answers 20
 memory headline is the idle total of the server and every process it keeps alive — the
 prewarmed worker, a separate process with torch & co imported waiting for the next run,
 is on by default and the user pays for it — as PSS summed (pages the two share counted
-once), against 150 MB. Beside it: server alone, worker alone, RSS summed, and a second
-launch with `TUNELAB_PREWARM=0`, which shows what turning the prewarm off saves. The server
+once), against 150 MB, with nobody connected. Beside it: server alone, worker alone, RSS
+summed; the total once the page is open (it lists the data files, which starts the spare
+dataset-preview child); and a second launch with `TUNELAB_PREWARM=0`, which shows what
+turning the prewarm off saves. The server
 itself must have none of the training libraries loaded (`/api/health?detail=1`).
 """
 
