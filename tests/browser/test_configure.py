@@ -130,7 +130,7 @@ def test_config_saves_to_and_loads_from_yaml(server, open_page, demo_assets, fil
     }))
     page.locator("#yaml-file").set_input_files(str(mine))
     expect(page.get_by_label("Method")).to_have_value("rslora")
-    expect(page.get_by_label("Hugging Face hub")).to_be_checked()
+    expect(page.get_by_role("radio", name="Hugging Face hub")).to_be_checked()
     expect(page.get_by_label("Hub dataset")).to_have_value("org/some-dataset")
     expect(page.get_by_label("LoRA rank")).to_have_value("32")
     expect(page.get_by_label("Gradient checkpointing")).to_have_value("false")

@@ -22,7 +22,8 @@ def _stop(page, server) -> None:
     expect(page.locator("#run-phase")).not_to_have_text("training", timeout=RUN_START_MS)
 
 
-def test_the_eval_chart_says_how_to_turn_evaluation_on_and_when_it_comes(server, open_page, fill_demo_config, shoot):
+def test_the_eval_chart_says_how_to_turn_evaluation_on_and_when_it_comes(server, open_page, fill_demo_config, open_section,
+                                                                         shoot):
     page = open_page()
     note = page.locator("#eval-note")
     expect(note).to_be_hidden()  # no run yet: nothing to say about one
@@ -42,7 +43,7 @@ def test_the_eval_chart_says_how_to_turn_evaluation_on_and_when_it_comes(server,
     _stop(page, server)
 
     # A share of the run: a quarter of 2,000 steps evaluates first at step 500.
-    page.locator("details.advanced > summary").click()
+    open_section(page, "Evaluation")  # folded under "Advanced settings", as the note says
     page.get_by_label("Eval every", exact=True).fill("0.25")
     page.get_by_label("Eval holdout share", exact=True).fill("0.1")
     _start(page, server)

@@ -87,7 +87,7 @@ def requests_that_would_succeed(server: Any, make_body: Any) -> list[tuple[str, 
         ("patch", "/api/runs/{run_id}"): {"display_name": "renamed"},
         ("post", "/api/datasets/preview"): {"local_datasets": make_body()["local_datasets"]},
     }
-    return [(method.upper(), path.format(run_id=1, name="step-1.wav"), bodies.get((method, path), {}))
+    return [(method.upper(), path.format(run_id=1, sweep_id=1, name="step-1.wav"), bodies.get((method, path), {}))
             for path, operations in schema["paths"].items() for method in operations]
 
 

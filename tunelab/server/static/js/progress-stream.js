@@ -86,6 +86,8 @@ export class ProgressStream {
         source.close();
         this.source = null;
         this.#retry();
+      } else {
+        source.close(); // a connection this view let go of never reconnects by itself (its ticket is spent)
       }
     });
   }
