@@ -19,7 +19,7 @@ import math  # noqa: E402
 
 from gpu import describe_throughput, match_peak, throughput  # noqa: E402
 from real_assets import INSTALL_COMMAND, conversation_rows, missing_packages, not_measured_reason  # noqa: E402
-from real_model import loss_gap, not_measured, peak_rss_gb, same_steps_and_tokens  # noqa: E402
+from real_model import loss_gap, loss_tolerance, not_measured, peak_rss_gb, same_steps_and_tokens  # noqa: E402
 from results import Result  # noqa: E402
 from runs import StepLog, disagreements, plain_options, setup_of, speed_ratios  # noqa: E402
 from whole_run_job import (  # noqa: E402
@@ -143,6 +143,13 @@ def test_arms_that_should_match_are_named_where_they_do_not():
     assert bf16["precision"] == "bf16" and bf16["padding_free"] is True and bf16["device"] == "CPU"
     assert disagreements({"a": bf16, "b": bf16}, ("device", "precision")) == []
     assert disagreements({"a": bf16, "b": fp32}, ("device", "precision")) == ["precision: a=bf16, b=fp32"]
+
+
+def test_loss_parity_allows_one_bf16_spacing_in_bf16_and_1e_3_in_fp32():
+    logs = [_log([2.6, 4.2], [10, 20])]
+    assert loss_tolerance("fp32", logs) == 1e-3
+    assert loss_tolerance("bf16", logs) == pytest.approx(4.2 / 128)  # 9.98e-03 measured at loss ~4.2 passes
+    assert loss_tolerance("bf16", [_log([0.01], [1])]) == 1e-3  # never tighter than fp32's
 
 
 def test_peak_rss_is_given_only_when_every_run_reported_it():

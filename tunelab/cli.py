@@ -1,4 +1,6 @@
 """The `tunelab` command line: serve, train, sweep, resume, runs, show, export, push, chat, speak, eval, fingerprint, token, fields, demo.
+export (export_cli), chat, speak and eval (model_use_cli), push (push_cli), keys and queue
+are defined in modules of their own and registered here; all print through cli_output.
 
 Bad input exits with code 2 and a message naming the field — never a traceback.
 Heavy libraries are never imported here; training happens in a child process.
@@ -16,12 +18,16 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from tunelab.cli_output import console, err_console
+from tunelab.cli_output import escaped as _escaped
+from tunelab.cli_output import fail as _fail
 from tunelab.exit_codes import EXIT_BAD_CONFIG, EXIT_ERROR
+from tunelab.export_cli import export_command
 from tunelab.keys_cli import keys_app
-from tunelab.lazy_console import LazyConsole
+from tunelab.model_use_cli import chat_command, evaluate_command, speak_command
 from tunelab.node_flags import node_flags
-from tunelab.push_cli import push_command
 from tunelab.paths import PathNotAllowed
+from tunelab.push_cli import push_command
 from tunelab.queue_cli import queue_app
 from tunelab.text import printable
 
@@ -32,23 +38,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="tunelab: a l
 app.add_typer(keys_app, name="keys")
 app.add_typer(queue_app, name="queue")
 app.command("push")(push_command)
-# Handed to other modules as console.real(): rich's own code needs the Console itself.
-console = LazyConsole()
-err_console = LazyConsole(stderr=True)
-
-
-def _escaped(text: object) -> str:
-    """`text` printable and safe inside rich markup."""
-    from rich.markup import escape
-
-    return escape(printable(text))
-
-
-def _fail(code: int, message: str) -> typer.Exit:
-    err_console.print(f"[red]error:[/] {_escaped(message)}")
-    return typer.Exit(code)
-
-
 def _config_failure(exc: ConfigError) -> typer.Exit:
     for err in exc.errors:
         err_console.print(f"[red]config error[/] [bold]{_escaped(err.field)}[/]: {_escaped(err.message)}")
@@ -269,148 +258,11 @@ def show(run: int = typer.Argument(...), as_json: bool = typer.Option(False, "--
     console.print(Text("  config: " + json.dumps(config, default=str)))
 
 
-@app.command()
-def export(
-    run: int = typer.Argument(..., help="Run id (see `tunelab runs`)."),
-    format_: str = typer.Option("adapter", "--format", help="adapter | merged | gguf | gguf-adapter (a LoRA adapter as a llama.cpp GGUF)."),
-    dest: Optional[str] = typer.Option(None, "--dest", help="Folder inside the outputs root (a relative path starts there). "
-                                                            "Default: <run folder>/export-<format> (a resumed run: <run folder>/run-<id>-export-<format>)."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="float16 | bfloat16 | float32 (default: the run's training half type, bf16 runs bfloat16, else float16); for merged and gguf."),
-    quant: Optional[str] = typer.Option(None, "--quant", help="gguf only: q8_0 | q4_k_m | q5_k_m | q6_k (llama.cpp's quantisations); default: a float GGUF in --dtype."),
-    download: bool = typer.Option(False, "--download", help="Have the server export the run (or use its export of that kind) "
-                                                            "and download the files here; a cut download continues when run again."),
-    to: Optional[Path] = typer.Option(None, "--to", help="With --download: the folder to download into. Default: ./run-<RUN>-<export folder>."),
-    server: Optional[str] = typer.Option(None, "--server", envvar="TUNELAB_SERVER", metavar="URL",
-                                         help="With --download: the server's URL (default: the server running on this home). "
-                                              "The token is TUNELAB_TOKEN."),
-) -> None:
-    """Export a completed (or stopped-with-checkpoint) run: its adapter, merged weights, or GGUF
-    (with an Ollama Modelfile). See docs/EXPORT.md. With --download, a server exports it
-    and the files come to this machine."""
-    if download:
-        raise typer.Exit(_export_and_download(run, format_, dest, dtype, quant, to, server))
-    if to is not None:
-        raise _fail(EXIT_BAD_CONFIG, "--to: names where --download puts the files; add --download, or use --dest for the "
-                                     "export folder on this machine")
-    from tunelab.export import ExportFailed, ExportInputError, ExportRefused, FolderNotOwned, export_run
-    from tunelab.store import Store
-
-    try:
-        with console.status(f"exporting run {run} as {format_}…"):
-            result = export_run(Store(), run, format_, dest=dest, dtype=dtype, quant=quant)
-    except (ExportInputError, PathNotAllowed) as exc:
-        raise _fail(EXIT_BAD_CONFIG, f"--{exc.field}: {exc}")
-    except FolderNotOwned as exc:
-        raise _fail(EXIT_ERROR, f"--{exc.field}: {exc}")
-    except (ExportRefused, ExportFailed) as exc:
-        raise _fail(EXIT_ERROR, str(exc))
-    plan = result.plan
-    origin = f"checkpoint of step {plan.step}" if plan.step is not None else "final weights"
-    console.print(f"exported run {run}'s {origin} as {plan.format}{f' ({plan.quant or plan.dtype})' if plan.dtype else ''} to {plan.dest}")
-    for name in result.files:
-        console.print(f"  {name}")
-
-
-def _export_and_download(run: int, format_: str, dest: Optional[str], dtype: Optional[str], quant: Optional[str],
-                         to: Optional[Path], server: Optional[str]) -> int:
-    from tunelab.remote_export import RemoteExportError, Wanted, export_and_download, server_url
-
-    try:
-        folder, files = export_and_download(server_url(server), Wanted(run, format_, dest, dtype, quant), to, console.real())
-    except RemoteExportError as exc:
-        raise _fail(exc.exit_code, str(exc))
-    console.print(f"downloaded run {run}'s export ({len(files)} file(s)) into {_escaped(folder)}")
-    return 0
-
-
-@app.command()
-def chat(
-    run: int = typer.Argument(..., help="Run id (see `tunelab runs`)."),
-    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Chat with checkpoint-N of the run instead of its final weights."),
-    system: Optional[str] = typer.Option(None, "--system", help="System prompt at the start of the conversation."),
-    temperature: float = typer.Option(0.7, "--temperature", help="0 (greedy) to 2."),
-    top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling, above 0 and at most 1."),
-    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Longest answer, in tokens (at most 4096)."),
-    compare: bool = typer.Option(False, "--compare", help="Answer every message with the base model, then the fine-tune."),
-) -> None:
-    """Chat with a finished or stopped run in the terminal (lines from stdin, answers streamed).
-    See docs/INFERENCE.md."""
-    from pydantic import ValidationError
-
-    from tunelab.inference.chat_cli import run_chat
-    from tunelab.inference.settings import Sampling
-    from tunelab.inference.target import InferenceError
-
-    try:
-        sampling = Sampling(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        option = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "options"
-        raise _fail(EXIT_BAD_CONFIG, f"{option}: {first['msg']}")
-    try:
-        run_chat(run, checkpoint, system, sampling, compare)
-    except InferenceError as exc:
-        code = EXIT_BAD_CONFIG if exc.field else EXIT_ERROR
-        raise _fail(code, f"--{exc.field}: {exc}" if exc.field else str(exc))
-
-
-@app.command()
-def speak(
-    run: int = typer.Argument(..., help="Run id of a text-to-speech run (see `tunelab runs`)."),
-    text: str = typer.Argument(..., help="The words to speak."),
-    out: Path = typer.Option(Path("speech.wav"), "-o", "--out", help="The wav file to write."),
-    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Speak with checkpoint-N of the run instead of its final weights."),
-    max_new_tokens: int = typer.Option(1200, "--max-new-tokens", help="Longest speech, in audio tokens (Orpheus: 7 a codec frame; Sesame CSM: its frames; at most 4096)."),
-    temperature: float = typer.Option(0.0, "--temperature", help="0 (greedy) to 2."),
-) -> None:
-    """Speak TEXT with a finished or stopped text-to-speech run into a wav file (the TTS
-    counterpart of chat). See docs/INFERENCE.md."""
-    from pydantic import ValidationError
-
-    from tunelab.inference.speak import SpeakOptions, speak_run
-    from tunelab.inference.target import InferenceError
-    from tunelab.store import Store
-
-    try:
-        options = SpeakOptions(text=text, checkpoint=checkpoint, max_new_tokens=max_new_tokens, temperature=temperature)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        option = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "options"
-        raise _fail(EXIT_BAD_CONFIG, f"{'TEXT' if option == '--text' else option}: {first['msg']}")
-    if not out.parent.is_dir():
-        raise _fail(EXIT_BAD_CONFIG, f"--out: the folder {out.parent} does not exist; create it or write elsewhere")
-    try:
-        with Store() as store, console.status(f"speaking with run {run}…"):
-            wav = speak_run(store, run, options)
-    except InferenceError as exc:
-        option = "TEXT" if exc.field == "text" else f"--{exc.field}"
-        raise _fail(EXIT_BAD_CONFIG if exc.field else EXIT_ERROR, f"{option}: {exc}" if exc.field else str(exc))
-    out.write_bytes(wav)
-    console.print(f"wrote {out}")
-
-
-@app.command("eval")
-def eval_(
-    run: int = typer.Argument(..., help="Run id (see `tunelab runs`)."),
-    checkpoint: Optional[int] = typer.Option(None, "--checkpoint", help="Evaluate checkpoint-N of the run instead of its final weights."),
-    perplexity: bool = typer.Option(True, "--perplexity/--no-perplexity", help="Loss and perplexity of base and fine-tune on the run's eval split."),
-    generations: bool = typer.Option(True, "--generations/--no-generations", help="Answers of base and fine-tune to a prompt set."),
-    prompts: Optional[str] = typer.Option(None, "--prompts", help="Prompt set: .jsonl/.json (strings or {\"messages\": [...]}) or .txt (a prompt a line). Default: the eval split's first rows."),
-    max_prompts: int = typer.Option(5, "--max-prompts", help="How many prompts (1-50)."),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Longest answer per prompt, in tokens (1-1024, greedy)."),
-    tasks: Optional[str] = typer.Option(None, "--tasks", help="lm-eval tasks, comma-separated (needs `pip install 'tunelab[eval]'`)."),
-    task_path: Optional[str] = typer.Option(None, "--task-path", help="Folder of local lm-eval task YAML files (offline tasks)."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="lm-eval: at most N examples per task."),
-    show: bool = typer.Option(False, "--show", help="Print the run's stored evaluations instead of running one."),
-    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
-) -> None:
-    """Evaluate a finished or stopped run against its base and store the results with it. See docs/INFERENCE.md."""
-    from tunelab.evaluate.cli_eval import eval_command
-
-    raise typer.Exit(eval_command(run, dict(checkpoint=checkpoint, perplexity=perplexity, generations=generations,
-                                            prompts_file=prompts, max_prompts=max_prompts, max_new_tokens=max_new_tokens,
-                                            tasks=[t for t in (tasks or "").split(",") if t.strip()], task_path=task_path,
-                                            limit=limit), show, as_json, console.real(), _fail))
+# Commands that live in modules of their own, listed here in the order `--help` shows them.
+app.command("export")(export_command)
+app.command("chat")(chat_command)
+app.command("speak")(speak_command)
+app.command("eval")(evaluate_command)
 
 
 @app.command()
