@@ -42,6 +42,14 @@ def test_queued_runs_are_listed_moved_and_cancelled_and_the_active_one_stopped(s
         dialog.accept() if accept["now"] else dialog.dismiss()
 
     page.on("dialog", answer)
+
+    def questions(count: int) -> list[str]:
+        # The dialog handler runs as Playwright delivers the event: wait (bounded) until it has.
+        for _ in range(200):
+            if len(asked) >= count:
+                break
+            page.wait_for_timeout(50)
+        return asked
     fill_demo_config(page, max_steps=5000, name="second waiting")
     page.get_by_role("button", name="Start training").click()
     expect(page.locator("#notices")).to_contain_text("waits for its devices: position 2 in the queue")
@@ -65,13 +73,11 @@ def test_queued_runs_are_listed_moved_and_cancelled_and_the_active_one_stopped(s
 
     # Dismissed: the run stays queued, where it was.
     page.get_by_role("button", name="Cancel second waiting").click()
-    page.wait_for_function("() => true")  # a round trip to the page, after the dialog was answered
-    assert asked == ["Cancel second waiting? It leaves the queue and will not start."]
+    assert questions(1) == ["Cancel second waiting? It leaves the queue and will not start."]
     expect(rows).to_have_count(3)
     assert server.json("GET", f"/api/runs/{second['job_id']}")["status"] == "queued"
     page.get_by_role("button", name="Stop busy one").click()
-    page.wait_for_function("() => true")
-    assert asked[-1].startswith("Stop busy one? It stops at its next step")
+    assert questions(2)[-1].startswith("Stop busy one? It stops at its next step")
     assert server.json("GET", f"/api/runs/{busy['job_id']}")["status"] == "running"
 
     accept["now"] = True

@@ -42,6 +42,15 @@ class _StopReader:
     def __init__(self, stops):
         self.state: str | None = None
         threading.Thread(target=self._loop, args=(stops,), daemon=True).start()
+        threading.Thread(target=self._watch_parent, args=(os.getppid(),), daemon=True).start()
+
+    @staticmethod
+    def _watch_parent(parent: int) -> None:
+        # As the real worker does (worker/entry.watch_parent): a server killed with -9 must
+        # not leave this stand-in running on as an orphan after its test.
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
 
     def _loop(self, stops) -> None:
         while True:
