@@ -1,6 +1,6 @@
 """Models and datasets the benchmarks train on, built offline and cached in bench/out/cache.
 
-- the demo's tiny Llama and its chat data (`tunelab.demo.ensure_demo_assets()`);
+- the demo's tiny Llama and its chat data (`tunelab.demos.text.ensure_demo_assets()`);
 - a larger random-init Llama (hidden 256, 4 layers, 4 heads, vocab 8,192) with a BPE
   tokenizer trained here on a synthetic corpus of made-up words;
 - text datasets for it: `uniform` (rows of 96-160 tokens) and `skewed` (lognormal
@@ -46,7 +46,7 @@ class LargerAssets:
 
 
 def demo_assets():
-    from tunelab.demo import ensure_demo_assets
+    from tunelab.demos.text import ensure_demo_assets
 
     return ensure_demo_assets()
 

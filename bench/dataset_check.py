@@ -35,13 +35,13 @@ t0 = time.perf_counter()
 marks = {}
 def mark(name):
     marks[name] = round(time.perf_counter() - t0, 3)
-from tunelab.server import preview_child
-from tunelab.config import parse_config
+from tunelab.worker.preview import child as preview_child
+from tunelab.config.run_config import parse_config
 mark("python + tunelab imports")
 cfg = parse_config({"model_name": sys.argv[1], "local_datasets": [sys.argv[2]], "max_steps": 1}).worker_payload()
 import datasets
 mark("import datasets")
-from tunelab.worker.data import load_raw
+from tunelab.worker.data.prepare import load_raw
 with tempfile.TemporaryDirectory() as cache:
     raw = load_raw({**cfg, "eval_steps": 0}, Path(cache))
     mark("read the file")
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=4)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    from tunelab.demo_assets import ensure_demo_assets
+    from tunelab.demos.assets import ensure_demo_assets
 
     assets = ensure_demo_assets()
     body = {"model_name": str(assets.model_dir), "local_datasets": [str(assets.alpaca)], "rows": 5}

@@ -37,7 +37,7 @@ AGREEMENT_SCRIPT = """
 import json, os, sys, time
 import torch.distributed as dist
 dist.init_process_group("gloo")
-from tunelab.worker import ranks
+from tunelab.worker.launch import ranks
 for _ in range(50):
     ranks.agree_on_stop(None)
 samples = []
@@ -92,8 +92,8 @@ def measure(quick: bool) -> list[Result]:
 
 def one_run(demo, processes: int) -> dict:
     from tunelab import paths
-    from tunelab.config import parse_config
-    from tunelab.demo import demo_config
+    from tunelab.config.run_config import parse_config
+    from tunelab.demos.text import demo_config
     from tunelab.orchestrator import Orchestrator
     from tunelab.store import Store
 

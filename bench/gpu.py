@@ -30,7 +30,7 @@ the start of training, and checks that both arms trained the same steps on the s
 tokens with losses within LOSS_TOLERANCE of each other. The peak FLOP/s come from a table
 matched on the GPU's name and memory (H100 SXM / PCIe / NVL, H200 / H200 NVL, ...),
 scaled by the share of the full chip's SMs the device has, so a MIG slice gets its own
-peak. It also records the memory estimate (tunelab.memory_plan) of the packed LoRA run
+peak. It also records the memory estimate (tunelab.memory.plan) of the packed LoRA run
 against its measured peak.
 
 On a machine with several GPUs it also reports DDP scaling efficiency: tokens/s on all
@@ -322,7 +322,7 @@ def checkpointing_as_tunelab_decides(settings: dict, gpu: str) -> tuple[bool, st
     """Whether a `tunelab train` of `settings` pinned to `gpu` trains with gradient
     checkpointing (the orchestrator's memory check: off where the estimate fits without it
     in the GPU's free memory, read from nvidia-smi, which opens no CUDA context), and why."""
-    from tunelab.config import parse_config
+    from tunelab.config.run_config import parse_config
     from tunelab.hardware import list_gpus
     from tunelab.orchestrator.memory_check import fit_memory
 
@@ -356,11 +356,11 @@ def gpu_count() -> int:
 
 
 def memory_check(settings: dict, logs: list, cuda: bool) -> dict:
-    """tunelab.memory_plan's estimate of the run (without the CUDA context, which
+    """tunelab.memory.plan's estimate of the run (without the CUDA context, which
     max_memory_allocated does not count) against the worker's peak: torch.cuda.max_memory_allocated
     from training's start (its progress events' peak_memory_gb), the largest over the runs."""
-    from tunelab.config import parse_config
-    from tunelab.memory_plan import estimate, read_model_config, settings_for, shape_from_config
+    from tunelab.config.run_config import parse_config
+    from tunelab.memory.plan import estimate, read_model_config, settings_for, shape_from_config
 
     cfg = parse_config(settings)
     plan = estimate(shape_from_config(read_model_config(cfg.model_name)), settings_for(cfg, cuda=cuda, world_size=1))

@@ -166,7 +166,7 @@ def prepare_model(cuda: bool, home: Path) -> tuple[Path, Path, dict[str, Any], i
         folder = CACHE / "gpu-check-llama-0.5b"
         facts = build_in_child(SHAPE_HALF_B, folder, None, cuda=True)
         return folder, larger_assets().skewed, facts, 1024, 8
-    from tunelab.demo import ensure_demo_assets
+    from tunelab.demos.text import ensure_demo_assets
 
     assets = ensure_demo_assets(home / "demo-assets")
     return assets.model_dir, assets.alpaca, {}, 128, 4

@@ -29,7 +29,7 @@ from assets import demo_assets
 from results import Result, standalone
 from sidebyside import ratios, spread
 
-BATCH = 10  # the metric buffer's flush size (tunelab.metric_buffer.FLUSH_AT)
+BATCH = 10  # the metric buffer's flush size (tunelab.orchestrator.metric_buffer.FLUSH_AT)
 WARMUP_BATCHES = 2
 
 UNMET_NOTES = {
@@ -107,7 +107,7 @@ def one_run(demo, steps: int, arms: list[bool]) -> tuple[list[float], list[float
     import time
 
     from tunelab import paths
-    from tunelab.demo import demo_config
+    from tunelab.demos.text import demo_config
     from tunelab.orchestrator import Orchestrator
     from tunelab.store import Store
 

@@ -1,4 +1,4 @@
-"""Memory estimate vs measured: tunelab.memory_plan's figures against the real worker.
+"""Memory estimate vs measured: tunelab.memory.plan's figures against the real worker.
 
 CPU runs of a random-init Llama (hidden 512, 4 layers, 8 heads, MLP 1,376, vocab 8,192:
 21M parameters, fp32) through the real worker (bench/runs.tunelab_run): LoRA and full
@@ -87,8 +87,8 @@ def long_rows() -> Path:
 
 
 def measure_one(folder: Path, data: Path, training_type: str, batch: int, seq: int, checkpointing: bool, steps: int) -> dict:
-    from tunelab.config import parse_config
-    from tunelab.memory_plan import estimate, read_model_config, settings_for, shape_from_config
+    from tunelab.config.run_config import parse_config
+    from tunelab.memory.plan import estimate, read_model_config, settings_for, shape_from_config
 
     settings = dict(model_name=str(folder), local_datasets=[str(data)], format="text", training_type=training_type,
                     batch_size=batch, max_seq_length=seq, gradient_checkpointing=checkpointing, gradient_accumulation_steps=1,
@@ -142,7 +142,7 @@ def measure(quick: bool) -> list[Result]:
         details.append(f"calibration ({kind}, micro-batch 1 x 16 tokens): RSS growth {base['measured'] / 2**20:.0f} MiB, "
                        f"estimated {base['estimated'] / 2**20:.1f} MiB — the fixed cost of a first training step")
     details.append("measured: worker peak RSS − RSS just before the first step; estimated: gradients + optimizer + "
-                   "activations + logits + heap retention of tunelab.memory_plan (fp32, CPU); 21M-parameter random "
+                   "activations + logits + heap retention of tunelab.memory.plan (fp32, CPU); 21M-parameter random "
                    f"Llama, {STEPS} steps per run, shapes none of which the heap constant was fitted on")
     return [Result(
         key="memory_estimate", title="13. Memory estimate",

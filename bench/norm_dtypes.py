@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from tunelab.demo import ensure_demo_assets  # noqa: E402
-from tunelab.worker import model_family  # noqa: E402
+from tunelab.demos.text import ensure_demo_assets  # noqa: E402
+from tunelab.worker.families import registry as model_family  # noqa: E402
 from tunelab.worker.model_setup import DeviceSettings  # noqa: E402
 
 CUDA = torch.cuda.is_available()

@@ -11,7 +11,7 @@ tiny model keeps steps short, which makes a fixed per-step cost as visible as it
 
 Off CUDA the two arms' LM heads differ: TRL's fused head scores every position with plain
 torch ops there, tunelab's worker scores the labelled positions in one pass
-(`tunelab/worker/direct_lm_head.py`); the equal loss curves show it is the same training.
+(`tunelab/worker/families/text/direct_lm_head.py`); the equal loss curves show it is the same training.
 bench/real_model.py measures what that changes on a real model.
 """
 

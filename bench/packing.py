@@ -12,7 +12,7 @@ user would try first, in a plain TRL script at the same precision: padded batche
 reference: what padding costs), batches grouped by length
 (`train_sampling_strategy="group_by_length"`) and padding-free batches without packing
 (TRL's `padding_free=True`). tunelab's arms also differ from TRL's in the LM head off CUDA
-(`worker/direct_lm_head.py`), so their ratios hold both gains. Every arm leaves out the same warm-up steps and
+(`worker/families/text/direct_lm_head.py`), so their ratios hold both gains. Every arm leaves out the same warm-up steps and
 measures the same number of intervals; tokens/s counts real (non-padding) tokens.
 
 The headline divides packed tokens/s by the fastest unpacked arm of the same repetition

@@ -155,6 +155,6 @@ def real_assets() -> RealAssets:
 
 
 if __name__ == "__main__":
-    from tunelab.demo_assets import build_atomically
+    from tunelab.demos.assets import build_atomically
 
     build_atomically(Path(sys.argv[1]), VERSION, _build)

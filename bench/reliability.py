@@ -45,7 +45,7 @@ from scenarios import run_to_end, run_with_locked_database  # noqa: E402
 from secret_leaks import make_secrets, run_with_secrets, s3_bucket_with, with_secrets  # noqa: E402
 from server_kill import kill_server_mid_run  # noqa: E402
 from sse_load import run_sse_load  # noqa: E402
-from tunelab.demo import demo_config, ensure_demo_assets  # noqa: E402
+from tunelab.demos.text import demo_config, ensure_demo_assets  # noqa: E402
 
 OUT = ROOT / "bench" / "out" / "reliability.json"
 DOC = ROOT / "docs" / "RELIABILITY.md"

@@ -252,7 +252,7 @@ FOUND_AND_FIXED = [
     "malformed, such counts unknown (`tunelab/events.py`).",
     "While another process locked the database, the pump waited in the metric write while holding the run's lock: "
     "the live stream stalled and status requests hung for the length of the lock. Metric batches are now written on "
-    "the buffer's own thread (`tunelab/metric_buffer.py`, `tunelab/orchestrator/run.py`).",
+    "the buffer's own thread (`tunelab/orchestrator/metric_buffer.py`, `tunelab/orchestrator/run.py`).",
     "A full disk surfaced as `RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos ...`, a "
     "read-only one as a bare `OSError`. Failures caused by the output folder now read `output_dir: ...` with the "
     "folder, the cause and the fix (`tunelab/worker/output_checks.py`).",

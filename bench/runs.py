@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tunelab.config import parse_config
+from tunelab.config.run_config import parse_config
 from tunelab.orchestrator.child import DEFAULT_WORKER, end_process, spawn_worker
 
 BENCH = Path(__file__).resolve().parent

@@ -1,6 +1,6 @@
 """Speech data memory: a dataset of thousands of clips must not hold its decoded samples at once.
 
-Two runs of the speech demo's tiny Whisper (`tunelab.speech_demo`) through the
+Two runs of the speech demo's tiny Whisper (`tunelab.demos.speech`) through the
 orchestrator and the real worker, the same in all but the dataset: 500 short clips, and
 4,000 (number words spoken by espeak-ng, 22.05 kHz wav; a pool of spoken clips is copied
 to make up the count, so the table builds in seconds). The worker's peak resident memory
@@ -31,7 +31,7 @@ def clip_table(n: int) -> tuple[Path, float]:
     """(a transcript table of n spoken clips, their total seconds), generated once and cached."""
     import soundfile
 
-    from tunelab.speech_demo import SYNTH_RATE, speak, spoken_rows, write_clip
+    from tunelab.demos.speech import SYNTH_RATE, speak, spoken_rows, write_clip
 
     folder = CACHE / f"speech-{n}"
     table = folder / "transcripts.jsonl"
@@ -59,7 +59,7 @@ def run_peak(table: Path, steps: int) -> tuple[float, float]:
     """(worker peak RSS in GiB, seconds from start to finish) of one run on `table`."""
     from tunelab import paths
     from tunelab.orchestrator import Orchestrator
-    from tunelab.speech_demo import ensure_speech_demo_assets, speech_demo_config
+    from tunelab.demos.speech import ensure_speech_demo_assets, speech_demo_config
     from tunelab.store import Store
 
     assets = ensure_speech_demo_assets(CACHE / "speech-demo")

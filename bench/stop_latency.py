@@ -61,7 +61,7 @@ def measure(quick: bool) -> list[Result]:
 def one_stop(demo) -> dict:
     from tunelab import paths
     from tunelab.checkpoints import InvalidCheckpoint, validate_checkpoint
-    from tunelab.demo import demo_config
+    from tunelab.demos.text import demo_config
     from tunelab.orchestrator import Orchestrator
     from tunelab.store import Store
 

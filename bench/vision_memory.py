@@ -1,6 +1,6 @@
 """Vision data memory: a dataset of 10,000 images must not hold its decoded pixels at once.
 
-Two LoRA runs of the tiny vision-language model (`tunelab.vision_demo`) through the
+Two LoRA runs of the tiny vision-language model (`tunelab.demos.vision`) through the
 orchestrator and the real worker, the same in all but the dataset: a caption table of
 100 images, and one of 10,000 (256x256 PNGs of coloured shapes, 192 KiB each decoded,
 1.9 GiB for all). The worker's peak resident memory (its `peak_memory_gb` progress field)
@@ -28,7 +28,7 @@ TARGET = 1.1  # the big run's peak at most 10% above the small run's
 
 def image_table(n: int) -> Path:
     """A caption table of n images, generated once and cached."""
-    from tunelab.vision_demo import SHAPE_COLOURS, SHAPES, caption_of, draw_shape
+    from tunelab.demos.vision import SHAPE_COLOURS, SHAPES, caption_of, draw_shape
 
     folder = CACHE / f"vision-{n}-{SIDE}"
     table = folder / "captions.jsonl"
@@ -53,7 +53,7 @@ def run_peak(table: Path, steps: int) -> tuple[float, float]:
     from tunelab import paths
     from tunelab.orchestrator import Orchestrator
     from tunelab.store import Store
-    from tunelab.vision_demo import ensure_vision_demo_assets, vision_demo_config
+    from tunelab.demos.vision import ensure_vision_demo_assets, vision_demo_config
 
     assets = ensure_vision_demo_assets(CACHE / "vision-demo")
     with tempfile.TemporaryDirectory(prefix="tunelab-bench-") as home:

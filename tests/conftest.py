@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from store_backends import pg_cluster, store_url  # noqa: F401  (fixtures: the store suite on SQLite and PostgreSQL)
-from tunelab.demo import DemoAssets, ensure_demo_assets
+from tunelab.demos.text import DemoAssets, ensure_demo_assets
 
 # One torch thread per process in the tests (inherited by every worker child): `make test`
 # runs two test processes on two cores, each often with a training child beside it, and

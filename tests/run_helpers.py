@@ -38,7 +38,7 @@ def use_helper_folders() -> None:
 def built_with_espeak(ensure: Callable[[Path], Assets], folder: Path) -> Assets:
     """Demo assets whose clips espeak-ng speaks; without it (scripts/install_system_deps.sh
     installs it) the test skips, saying how to install it."""
-    from tunelab.speech_demo import MissingSynthesiser, espeak_binary
+    from tunelab.demos.speech import MissingSynthesiser, espeak_binary
 
     try:
         espeak_binary()
@@ -79,7 +79,7 @@ def stopped_at_step(orchestrator: Orchestrator, recorder: EventRecorder, run_id:
 
 def run_cli(home: Path, *args: str) -> subprocess.CompletedProcess:
     """`tunelab <args>` in a child process on `home`; it must succeed."""
-    done = subprocess.run([sys.executable, "-m", "tunelab.cli", *args], env={**os.environ, "TUNELAB_HOME": str(home)},
+    done = subprocess.run([sys.executable, "-m", "tunelab.cli.main", *args], env={**os.environ, "TUNELAB_HOME": str(home)},
                           capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
     assert done.returncode == 0, done.stdout + done.stderr
     return done
@@ -104,7 +104,7 @@ def tiny_tts_model(folder: Path) -> Path:
     from a few transcripts of its own (no espeak-ng needed: nothing is trained on clips); the model folder."""
     import json
 
-    from tunelab.tts_demo import ensure_tts_demo_assets
+    from tunelab.demos.tts import ensure_tts_demo_assets
 
     folder.mkdir(parents=True, exist_ok=True)
     transcripts = folder / "transcripts.jsonl"

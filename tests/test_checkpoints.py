@@ -227,7 +227,7 @@ def test_real_safetensors_with_metadata_and_several_tensors(tmp_path: Path) -> N
 
 def test_module_imports_without_torch_or_safetensors() -> None:
     code = (
-        "import sys, tunelab.checkpoints, tunelab.store, tunelab.plots, tunelab.metric_buffer;"
+        "import sys, tunelab.checkpoints, tunelab.store, tunelab.orchestrator.plots, tunelab.orchestrator.metric_buffer;"
         "heavy = {'torch', 'safetensors', 'matplotlib', 'transformers'} & set(sys.modules);"
         "assert not heavy, heavy"
     )

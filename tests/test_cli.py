@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-TUNELAB = [sys.executable, "-m", "tunelab.cli"]
+TUNELAB = [sys.executable, "-m", "tunelab.cli.main"]
 # The end-to-end runs go through both training backends: same CLI, same events, same store.
 BACKENDS = [pytest.param("torch"), pytest.param("mlx", marks=pytest.mark.mlx)]
 CTRL_C_STEPS = 100
@@ -184,7 +184,7 @@ def test_outcome_of_a_run_that_never_stepped_prints_no_none(home):
 
     from rich.console import Console
 
-    from tunelab.foreground import RunOutcome, print_outcome
+    from tunelab.cli.foreground import RunOutcome, print_outcome
     from tunelab.store import Store
 
     store = Store(home / "tunelab.db")

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tunelab.config import ConfigError, RunConfig, check_machine, parse_config
-from tunelab.config_files import load_config_file
+from tunelab.config.run_config import ConfigError, RunConfig, check_machine, parse_config
+from tunelab.config.files import load_config_file
 
 BASE = {"model_name": "org/model", "local_datasets": ["data.jsonl"]}
 

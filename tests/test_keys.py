@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from store_backends import database_at_version
-from tunelab.cli import app
+from tunelab.cli.main import app
 from tunelab.keys import KeyRefused, check_name, check_role, looks_like_key, new_secret, secret_hash
 from tunelab.store import KEYS_MIGRATION, MIGRATIONS, KeyNameTaken, KeyNotFound, Store
 

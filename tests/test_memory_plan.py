@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from tunelab.config import ConfigError, parse_config
-from tunelab.memory_fit import Budget, check_fit
-from tunelab.memory_plan import (EstimateUnavailable, Settings, estimate, read_model_config, settings_for,
+from tunelab.config.run_config import ConfigError, parse_config
+from tunelab.memory.fit import Budget, check_fit
+from tunelab.memory.plan import (EstimateUnavailable, Settings, estimate, read_model_config, settings_for,
                                  shape_from_config)
 
 LLAMA_7B = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,

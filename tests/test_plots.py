@@ -10,7 +10,7 @@ import pytest
 from matplotlib import colors
 from matplotlib.image import imread
 
-from tunelab.plots import THEMES, loss_plot_png, moving_average, plot_title, redact
+from tunelab.orchestrator.plots import THEMES, loss_plot_png, moving_average, plot_title, redact
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STEPS = list(range(1, 41))

@@ -8,7 +8,7 @@ import io
 
 from rich.console import Console
 
-from tunelab.progress_view import ProgressView
+from tunelab.cli.progress_view import ProgressView
 
 
 def test_a_step_without_a_loss_keeps_the_last_one_on_screen():

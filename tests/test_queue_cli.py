@@ -11,8 +11,8 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from tunelab.cli import app
-from tunelab.queue_cli import device_text
+from tunelab.cli.main import app
+from tunelab.cli.queue import device_text
 from tunelab.store import Store
 
 runner = CliRunner()

@@ -1,4 +1,4 @@
-"""A model's own code and its fingerprint (tunelab.remote_code, remote_code_check), read
+"""A model's own code and its fingerprint (tunelab.remote_code.approval, remote_code_check), read
 from real folders without running any of it; the config's checks of the setting; and
 `tunelab fingerprint MODEL` as a user runs it."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tunelab.config import ConfigError, parse_config
-from tunelab.remote_code import RemoteCodeUnavailable, read_remote_code
-from tunelab.remote_code_check import FIELD, RemoteCodeRefused, check_approved, code_summary
+from tunelab.config.run_config import ConfigError, parse_config
+from tunelab.remote_code.approval import RemoteCodeUnavailable, read_remote_code
+from tunelab.remote_code.check import FIELD, RemoteCodeRefused, check_approved, code_summary
 
 RUNS = "raise SystemExit('this file must never run')\n"  # top-level code that would end any reader that ran it
 
@@ -97,15 +97,15 @@ def test_bad_fingerprint_settings_are_config_errors_naming_the_field(settings, s
 def test_the_cli_prints_the_files_and_the_fingerprint(tmp_path, home):
     model = own_code_model(tmp_path / "m")
     env = {**os.environ, "TUNELAB_HOME": str(home)}
-    shown = subprocess.run([sys.executable, "-m", "tunelab.cli", "fingerprint", str(model)], env=env, capture_output=True,
+    shown = subprocess.run([sys.executable, "-m", "tunelab.cli.main", "fingerprint", str(model)], env=env, capture_output=True,
                            text=True, timeout=120)
     fingerprint = read_remote_code(str(model)).fingerprint
     assert shown.returncode == 0, shown.stderr
     assert f"{FIELD}: {fingerprint}" in shown.stdout and "layers/rope.py" in shown.stdout
-    as_json = subprocess.run([sys.executable, "-m", "tunelab.cli", "fingerprint", str(model), "--json"], env=env,
+    as_json = subprocess.run([sys.executable, "-m", "tunelab.cli.main", "fingerprint", str(model), "--json"], env=env,
                              capture_output=True, text=True, timeout=120)
     assert json.loads(as_json.stdout)["fingerprint"] == fingerprint
-    missing = subprocess.run([sys.executable, "-m", "tunelab.cli", "fingerprint", str(tmp_path / "nowhere")], env=env,
+    missing = subprocess.run([sys.executable, "-m", "tunelab.cli.main", "fingerprint", str(tmp_path / "nowhere")], env=env,
                              capture_output=True, text=True, timeout=120)
     assert missing.returncode == 2 and "model_name" in missing.stderr and "Traceback" not in missing.stderr
 

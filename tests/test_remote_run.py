@@ -8,9 +8,9 @@ import subprocess
 import sys
 import time
 
-from tunelab import remote_run
-from tunelab.config import parse_config
-from tunelab.config_resume import secrets_from_environment
+from tunelab.cli import remote_run
+from tunelab.config.run_config import parse_config
+from tunelab.config.resume import secrets_from_environment
 
 
 def test_no_file_no_server(home):

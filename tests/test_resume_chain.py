@@ -1,4 +1,4 @@
-"""The chain of runs a resumed run continues (tunelab.resume_chain), on a real SQLite store:
+"""The chain of runs a resumed run continues (tunelab.orchestrator.resume_chain), on a real SQLite store:
 each earlier run's steps up to the step its successor resumed from, oldest first; a walk
 that stops at a run its reader may not see or that is gone; and the line `tunelab show`
 prints."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tunelab.resume_chain import describe, earlier_runs, metric_rows_until, resumed_at_step
+from tunelab.orchestrator.resume_chain import describe, earlier_runs, metric_rows_until, resumed_at_step
 from tunelab.store import Store
 
 

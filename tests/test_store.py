@@ -20,8 +20,8 @@ from checkpoint_factory import make_checkpoint
 from store_backends import database_at_version, raw_connection
 from tunelab import events
 from tunelab.checkpoints import latest_valid_checkpoint
-from tunelab.config import parse_config
-from tunelab.metric_buffer import MetricBuffer
+from tunelab.config.run_config import parse_config
+from tunelab.orchestrator.metric_buffer import MetricBuffer
 from tunelab.store import (
     MIGRATIONS,
     ORPHAN_MESSAGE,
@@ -469,7 +469,7 @@ def test_metric_buffer_flushes_a_row_that_waited_the_interval(store: Store, monk
 
 def test_metric_buffer_is_capped(caplog: pytest.LogCaptureFixture) -> None:
     buffer = MetricBuffer(flush_at=2, max_pending=5)
-    with caplog.at_level("WARNING", logger="tunelab.metric_buffer"):
+    with caplog.at_level("WARNING", logger="tunelab.orchestrator.metric_buffer"):
         for step in range(8):
             buffer.add({"step": step})
     assert buffer.pending() == 5 and buffer.dropped == 3

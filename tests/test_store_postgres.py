@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from store_backends import PgCluster, database_at_version, raw_connection
 from tunelab.store import dialect as store_dialect
-from tunelab.cli import app
+from tunelab.cli.main import app
 from tunelab.store import MIGRATIONS, InvalidValue, Store, StoreBusy, StoreError
 from tunelab.store.translate import UntranslatableStatement, to_postgres
 

@@ -22,7 +22,7 @@ from typing import Any, Mapping
 
 ENGINES = ("single", "torchrun", "ray")
 # The module torchrun (and Ray Train) runs in every rank.
-RANK_MODULE = "tunelab.worker.rank_entry"
+RANK_MODULE = "tunelab.worker.launch.rank_entry"
 DIST_TIMEOUT_ENV = "TUNELAB_DIST_TIMEOUT_S"
 DEFAULT_DIST_TIMEOUT_S = 300
 

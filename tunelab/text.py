@@ -4,7 +4,7 @@ Control characters (C0, DEL, C1 such as ESC, BEL and the one-byte CSI U+009B) st
 terminal: a name holding them can retitle the window or clear the screen when printed.
 Bidi overrides and isolates (U+202A–U+202E, U+2066–U+2069) make text display in another
 order than it is stored, so a path can read as something it is not. Lone surrogates
-cannot be stored as UTF-8 at all. `config.py` refuses all of them on input; `printable`
+cannot be stored as UTF-8 at all. `config/run_config.py` refuses all of them on input; `printable`
 shows text that was stored before that rule (old rows) with them escaped.
 """
 

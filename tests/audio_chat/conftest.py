@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from run_helpers import built_with_espeak, use_helper_folders
 
-from tunelab.audio_chat_demo import AudioChatDemoAssets, ensure_audio_chat_demo_assets
+from tunelab.demos.audio_chat import AudioChatDemoAssets, ensure_audio_chat_demo_assets
 
 use_helper_folders()
 
@@ -20,6 +20,6 @@ def audio_chat_assets(tmp_path_factory: pytest.TempPathFactory) -> AudioChatDemo
 
 @pytest.fixture(scope="session")
 def audio_processor(audio_chat_assets):
-    from tunelab.worker.audio_chat_model import load_processor
+    from tunelab.worker.families.audio_chat.model import load_processor
 
     return load_processor({"model_name": str(audio_chat_assets.model_dir)})

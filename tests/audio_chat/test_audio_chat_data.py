@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import soundfile
 
-from tunelab.audio_chat_demo import QUESTION
-from tunelab.worker.formats import DataFormatError
-from tunelab.worker.sources import load_raw
+from tunelab.demos.audio_chat import QUESTION
+from tunelab.worker.data.formats import DataFormatError
+from tunelab.worker.data.sources import load_raw
 
 
 def _config(assets, data: Path, **extra) -> dict:
@@ -24,7 +24,7 @@ def _config(assets, data: Path, **extra) -> dict:
 
 
 def _prepared(assets, processor, data: Path, tmp_path: Path, **extra):
-    from tunelab.worker import audio_chat_data
+    from tunelab.worker.families.audio_chat import data as audio_chat_data
 
     config = _config(assets, data, **extra)
     raw = load_raw(config, tmp_path / "cache")
@@ -46,7 +46,8 @@ def _rows_with(assets, tmp_path: Path, bad: dict[int, str]) -> Path:
 
 def test_the_family_is_told_from_the_config_and_mlx_refuses_it(audio_chat_assets):
     from tunelab.orchestrator.prechecks import mlx_model_problem
-    from tunelab.worker import audio_chat_model, model_family
+    from tunelab.worker.families.audio_chat import model as audio_chat_model
+    from tunelab.worker.families import registry as model_family
 
     config = {"model_name": str(audio_chat_assets.model_dir)}
     assert model_family.detect(config).name == "audio_chat"
@@ -97,7 +98,7 @@ def test_skip_bad_audio_skips_and_counts(audio_chat_assets, audio_processor, tmp
 
 
 def test_image_data_is_refused_saying_what_was_expected(audio_chat_assets, tmp_path):
-    from tunelab.worker.audio_chat_data import check_shape
+    from tunelab.worker.families.audio_chat.data import check_shape
 
     data = tmp_path / "captions.jsonl"
     data.write_text(json.dumps({"image": "a.png", "text": "A red circle."}) + "\n")
@@ -108,7 +109,8 @@ def test_image_data_is_refused_saying_what_was_expected(audio_chat_assets, tmp_p
 
 
 def test_the_audio_tower_stays_frozen_unless_switched_on(audio_chat_assets):
-    from tunelab.worker import model_family, model_setup
+    from tunelab.worker import model_setup
+    from tunelab.worker.families import registry as model_family
 
     config = {"model_name": str(audio_chat_assets.model_dir), "training_type": "lora", "backend": "torch", "precision": "fp32"}
     family = model_family.detect(config)
@@ -124,7 +126,8 @@ def test_the_audio_tower_stays_frozen_unless_switched_on(audio_chat_assets):
 
 
 def test_text_only_data_trains_an_audio_chat_model_as_a_language_model(audio_chat_assets, tmp_path):
-    from tunelab.worker import model_family, model_setup
+    from tunelab.worker import model_setup
+    from tunelab.worker.families import registry as model_family
 
     data = tmp_path / "text.jsonl"
     data.write_text("".join(json.dumps({"instruction": "Count to three.", "output": "one two three"}) + "\n" for _ in range(6)))
@@ -144,8 +147,9 @@ def test_full_fine_tuning_trains_the_language_model_and_keeps_the_base_audio_tow
     import torch
     from transformers import AutoModelForMultimodalLM, AutoProcessor
 
-    from tunelab.audio_chat_demo import audio_chat_demo_config
-    from tunelab.worker import model_family, model_setup
+    from tunelab.demos.audio_chat import audio_chat_demo_config
+    from tunelab.worker import model_setup
+    from tunelab.worker.families import registry as model_family
 
     out = tmp_path / "out"
     config = {**dict(audio_chat_demo_config(audio_chat_assets, steps=2, training_type="full", precision="fp32")),

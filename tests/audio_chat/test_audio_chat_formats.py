@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tunelab.worker.audio_chat_formats import audio_messages, has_audio
-from tunelab.worker.formats import DataFormatError, detect_format
+from tunelab.worker.families.audio_chat.formats import audio_messages, has_audio
+from tunelab.worker.data.formats import DataFormatError, detect_format
 
 QUESTION = {"type": "text", "text": "What is said?"}
 REPLY = {"role": "assistant", "content": [{"type": "text", "text": "seven three"}]}

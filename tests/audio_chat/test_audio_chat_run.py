@@ -14,7 +14,7 @@ import torch
 from run_helpers import export_merged, finished, recorded_orchestrator, stopped_at_step
 
 from tunelab import paths
-from tunelab.audio_chat_demo import audio_chat_demo_config
+from tunelab.demos.audio_chat import audio_chat_demo_config
 from tunelab.checkpoints import validate_checkpoint
 from tunelab.store import Store
 
@@ -55,7 +55,7 @@ def _export_gives_the_trained_logits(assets, home: Path, run_id: int, output: Pa
     from peft import PeftModel
     from transformers import AutoModelForMultimodalLM, AutoProcessor
 
-    from tunelab.worker.speech_collator import decode_clip
+    from tunelab.worker.families.speech.collator import decode_clip
 
     dest = export_merged(home, run_id, "--dtype", "float32")
     processor = AutoProcessor.from_pretrained(dest)

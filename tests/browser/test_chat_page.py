@@ -60,7 +60,7 @@ def server(tmp_path_factory, demo_assets) -> Iterator[ChatServer]:
               "save_steps": 1, "max_seq_length": 96, "batch_size": 2, "gradient_accumulation_steps": 1, "learning_rate": 1e-2,
               "lora_r": 8, "lora_alpha": 16}
     (base / "run.yaml").write_text(yaml.safe_dump(config))
-    trained = subprocess.run([sys.executable, "-m", "tunelab.cli", "train", str(base / "run.yaml")], env=env,
+    trained = subprocess.run([sys.executable, "-m", "tunelab.cli.main", "train", str(base / "run.yaml")], env=env,
                              capture_output=True, text=True, timeout=300)
     assert trained.returncode == 0, trained.stdout + trained.stderr
     token = secrets.token_urlsafe(24)

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from playwright.sync_api import expect
 
-from tunelab.config import parse_config
+from tunelab.config.run_config import parse_config
 
 pytestmark = pytest.mark.browser
 
@@ -162,7 +162,7 @@ def test_the_memory_estimate_lists_the_models_own_code_and_its_fingerprint(serve
     """A model with code of its own: the panel lists the files and the fingerprint that approves them."""
     import json
 
-    from tunelab.remote_code import read_remote_code
+    from tunelab.remote_code.approval import read_remote_code
 
     model = demo_assets.root / "own-code-model"  # inside the server's data roots
     model.mkdir(exist_ok=True)

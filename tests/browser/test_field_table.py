@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tunelab.config import NodesConfig, RunConfig, S3Source
+from tunelab.config.run_config import NodesConfig, RunConfig, S3Source
 from tunelab.server.schemas import DatasetPreviewRequest
 
 STATIC_JS = Path(__file__).resolve().parents[2] / "tunelab" / "server" / "static" / "js"

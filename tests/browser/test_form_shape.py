@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import expect
 
-from tunelab.config import parse_config
-from tunelab.config_files import load_config_file
+from tunelab.config.run_config import parse_config
+from tunelab.config.files import load_config_file
 
 pytestmark = pytest.mark.browser
 

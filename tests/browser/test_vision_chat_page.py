@@ -20,8 +20,8 @@ import yaml
 from playwright.sync_api import expect
 
 from conftest import _read_url, _wait_healthy
-from tunelab.demo_assets import DEMO_TRAINING
-from tunelab.vision_demo import ensure_vision_demo_assets
+from tunelab.demos.assets import DEMO_TRAINING
+from tunelab.demos.vision import ensure_vision_demo_assets
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timeout(600)]
 LOAD_MS = 120_000  # the first answer waits for the inference child to load the model
@@ -52,7 +52,7 @@ def server(tmp_path_factory) -> Iterator[VisionServer]:
     config = {"model_name": str(assets.model_dir), "local_datasets": [str(assets.messages)], **DEMO_TRAINING, "max_steps": 10,
               "train_on_completions": True, "eval_steps": 10, "eval_holdout": 0.1}
     (base / "run.yaml").write_text(yaml.safe_dump(config))
-    trained = subprocess.run([sys.executable, "-m", "tunelab.cli", "train", str(base / "run.yaml")], env=env,
+    trained = subprocess.run([sys.executable, "-m", "tunelab.cli.main", "train", str(base / "run.yaml")], env=env,
                              capture_output=True, text=True, timeout=540)
     assert trained.returncode == 0, trained.stdout + trained.stderr
     token = secrets.token_urlsafe(24)

@@ -16,7 +16,7 @@ import psutil
 import yaml
 
 from tunelab import paths
-from tunelab.demo import DemoAssets, demo_config
+from tunelab.demos.text import DemoAssets, demo_config
 from tunelab.layout import RANK_MODULE
 
 WAIT_S = 240  # a 2-rank run imports torch & co in three processes on two shared cores
@@ -45,7 +45,7 @@ def descendants(pid: int) -> list[psutil.Process]:
 
 
 def is_rank(process: psutil.Process) -> bool:
-    """A rank runs `python -u -m tunelab.worker.rank_entry CONFIG`; torchrun's own command
+    """A rank runs `python -u -m tunelab.worker.launch.rank_entry CONFIG`; torchrun's own command
     line names the module too, after `torch.distributed.run`."""
     try:
         argv = process.cmdline()
@@ -113,7 +113,7 @@ def start_second_node(head: dict[str, Any], tmp_path: Path, *extra: str) -> subp
     nodes = head["nodes"]
     where = (["--rdzv-endpoint", nodes["rdzv_endpoint"]] if nodes.get("rdzv_endpoint")
              else ["--master-addr", nodes["master_addr"], "--master-port", str(nodes["master_port"])])
-    command = [sys.executable, "-m", "tunelab.cli", "train", str(path), "--local", "--nnodes", "2", "--node-rank", "1",
+    command = [sys.executable, "-m", "tunelab.cli.main", "train", str(path), "--local", "--nnodes", "2", "--node-rank", "1",
                *where, *extra]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "COLUMNS": "300"})

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import signal
 
-from tunelab.worker import launcher
+from tunelab.worker.launch import launcher
 
 REPORT = """\
 torch.distributed.elastic.multiprocessing.errors.ChildFailedError: 
 ============================================================
-tunelab.worker.rank_entry FAILED
+tunelab.worker.launch.rank_entry FAILED
 ------------------------------------------------------------
 Failures:
 [1]:

@@ -13,8 +13,8 @@ import pytest
 
 from tunelab import paths
 from tunelab.checkpoints import validate_checkpoint
-from tunelab.config import parse_config
-from tunelab.demo import demo_config
+from tunelab.config.run_config import parse_config
+from tunelab.demos.text import demo_config
 from tunelab.orchestrator import Orchestrator
 from tunelab.store import Store
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tunelab import layout
-from tunelab.config import ConfigError, parse_config
+from tunelab.config.run_config import ConfigError, parse_config
 
 BASE = {"model_name": "org/model", "local_datasets": ["data.jsonl"]}
 HEAD = {"count": 2, "master_addr": "10.0.0.1"}

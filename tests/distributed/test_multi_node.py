@@ -15,7 +15,7 @@ from dist_helpers import alive_of, free_port, head_config, process_tree, start_s
 
 from tunelab import paths
 from tunelab.checkpoints import validate_checkpoint
-from tunelab.config import parse_config
+from tunelab.config.run_config import parse_config
 from tunelab.orchestrator import Orchestrator
 from tunelab.store import Store
 
@@ -95,7 +95,7 @@ def test_a_node_that_never_joins_fails_the_run_naming_the_rendezvous(demo_assets
 HEAD_SCRIPT = """
 import json, sys
 from tunelab import paths
-from tunelab.config import parse_config
+from tunelab.config.run_config import parse_config
 from tunelab.orchestrator import Orchestrator
 from tunelab.store import Store
 

@@ -21,7 +21,7 @@ from dist_helpers import (alive, descendants, free_port, head_config, is_rank, i
 
 from tunelab import layout, paths
 from tunelab.checkpoints import latest_valid_checkpoint
-from tunelab.config import parse_config
+from tunelab.config.run_config import parse_config
 from tunelab.orchestrator import Orchestrator
 from tunelab.orchestrator.resume import check_resumable
 from tunelab.store import Store

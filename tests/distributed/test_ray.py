@@ -21,7 +21,7 @@ from orch_helpers import EventRecorder
 from ray_cluster import LocalRayCluster, free_port
 
 from tunelab.checkpoints import validate_checkpoint
-from tunelab.demo import demo_config
+from tunelab.demos.text import demo_config
 from tunelab.orchestrator import Orchestrator
 from tunelab.orchestrator.state import METRIC_COLUMNS
 
@@ -114,7 +114,7 @@ def test_kill_9_of_a_training_worker_records_error_promptly(demo_assets, cluster
 PARENT = textwrap.dedent("""
     import json, sys
     from tunelab import paths
-    from tunelab.config import parse_config
+    from tunelab.config.run_config import parse_config
     from tunelab.orchestrator import Orchestrator
     from tunelab.store import Store
 

@@ -11,15 +11,15 @@ import sys
 import pytest
 import yaml
 
-from tunelab.config import ConfigError
-from tunelab.demo import demo_config
+from tunelab.config.run_config import ConfigError
+from tunelab.demos.text import demo_config
 from tunelab.orchestrator.prechecks import check_before_start
 
 
 def test_the_ray_flag_sets_ray_address(tmp_path, home, demo_assets):
     config = tmp_path / "run.yaml"
     config.write_text(yaml.safe_dump({**demo_config(demo_assets, steps=2).public(), "gpu_ids": [0]}))
-    result = subprocess.run([sys.executable, "-m", "tunelab.cli", "train", str(config), "--local", "--ray", "127.0.0.1:6379"],
+    result = subprocess.run([sys.executable, "-m", "tunelab.cli.main", "train", str(config), "--local", "--ray", "127.0.0.1:6379"],
                             env={**os.environ, "TUNELAB_HOME": str(home), "COLUMNS": "200"}, capture_output=True, text=True,
                             timeout=60)
     assert result.returncode == 2, result.stdout + result.stderr

@@ -47,7 +47,7 @@ def test_sigterm_to_every_process_of_the_job_stops_and_saves(demo_assets, home, 
     path.write_text(yaml.safe_dump(config))
     log = home / "train.log"
     env = {**os.environ, "TUNELAB_HOME": str(home), "COLUMNS": "160"}
-    cli = subprocess.Popen([sys.executable, "-m", "tunelab.cli", "train", "--local", str(path)], env=env,
+    cli = subprocess.Popen([sys.executable, "-m", "tunelab.cli.main", "train", "--local", str(path)], env=env,
                            stdout=log.open("w"), stderr=subprocess.STDOUT)
     job: list[psutil.Process] = []
     try:

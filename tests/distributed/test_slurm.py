@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tunelab.demo import demo_config
+from tunelab.demos.text import demo_config
 from tunelab.store import Store
 
 pytestmark = pytest.mark.slow
@@ -61,7 +61,7 @@ def test_the_sbatch_script_trains_over_two_slurm_nodes(slurm, demo_assets, home,
     config.update(batch_size=2, gradient_accumulation_steps=1)
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {**slurm, "TUNELAB_HOME": str(home), "TUNELAB": f"{sys.executable} -m tunelab.cli",
+    env = {**slurm, "TUNELAB_HOME": str(home), "TUNELAB": f"{sys.executable} -m tunelab.cli.main",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "TUNELAB_JOIN_TIMEOUT": "120"}
     out = tmp_path / "job.out"

@@ -14,8 +14,8 @@ import pytest
 from dist_helpers import WAIT_S, alive, descendants, is_torchrun, ranks_under, two_rank_config, wait_until
 
 from tunelab.checkpoints import validate_checkpoint
-from tunelab.config import ConfigError
-from tunelab.demo import demo_config
+from tunelab.config.run_config import ConfigError
+from tunelab.demos.text import demo_config
 
 pytestmark = pytest.mark.slow
 

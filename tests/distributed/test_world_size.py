@@ -11,8 +11,8 @@ from checkpoint_factory import make_checkpoint, write_torch_zip
 
 from tunelab import paths
 from tunelab.checkpoints import validate_checkpoint
-from tunelab.config import ConfigError
-from tunelab.demo import demo_config
+from tunelab.config.run_config import ConfigError
+from tunelab.demos.text import demo_config
 
 
 def _with_rng_states(folder: Path, names: list[str]) -> Path:

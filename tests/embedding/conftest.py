@@ -12,7 +12,7 @@ import pytest
 for _folder in ("orchestrator", "worker"):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / _folder))
 
-from tunelab.embedding_demo import EmbeddingDemoAssets, ensure_embedding_demo_assets
+from tunelab.demos.embedding import EmbeddingDemoAssets, ensure_embedding_demo_assets
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """Embedding data in-process: each shape detected by `format: auto` (and through
 column_mapping), the loss chosen per shape and overridable, batches checked against the
-loss, the settings validated by config.py, and the model family detected from its files."""
+loss, the settings validated by config/run_config.py, and the model family detected from its files."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from tunelab.config import ConfigError, parse_config
+from tunelab.config.run_config import ConfigError, parse_config
 from tunelab.orchestrator.prechecks import mlx_model_problem
-from tunelab.worker import embedding_loss
+from tunelab.worker.families.embedding import loss as embedding_loss
 from tunelab.worker.context import RunSettingError
-from tunelab.worker.embedding_family import EmbeddingFamily
-from tunelab.worker.embedding_model import is_embedding_model
-from tunelab.worker.sources import load_raw
+from tunelab.worker.families.embedding.family import EmbeddingFamily
+from tunelab.worker.families.embedding.model import is_embedding_model
+from tunelab.worker.data.sources import load_raw
 
 
 def _raw(path, tmp_path, **config):
@@ -83,7 +83,7 @@ def test_a_score_or_label_that_is_not_one_is_named(tmp_path, rows, words):
 
 
 def test_pair_data_on_a_generative_model_says_what_to_do(demo_assets, embedding_assets, tmp_path):
-    from tunelab.worker import data
+    from tunelab.worker.data import prepare as data
 
     raw = _raw(embedding_assets.pairs, tmp_path)
     with pytest.raises(RunSettingError) as caught:
@@ -153,7 +153,7 @@ def test_the_mlx_backend_refuses_an_embedding_model_up_front(embedding_assets):
 def test_each_shape_gets_its_evaluator(embedding_assets, tmp_path, data, metric):
     from sentence_transformers import SentenceTransformer
 
-    from tunelab.worker.embedding_eval import HEADLINE_METRIC, build_evaluator
+    from tunelab.worker.families.embedding.eval import HEADLINE_METRIC, build_evaluator
 
     raw = _raw(getattr(embedding_assets, data), tmp_path)
     rows = EmbeddingFamily().prepare({"batch_size": 4}, None, raw).train.select(range(24))
@@ -164,7 +164,7 @@ def test_each_shape_gets_its_evaluator(embedding_assets, tmp_path, data, metric)
 
 
 def test_the_retrieval_task_keeps_each_text_once():
-    from tunelab.worker.embedding_eval import retrieval_task
+    from tunelab.worker.families.embedding.eval import retrieval_task
 
     queries, corpus, relevant = retrieval_task(["q1", "q2", "q1"], ["p1", "p1", "p3"], ["p3", "n2", "n3"])
     assert sorted(queries.values()) == ["q1", "q2"] and sorted(corpus.values()) == ["n2", "n3", "p1", "p3"]
@@ -174,7 +174,7 @@ def test_the_retrieval_task_keeps_each_text_once():
 
 
 def test_check_dataset_shows_each_pair_as_its_columns(embedding_assets, tmp_path):
-    from tunelab.server.preview_child import build_preview
+    from tunelab.worker.preview.child import build_preview
 
     preview = build_preview({"local_datasets": [str(embedding_assets.triplets)], "format": "auto"}, 2,
                             str(embedding_assets.model_dir), tmp_path / "cache")

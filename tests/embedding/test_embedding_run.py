@@ -17,7 +17,7 @@ from orch_helpers import EventRecorder
 
 from tunelab import paths
 from tunelab.checkpoints import validate_checkpoint
-from tunelab.embedding_demo import embedding_demo_config, eval_history
+from tunelab.demos.embedding import embedding_demo_config, eval_history
 from tunelab.export.plan import ExportInputError, plan_export
 from tunelab.orchestrator import Orchestrator
 from tunelab.store import Store
@@ -82,7 +82,7 @@ def _output_gives_the_trained_embeddings(assets, output: Path, config: dict) -> 
     from safetensors.torch import load_file
     from sentence_transformers import SentenceTransformer
 
-    from tunelab.worker.embedding_family import EmbeddingFamily
+    from tunelab.worker.families.embedding.family import EmbeddingFamily
     from tunelab.worker.model_setup import device_settings
 
     exported = SentenceTransformer(str(output), device="cpu").encode(TEXTS)

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-TUNELAB = [sys.executable, "-m", "tunelab.cli"]
+TUNELAB = [sys.executable, "-m", "tunelab.cli.main"]
 # One fixed prompt whose logits are compared across the base model, the adapter and exports.
 PROMPT = "Add the two numbers.\n3 and 4"
 # A file of the user's in the folder the `full_run` fixture's `export_after` would write:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tunelab.grpo_demo import write_prompt_data
+from tunelab.demos.grpo import write_prompt_data
 
 # A user's reward: 0.25 for each completion whose row carried a reference answer, so the
 # run's rewards/<name>/mean shows that the file ran, in the worker, with the row's columns.

@@ -1,7 +1,7 @@
 """GRPO's data, settings and rewards in-process: prompt_only rows detected by `format: auto`
 as strings, as chat messages and through column_mapping, rendered as TRL's conversational
 prompts with the reference answer; the unknown-shape error lists the columns and a working
-example; impossible settings refused by config.py naming the field; the built-in rewards
+example; impossible settings refused by config/run_config.py naming the field; the built-in rewards
 score as documented; a user's reward file imported (or refused naming the field); and the
 HTTP path rules applied to a reward file."""
 
@@ -12,15 +12,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from tunelab.config import ConfigError, parse_config
+from tunelab.config.run_config import ConfigError, parse_config
 from tunelab.paths import PathNotAllowed
 from tunelab.worker.context import RunSettingError
-from tunelab.worker.formats import DataFormatError
-from tunelab.worker.grpo_rewards import reward_functions
+from tunelab.worker.data.formats import DataFormatError
+from tunelab.worker.methods.grpo_rewards import reward_functions
 from tunelab.worker.methods import for_objective
 from tunelab.worker.methods.grpo import GRPOMethod
-from tunelab.worker.model_family import Loaded, TextFamily
-from tunelab.worker.sources import load_raw
+from tunelab.worker.families.registry import Loaded, TextFamily
+from tunelab.worker.data.sources import load_raw
 
 TOKENIZER = type("Tok", (), {"chat_template": "{{ messages }}"})()
 LOADED = Loaded(None, TOKENIZER, TOKENIZER)
@@ -68,7 +68,7 @@ def test_an_unknown_shape_lists_the_columns_and_a_prompt_example(tmp_path):
 
 
 def test_wrong_data_for_grpo_and_prompts_for_sft_name_the_setting(preference_free_alpaca, prompt_data, tmp_path):
-    from tunelab.worker.formats import to_messages
+    from tunelab.worker.data.formats import to_messages
 
     with pytest.raises(DataFormatError) as info:
         GRPOMethod(TextFamily()).prepare(CONTAINS, LOADED, _raw(preference_free_alpaca, tmp_path))
@@ -120,7 +120,7 @@ def test_impossible_grpo_settings_are_refused_naming_the_field(overrides, field,
 def test_grpo_settings_pass_with_their_defaults():
     config = parse_config({**GRPO, "training_type": "qlora", "rewards": [{"name": "regex", "pattern": "^red$", "weight": 0.5}]})
     assert (config.objective, config.num_generations, config.rewards[0].weight, config.load_in_4bit) == ("grpo", None, 0.5, True)
-    from tunelab.grpo_settings import generation_settings
+    from tunelab.config.grpo import generation_settings
     assert generation_settings(config.worker_payload()) == {"num_generations": 4, "max_completion_length": 64, "temperature": 1.0}
 
 
@@ -191,7 +191,7 @@ def test_over_http_a_reward_file_needs_the_opt_in_and_must_lie_in_the_data_roots
 
 
 def test_the_dataset_preview_shows_the_prompt_and_its_reference(prompt_messages, demo_assets, tmp_path):
-    from tunelab.server.preview_child import build_preview
+    from tunelab.worker.preview.child import build_preview
 
     preview = build_preview({"local_datasets": [str(prompt_messages)], "format": "auto"}, 2, str(demo_assets.model_dir), tmp_path)
     first = json.loads(prompt_messages.read_text().splitlines()[0])
@@ -200,7 +200,7 @@ def test_the_dataset_preview_shows_the_prompt_and_its_reference(prompt_messages,
 
 
 def test_the_demo_config_is_a_valid_grpo_run_and_its_summary_compares_start_and_end(demo_assets):
-    from tunelab.grpo_demo import grpo_demo_config, reward_summary
+    from tunelab.demos.grpo import grpo_demo_config, reward_summary
 
     config = grpo_demo_config(demo_assets, steps=30)
     assert (config.objective, config.training_type, config.max_steps) == ("grpo", "full", 30)

@@ -17,7 +17,7 @@ from orch_helpers import EventRecorder  # noqa: E402
 
 from tunelab import paths  # noqa: E402
 from tunelab.checkpoints import validate_checkpoint  # noqa: E402
-from tunelab.demo import demo_config  # noqa: E402
+from tunelab.demos.text import demo_config  # noqa: E402
 from tunelab.orchestrator import Orchestrator  # noqa: E402
 from tunelab.store import Store  # noqa: E402
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-TUNELAB = [sys.executable, "-m", "tunelab.cli"]
+TUNELAB = [sys.executable, "-m", "tunelab.cli.main"]
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ import yaml
 from run_helpers import built_with_espeak
 
 from inference_helpers import run_cli, start_server
-from tunelab.audio_chat_demo import QUESTION, ensure_audio_chat_demo_assets
-from tunelab.demo_assets import DEMO_TRAINING
+from tunelab.demos.audio_chat import QUESTION, ensure_audio_chat_demo_assets
+from tunelab.demos.assets import DEMO_TRAINING
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 STEPS = 6
@@ -42,7 +42,7 @@ def reference_answer(audio_run, clip_path, max_new_tokens: int) -> tuple[str, in
     from peft import PeftModel
     from transformers import AutoModelForMultimodalLM, AutoProcessor
 
-    from tunelab.worker.speech_collator import decode_clip
+    from tunelab.worker.families.speech.collator import decode_clip
 
     output = audio_run["run"]["output_dir"]
     processor = AutoProcessor.from_pretrained(output)

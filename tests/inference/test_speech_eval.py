@@ -14,7 +14,7 @@ import yaml
 from run_helpers import built_with_espeak
 
 from inference_helpers import run_cli
-from tunelab.speech_demo import SPEECH_DEMO_TRAINING, ensure_speech_demo_assets
+from tunelab.demos.speech import SPEECH_DEMO_TRAINING, ensure_speech_demo_assets
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 STEPS = 3

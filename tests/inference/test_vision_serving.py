@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from inference_helpers import Server, run_cli, start_server
-from tunelab.demo_assets import DEMO_TRAINING
-from tunelab.vision_demo import ensure_vision_demo_assets
+from tunelab.demos.assets import DEMO_TRAINING
+from tunelab.demos.vision import ensure_vision_demo_assets
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 STEPS = 40

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tunelab.config import ConfigError, parse_config
+from tunelab.config.run_config import ConfigError, parse_config
 
 pytestmark = pytest.mark.mlx
 

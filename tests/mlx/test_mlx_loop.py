@@ -10,7 +10,7 @@ nn = pytest.importorskip("mlx.nn")
 import mlx.optimizers as optim  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
-from tunelab.worker.mlx_loop import IGNORE_INDEX, BatchPlan, GradientClips, Trainer, loss_sum, make_schedule, pad_batch  # noqa: E402
+from tunelab.worker.backends.mlx_loop import IGNORE_INDEX, BatchPlan, GradientClips, Trainer, loss_sum, make_schedule, pad_batch  # noqa: E402
 
 pytestmark = pytest.mark.mlx
 

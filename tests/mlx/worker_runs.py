@@ -17,7 +17,7 @@ from typing import Any, Callable
 import pytest
 
 from tunelab import events
-from tunelab.config import parse_config
+from tunelab.config.run_config import parse_config
 from tunelab.worker.entry import run_worker
 
 # Generous: a spawned MLX worker needs a few seconds for imports on a busy 2-core runner.

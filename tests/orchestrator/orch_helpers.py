@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from tunelab.config import RunConfig, parse_config
+from tunelab.config.run_config import RunConfig, parse_config
 from tunelab.orchestrator import Orchestrator
 
 WAIT_S = 60

@@ -11,7 +11,7 @@ import pytest
 import scripted_workers as sw
 from orch_helpers import finished, scripted_config
 
-from tunelab.config import ConfigError
+from tunelab.config.run_config import ConfigError
 
 SMI_SCRIPT = """#!/bin/sh
 cat "{table}"

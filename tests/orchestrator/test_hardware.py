@@ -14,7 +14,7 @@ import pytest
 from orch_helpers import scripted_config
 
 from tunelab import hardware
-from tunelab.config import check_machine
+from tunelab.config.run_config import check_machine
 from tunelab.orchestrator.gpus import choose_gpus, gpu_env
 
 TABLE = (

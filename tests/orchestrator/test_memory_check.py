@@ -12,7 +12,7 @@ import pytest
 import scripted_workers as sw
 from orch_helpers import finished, scripted_config
 
-from tunelab.config import ConfigError
+from tunelab.config.run_config import ConfigError
 
 LLAMA_7B = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
             "num_hidden_layers": 32, "num_key_value_heads": 32, "vocab_size": 32000, "tie_word_embeddings": False}

@@ -17,7 +17,7 @@ import scripted_workers as sw
 from orch_helpers import finished, scripted_config
 
 from tunelab import hardware, paths
-from tunelab.config import ConfigError, check_machine
+from tunelab.config.run_config import ConfigError, check_machine
 from tunelab.orchestrator import Orchestrator
 from tunelab.orchestrator.gpus import choose_gpus
 from tunelab.orchestrator.ownership import DeviceBusy, RunClaim, device_holder, lock_file
@@ -121,7 +121,7 @@ def test_the_cli_refuses_two_slices_with_exit_2_naming_the_reason(mig_machine, t
     config = tmp_path / "run.yaml"
     config.write_text("model_name: scripted/tiny\nlocal_datasets: [/nowhere/train.jsonl]\nmax_steps: 5\ngpu_ids: [0, 1]\n")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "MIG-1111aaaa-0000,MIG-2222aaaa-0000", "TUNELAB_HOME": str(tmp_path / "home")}
-    done = subprocess.run([sys.executable, "-m", "tunelab.cli", "train", str(config), "--local"],
+    done = subprocess.run([sys.executable, "-m", "tunelab.cli.main", "train", str(config), "--local"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     said = " ".join((done.stdout + done.stderr).split())

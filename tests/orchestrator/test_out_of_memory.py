@@ -10,7 +10,7 @@ import oom_worker
 import pytest
 from orch_helpers import finished
 
-from tunelab.demo import demo_config
+from tunelab.demos.text import demo_config
 
 pytestmark = pytest.mark.slow
 

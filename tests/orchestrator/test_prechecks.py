@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tunelab.config import ConfigError, parse_config
+from tunelab.config.run_config import ConfigError, parse_config
 from tunelab.orchestrator import Orchestrator
 from tunelab.orchestrator.prechecks import check_before_start, data_file_problem, model_problem
 

@@ -22,7 +22,7 @@ import pytest
 import scripted_workers as sw
 from orch_helpers import EventRecorder, finished, scripted_config
 
-from tunelab.demo import demo_config
+from tunelab.demos.text import demo_config
 from tunelab.orchestrator import Orchestrator
 from tunelab.orchestrator.prewarm import PREWARM_ENV, prewarm_wanted
 

@@ -16,7 +16,7 @@ import pytest
 from orch_helpers import EventRecorder, finished
 
 from tunelab.checkpoints import validate_checkpoint
-from tunelab.demo import demo_config
+from tunelab.demos.text import demo_config
 from tunelab.orchestrator import Orchestrator
 from tunelab.orchestrator.resume import check_resumable
 
@@ -27,7 +27,7 @@ HEAVY_MODULES = ("torch", "transformers", "peft", "trl", "datasets", "mlx", "ray
 PARENT_SCRIPT = textwrap.dedent("""
     import json, sys
     from tunelab import paths
-    from tunelab.config import parse_config
+    from tunelab.config.run_config import parse_config
     from tunelab.orchestrator import Orchestrator
     from tunelab.store import Store
 

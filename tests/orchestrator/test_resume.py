@@ -11,7 +11,7 @@ from checkpoint_factory import make_checkpoint
 from orch_helpers import finished, scripted_config
 
 from tunelab import paths
-from tunelab.config import ConfigError
+from tunelab.config.run_config import ConfigError
 from tunelab.orchestrator import NotResumable, PathNotAllowed
 
 

@@ -14,7 +14,7 @@ import scripted_workers as sw
 from orch_helpers import WAIT_S, scripted_config
 
 from tunelab import paths
-from tunelab.config import SECRETS_USED_KEY
+from tunelab.config.run_config import SECRETS_USED_KEY
 from tunelab.orchestrator import Orchestrator
 from tunelab.store import Store
 

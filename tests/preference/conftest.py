@@ -10,7 +10,7 @@ import pytest
 # The run tests drive the worker tests' spawned-worker helper.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "worker"))
 
-from tunelab.preference_demo import write_preference_data
+from tunelab.demos.preference import write_preference_data
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tunelab.preference_demo import preference_rows
+from tunelab.demos.preference import preference_rows
 
 # TRL's documented shapes (its "Dataset formats" page), one pair each.
 STANDARD_EXPLICIT = {"prompt": "The sky is", "chosen": " blue.", "rejected": " green."}

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-TUNELAB = [sys.executable, "-m", "tunelab.cli"]
+TUNELAB = [sys.executable, "-m", "tunelab.cli.main"]
 
 
 def _run(args, home):

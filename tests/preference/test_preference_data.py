@@ -1,7 +1,7 @@
 """Preference data and settings in-process: (prompt, chosen, rejected) rows detected by
 `format: auto` as strings, as messages lists and through column_mapping; rendered as TRL's
 conversational rows; the unknown-shape error lists the columns, the first row and a
-working example; and the impossible objective combinations refused by config.py naming
+working example; and the impossible objective combinations refused by config/run_config.py naming
 the field."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import json
 
 import pytest
 
-from tunelab.config import ConfigError, parse_config
-from tunelab.worker.formats import DataFormatError
+from tunelab.config.run_config import ConfigError, parse_config
+from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.methods import for_objective
 from tunelab.worker.methods.preference import PreferenceMethod
-from tunelab.worker.model_family import Loaded, TextFamily, VisionFamily
-from tunelab.worker.sources import load_raw
+from tunelab.worker.families.registry import Loaded, TextFamily, VisionFamily
+from tunelab.worker.data.sources import load_raw
 
 
 def _raw(path, tmp_path, **config):
@@ -68,7 +68,7 @@ def test_an_unknown_shape_lists_the_columns_the_first_row_and_a_preference_examp
 
 
 def test_preference_data_under_sft_and_sft_data_under_dpo_name_the_setting(preference_data, demo_assets, tmp_path):
-    from tunelab.worker.formats import to_messages
+    from tunelab.worker.data.formats import to_messages
 
     row = {"prompt": "p", "chosen": "a", "rejected": "b"}
     with pytest.raises(DataFormatError) as info:
@@ -138,7 +138,7 @@ def test_sharegpt_turns_become_chat_roles_and_unknown_turn_keys_are_refused(tmp_
 
 
 def test_the_dataset_preview_shows_the_prompt_with_the_chosen_answer_and_the_rejected_one(preference_messages, demo_assets, tmp_path):
-    from tunelab.server.preview_child import build_preview
+    from tunelab.worker.preview.child import build_preview
 
     preview = build_preview({"local_datasets": [str(preference_messages)], "format": "auto"}, 2, str(demo_assets.model_dir), tmp_path)
     first = json.loads(preference_messages.read_text().splitlines()[0])
@@ -171,7 +171,7 @@ def test_unpaired_rows_are_detected_for_kto_with_their_labels_read(unpaired_data
 
 
 def test_the_dataset_preview_shows_an_unpaired_row_with_its_label(unpaired_data, tmp_path):
-    from tunelab.server.preview_child import build_preview
+    from tunelab.worker.preview.child import build_preview
 
     preview = build_preview({"local_datasets": [str(unpaired_data)], "format": "auto"}, 2, None, tmp_path)
     assert preview["format"] == "unpaired_preference" and preview["rendered_with"] == "plain"

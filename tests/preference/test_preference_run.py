@@ -21,7 +21,7 @@ from spawned_worker import demo_config, run_to_end  # noqa: E402
 from tunelab import events as ev  # noqa: E402
 from tunelab import paths  # noqa: E402
 from tunelab.checkpoints import validate_checkpoint  # noqa: E402
-from tunelab.demo import demo_config as orchestrator_demo_config  # noqa: E402
+from tunelab.demos.text import demo_config as orchestrator_demo_config  # noqa: E402
 from tunelab.orchestrator import Orchestrator  # noqa: E402
 from tunelab.store import Store  # noqa: E402
 

@@ -18,10 +18,10 @@ from public_shapes import (CONVERSATIONAL_EXPLICIT, CONVERSATIONAL_IMPLICIT, STA
                            ultrafeedback_row, write_json_array, write_jsonl)
 from trl.data_utils import apply_chat_template, maybe_apply_chat_template, maybe_extract_prompt
 
-from tunelab.worker.formats import DataFormatError
+from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.methods.preference import PreferenceMethod
-from tunelab.worker.model_family import Loaded, TextFamily
-from tunelab.worker.sources import load_raw
+from tunelab.worker.families.registry import Loaded, TextFamily
+from tunelab.worker.data.sources import load_raw
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +141,7 @@ def test_a_value_that_is_not_text_is_refused_naming_row_and_column(row, column, 
 
 @pytest.mark.parametrize("shape", ["ultrafeedback", "llamafactory_dpo", "llamafactory_kto"])
 def test_the_preview_shows_each_user_turn_once_and_no_dict_text(shape, demo_assets, tmp_path):
-    from tunelab.server.preview_child import build_preview
+    from tunelab.worker.preview.child import build_preview
 
     question = "How many legs does a spider have?"
     if shape == "ultrafeedback":

@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import schemathesis
 
-from tunelab.config import ConfigError, parse_config
+from tunelab.config.run_config import ConfigError, parse_config
 
 START = ("POST", "/api/train/start")
 # Paths checked against the server's folders, GPU ids checked against the machine and

@@ -25,7 +25,7 @@ from harness import (is_final, is_step_at_least, run_row, start_run, wait_run_en
 from tunelab.checkpoints import latest_valid_checkpoint
 from tunelab.store import Store
 
-TUNELAB = [sys.executable, "-m", "tunelab.cli"]
+TUNELAB = [sys.executable, "-m", "tunelab.cli.main"]
 # save_steps far beyond the steps reached: any checkpoint on disk is the one the stop wrote.
 SAVE_STEPS = 1000
 

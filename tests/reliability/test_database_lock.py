@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from harness import worker_env
 from scenarios import run_with_locked_database
-from tunelab.metric_buffer import FLUSH_AT
+from tunelab.orchestrator.metric_buffer import FLUSH_AT
 
 STEPS = 60
 LOCK_S = 3.0

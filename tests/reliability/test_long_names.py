@@ -10,7 +10,7 @@ from checkpoint_factory import make_checkpoint, write_safetensors
 from harness import worker_env
 from tunelab.store import Store
 
-# The config's own length limits (config.py) or the file-system check (paths.py), whichever
+# The config's own length limits (config/run_config.py) or the file-system check (paths.py), whichever
 # sees the value first; either way a 422 naming the field and the length.
 TOO_LONG = ("longer than this file system allows", "bytes", "characters")
 

@@ -27,7 +27,7 @@ from fault_proxy import FaultyProxy
 from tunelab.keys import new_secret, secret_hash
 from tunelab.store import Store
 
-TUNELAB = [sys.executable, "-m", "tunelab.cli"]
+TUNELAB = [sys.executable, "-m", "tunelab.cli.main"]
 WEIGHTS = "adapter_model.safetensors"
 WEIGHTS_BYTES = 3_000_000
 CUT_AFTER = 700_000  # bytes of the weights' response let through before the fault

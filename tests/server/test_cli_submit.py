@@ -21,7 +21,7 @@ import httpx
 import pytest
 import yaml
 
-TUNELAB = [sys.executable, "-m", "tunelab.cli"]
+TUNELAB = [sys.executable, "-m", "tunelab.cli.main"]
 HANDED_OVER = "handing the run to the server at"
 
 

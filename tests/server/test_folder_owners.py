@@ -155,7 +155,7 @@ def test_an_export_dest_with_control_or_bidi_characters_is_refused_naming_the_fi
 
 def test_the_cli_refuses_the_same_dest_text(lab):
     env = {**os.environ, "TUNELAB_HOME": str(lab["home"]), "COLUMNS": "200"}
-    done = subprocess.run([sys.executable, "-m", "tunelab.cli", "export", str(lab["runs"]["alice"]), "--dest", "a\u202eb"],
+    done = subprocess.run([sys.executable, "-m", "tunelab.cli.main", "export", str(lab["runs"]["alice"]), "--dest", "a\u202eb"],
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "--dest" in done.stdout + done.stderr and "U+202E" in done.stdout + done.stderr

@@ -58,7 +58,7 @@ def test_estimate_names_each_term_and_what_a_start_would_do(gpu_server):
 
 
 def test_estimate_shows_the_models_code_files_and_their_fingerprint(gpu_server):
-    from tunelab.remote_code import read_remote_code
+    from tunelab.remote_code.approval import read_remote_code
 
     server, models = gpu_server
     with server.client() as client:

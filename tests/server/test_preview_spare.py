@@ -15,7 +15,7 @@ import psutil
 
 from test_datasets import count_rows
 
-SPARE = ["-m", "tunelab.server.preview_child", "--warm"]
+SPARE = ["-m", "tunelab.worker.preview.child", "--warm"]
 
 
 def spares(server) -> list[psutil.Process]:

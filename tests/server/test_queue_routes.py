@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from fake_gpu import one_gpu_env
 from test_roles import add_keys
-from tunelab.cli import app
+from tunelab.cli.main import app
 
 runner = CliRunner()
 

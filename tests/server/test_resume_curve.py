@@ -84,7 +84,7 @@ def test_a_resumed_run_carries_its_whole_curve_and_exports_into_its_own_folder(s
 
     # The CLI says where the run's curve begins, and what continued the first.
     env = {**os.environ, "TUNELAB_HOME": str(home), "COLUMNS": "200"}
-    shown = [subprocess.run([sys.executable, "-m", "tunelab.cli", "show", str(n)], env=env, capture_output=True,
+    shown = [subprocess.run([sys.executable, "-m", "tunelab.cli.main", "show", str(n)], env=env, capture_output=True,
                             text=True, timeout=120) for n in (second, first)]
     assert all(s.returncode == 0 for s in shown), [s.stderr for s in shown]
     assert f"resumed from run {first} at step {first_at}" in shown[0].stdout

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from run_helpers import built_with_espeak, use_helper_folders
 
-from tunelab.speech_demo import SpeechDemoAssets, ensure_speech_demo_assets
+from tunelab.demos.speech import SpeechDemoAssets, ensure_speech_demo_assets
 
 use_helper_folders()
 
@@ -20,6 +20,6 @@ def speech_assets(tmp_path_factory: pytest.TempPathFactory) -> SpeechDemoAssets:
 
 @pytest.fixture(scope="session")
 def speech_processor(speech_assets):
-    from tunelab.worker.speech_model import load_processor
+    from tunelab.worker.families.speech.model import load_processor
 
     return load_processor({"model_name": str(speech_assets.model_dir)})

@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
-from tunelab.csm_demo import ensure_csm_demo_assets
-from tunelab.worker.formats import DataFormatError
+from tunelab.demos.csm import ensure_csm_demo_assets
+from tunelab.worker.data.formats import DataFormatError
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,8 @@ def csm_assets(speech_assets, tmp_path_factory):
 
 def test_a_csm_model_is_told_from_its_config_and_mlx_refuses_it(csm_assets, demo_assets, tmp_path):
     from tunelab.orchestrator.prechecks import mlx_model_problem
-    from tunelab.worker import model_family, tts_layout
+    from tunelab.worker.families import registry as model_family
+    from tunelab.worker.families.tts import layout as tts_layout
 
     renamed = tmp_path / "llama-3-8b-instruct"  # the name says a text model; the config says CSM
     shutil.copytree(csm_assets.model_dir, renamed)
@@ -30,7 +31,7 @@ def test_a_csm_model_is_told_from_its_config_and_mlx_refuses_it(csm_assets, demo
     assert "text-to-speech" in mlx_model_problem(str(renamed)) and "backend=torch" in mlx_model_problem(str(renamed))
     # Its codec is the one inside it: an Orpheus codec setting is refused, naming the field.
     from tunelab.worker.context import RunSettingError
-    from tunelab.worker.csm_family import CsmFamily
+    from tunelab.worker.families.csm.family import CsmFamily
 
     with pytest.raises(RunSettingError) as caught:
         CsmFamily().load({"model_name": str(renamed), "tts_codec": str(renamed)}, None)
@@ -48,8 +49,8 @@ def _rows_file(tmp_path, rows, name="rows.jsonl"):
 
 
 def test_data_without_audio_says_what_a_csm_model_expects_and_what_it_saw(csm_assets, tmp_path):
-    from tunelab.worker import csm_data
-    from tunelab.worker.sources import load_raw
+    from tunelab.worker.families.csm import data as csm_data
+    from tunelab.worker.data.sources import load_raw
 
     data = tmp_path / "text.jsonl"
     data.write_text("".join(json.dumps({"text": f"sentence {i}"}) + "\n" for i in range(4)))
@@ -67,12 +68,14 @@ def test_cached_codes_give_the_loss_transformers_csm_computes_and_the_codec_neve
     import torch
     from transformers import AutoProcessor, CsmForConditionalGeneration
 
-    from tunelab.worker import csm_data, model_setup
-    from tunelab.worker.csm_family import CsmFamily
-    from tunelab.worker.csm_model import codec_of
-    from tunelab.worker.csm_trainer import CsmTrainer
-    from tunelab.worker.sources import load_raw
-    from tunelab.worker.speech_collator import decode_clip
+    from tunelab.worker import model_setup
+
+    from tunelab.worker.families.csm import data as csm_data
+    from tunelab.worker.families.csm.family import CsmFamily
+    from tunelab.worker.families.csm.model import codec_of
+    from tunelab.worker.families.csm.trainer import CsmTrainer
+    from tunelab.worker.data.sources import load_raw
+    from tunelab.worker.families.speech.collator import decode_clip
 
     first = json.loads(speech_assets.transcripts.read_text().splitlines()[0])
     clip = str(speech_assets.data_dir / first["audio"])
@@ -126,9 +129,9 @@ def test_a_bad_csm_clip_is_refused_before_any_is_encoded_or_skipped_and_counted_
                                                                                                     tmp_path):
     from transformers import AutoProcessor, CsmForConditionalGeneration
 
-    from tunelab.worker import csm_data
-    from tunelab.worker.csm_model import codec_of
-    from tunelab.worker.sources import load_raw
+    from tunelab.worker.families.csm import data as csm_data
+    from tunelab.worker.families.csm.model import codec_of
+    from tunelab.worker.data.sources import load_raw
 
     first = json.loads(speech_assets.transcripts.read_text().splitlines()[0])
     clip = str(speech_assets.data_dir / first["audio"])
@@ -170,7 +173,7 @@ def test_a_bad_csm_clip_is_refused_before_any_is_encoded_or_skipped_and_counted_
 def test_the_demo_refuses_an_unknown_tts_family_naming_the_option(home):
     from typer.testing import CliRunner
 
-    from tunelab.cli import app
+    from tunelab.cli.main import app
 
     result = CliRunner().invoke(app, ["demo", "--modality", "tts", "--tts-family", "wavenet"])
     said = " ".join(result.output.split())  # the console wraps long lines

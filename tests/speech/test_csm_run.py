@@ -14,7 +14,7 @@ import soundfile
 from run_helpers import finished, recorded_orchestrator, speak_to_file, stopped_at_step
 
 from tunelab import paths
-from tunelab.csm_demo import RATE, csm_demo_config, ensure_csm_demo_assets
+from tunelab.demos.csm import RATE, csm_demo_config, ensure_csm_demo_assets
 from tunelab.export.run import export_run
 from tunelab.store import Store
 
@@ -58,8 +58,8 @@ def _export_reloads_and_speaks(store: Store, run_id: int, tmp_path: Path) -> Non
     assert "Sesame CSM" in (dest / "README.md").read_text()
     from transformers import AutoProcessor, CsmForConditionalGeneration, LogitsProcessorList
 
-    from tunelab.worker import model_family
-    from tunelab.worker.csm_trainer import NotEndFirst
+    from tunelab.worker.families import registry as model_family
+    from tunelab.worker.families.csm.trainer import NotEndFirst
 
     assert type(model_family.detect({"model_name": str(dest)})).__name__ == "CsmFamily"
     processor = AutoProcessor.from_pretrained(dest)

@@ -10,7 +10,7 @@ Llama 3's does, so tunelab's rows and speak prompts must come out as those very 
 
 from __future__ import annotations
 
-from tunelab.worker import tts_layout
+from tunelab.worker.families.tts import layout as tts_layout
 
 WORDS = {"tara": 1, ":": 2, "hello": 3, "world": 4}
 
@@ -29,8 +29,8 @@ def _llama3_shaped_tokenizer(adds_bos: bool = True, has_eot: bool = True):
 
 
 def test_prompts_and_rows_are_laid_out_as_orpheus_lays_them():
-    from tunelab.worker.tts_data import prompt_ids, speech_ids
-    from tunelab.worker.tts_model import layout_of
+    from tunelab.worker.families.tts.data import prompt_ids, speech_ids
+    from tunelab.worker.families.tts.model import layout_of
 
     tokenizer = _llama3_shaped_tokenizer()
     layout = layout_of(tokenizer, {})  # Orpheus's codebook: 4096

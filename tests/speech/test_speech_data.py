@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import soundfile
 
-from tunelab.worker.formats import DataFormatError
-from tunelab.worker.sources import load_raw
-from tunelab.worker.speech_collator import IGNORE_INDEX, decode_clip
-from tunelab.worker.speech_data import prepare
+from tunelab.worker.data.formats import DataFormatError
+from tunelab.worker.data.sources import load_raw
+from tunelab.worker.families.speech.collator import IGNORE_INDEX, decode_clip
+from tunelab.worker.families.speech.data import prepare
 
 
 def _config(assets, data: Path, **overrides) -> dict:
@@ -174,7 +174,10 @@ def test_a_speech_model_is_told_from_its_config(speech_assets, tmp_path):
     from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
 
     from tunelab.orchestrator.prechecks import mlx_model_problem
-    from tunelab.worker import model_family, speech_model
+    from tunelab.worker.families import registry as model_family
+
+    # The torch-free list the parent's checks use is transformers' own mapping.
+    from tunelab.worker.families.speech import model as speech_model
 
     # The torch-free list the parent's checks use is transformers' own mapping.
     assert set(speech_model.SPEECH_SEQ2SEQ_TYPES) == set(MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES)
@@ -188,7 +191,7 @@ def test_a_speech_model_is_told_from_its_config(speech_assets, tmp_path):
 
 
 def test_the_dataset_check_shows_each_rows_clip_and_transcript_and_counts_bad_clips(speech_assets, home, tmp_path, monkeypatch):
-    from tunelab.server.preview_child import build_preview
+    from tunelab.worker.preview.child import build_preview
 
     # The preview serves HTTP: like training in a served run, it reads clips in the data roots only.
     monkeypatch.setenv("TUNELAB_DATA_ROOTS", f"{speech_assets.root}{os.pathsep}{tmp_path}")

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import soundfile
 
-from tunelab.speech_demo import SAMPLE_RATES, MissingSynthesiser, ensure_speech_demo_assets, speak, write_clip
-from tunelab.worker.speech_collator import decode_clip
+from tunelab.demos.speech import SAMPLE_RATES, MissingSynthesiser, ensure_speech_demo_assets, speak, write_clip
+from tunelab.worker.families.speech.collator import decode_clip
 
 
 def test_spoken_clips_resample_from_22_05_and_44_1_khz_to_the_same_samples(speech_assets, tmp_path):

@@ -44,9 +44,9 @@ def _prepare(model_dir: Path, data: Path, cache: Path, **settings):
     """What the worker does: the processor and model load, then the speech family prepares the rows."""
     from transformers import AutoModelForSpeechSeq2Seq
 
-    from tunelab.worker.model_family import Loaded, SpeechFamily
-    from tunelab.worker.sources import load_raw
-    from tunelab.worker.speech_model import load_processor
+    from tunelab.worker.families.registry import Loaded, SpeechFamily
+    from tunelab.worker.data.sources import load_raw
+    from tunelab.worker.families.speech.model import load_processor
 
     config = {"model_name": str(model_dir), "local_datasets": [str(data)], "batch_size": 2, **settings}
     processor = load_processor(config)
@@ -64,8 +64,8 @@ def test_a_detected_language_is_one_prefix_for_labels_eval_the_saved_config_and_
     from transformers import AutoModelForSpeechSeq2Seq, AutoProcessor, GenerationConfig
     from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
-    from tunelab.worker.speech_collator import decode_clip
-    from tunelab.worker.speech_prefix import carry_to_generation, generation_kwargs
+    from tunelab.worker.families.speech.collator import decode_clip
+    from tunelab.worker.families.speech.prefix import carry_to_generation, generation_kwargs
 
     model, processor, prepared = _prepare(open_whisper, rows, tmp_path / "cache")
     tokenizer = processor.tokenizer
@@ -104,7 +104,7 @@ def test_speech_language_or_the_tokenizers_own_language_sets_the_prefix(speech_a
 
 
 def test_an_unknown_language_and_speech_language_on_an_english_only_model_are_refused(speech_assets, open_whisper, rows, tmp_path):
-    from tunelab.worker.speech_model import load_processor
+    from tunelab.worker.families.speech.model import load_processor
 
     with pytest.raises(RunSettingError) as caught:
         load_processor({"model_name": str(open_whisper), "speech_language": "klingon"})  # before the model loads

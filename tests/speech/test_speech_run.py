@@ -14,7 +14,7 @@ from run_helpers import export_merged, finished, recorded_orchestrator, stopped_
 
 from tunelab import paths
 from tunelab.checkpoints import validate_checkpoint
-from tunelab.speech_demo import speech_demo_config
+from tunelab.demos.speech import speech_demo_config
 from tunelab.store import Store
 
 pytestmark = pytest.mark.slow
@@ -49,7 +49,7 @@ def _export_gives_the_trained_logits(assets, home: Path, run_id: int, output: Pa
     from peft import PeftModel
     from transformers import AutoModelForSpeechSeq2Seq, AutoProcessor, pipeline
 
-    from tunelab.worker.speech_collator import decode_clip
+    from tunelab.worker.families.speech.collator import decode_clip
 
     dest = export_merged(home, run_id, "--dtype", "float32")
     processor = AutoProcessor.from_pretrained(dest)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import soundfile
 
-from tunelab.tts_demo import ensure_tts_demo_assets
-from tunelab.worker import tts_layout
+from tunelab.demos.tts import ensure_tts_demo_assets
+from tunelab.worker.families.tts import layout as tts_layout
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +33,7 @@ def test_frames_interleave_as_orpheus_and_come_back():
 
 def test_a_tts_model_is_told_from_its_files_and_mlx_refuses_it(tts_assets, demo_assets, tmp_path):
     from tunelab.orchestrator.prechecks import mlx_model_problem
-    from tunelab.worker import model_family
+    from tunelab.worker.families import registry as model_family
 
     renamed = tmp_path / "whisper-small"  # the name says speech-to-text; the files say TTS
     shutil.copytree(tts_assets.model_dir, renamed)
@@ -53,10 +53,10 @@ def test_a_tts_model_is_told_from_its_files_and_mlx_refuses_it(tts_assets, demo_
 
 def test_rows_become_masked_codec_tokens_and_the_cache_is_reused(tts_assets, speech_assets, tmp_path):
     from tunelab.worker import model_setup
-    from tunelab.worker.sources import load_raw
-    from tunelab.worker.tts_codec import load_codec
-    from tunelab.worker.tts_data import IGNORE_INDEX, prepare
-    from tunelab.worker.tts_model import layout_of, model_config_dict
+    from tunelab.worker.data.sources import load_raw
+    from tunelab.worker.families.tts.codec import load_codec
+    from tunelab.worker.families.tts.data import IGNORE_INDEX, prepare
+    from tunelab.worker.families.tts.model import layout_of, model_config_dict
 
     lines = speech_assets.transcripts.read_text().splitlines()[:4]
     rows = [{**json.loads(line), "speaker": "tara" if i == 0 else None} for i, line in enumerate(lines)]
@@ -85,7 +85,7 @@ def test_rows_become_masked_codec_tokens_and_the_cache_is_reused(tts_assets, spe
     assert len(calls) == 4 and again.notes[0].startswith("Reused the codec tokens of 4 training clips")
     assert again.train["input_ids"] == first.train["input_ids"]
     # A row too long for max_seq_length names the row and both fixes: its text alone, ...
-    from tunelab.worker.formats import DataFormatError
+    from tunelab.worker.data.formats import DataFormatError
 
     with pytest.raises(DataFormatError) as caught:
         prepare({**config, "max_seq_length": 20}, tokenizer, layout, codec, raw, tmp_path / "out")
@@ -123,8 +123,8 @@ def _bad_rows(assets, tmp_path: Path, kinds: tuple[str, ...], good_rows: int = 1
 def tts_parts(tts_assets):
     """The tiny TTS model's tokenizer, layout and codec (encode calls counted in `codec.calls`)."""
     from tunelab.worker import model_setup
-    from tunelab.worker.tts_codec import load_codec
-    from tunelab.worker.tts_model import layout_of, model_config_dict
+    from tunelab.worker.families.tts.codec import load_codec
+    from tunelab.worker.families.tts.model import layout_of, model_config_dict
 
     config = {"model_name": str(tts_assets.model_dir)}
     tokenizer = model_setup.load_tokenizer(config)
@@ -136,8 +136,8 @@ def tts_parts(tts_assets):
 
 
 def _prepare(tts_assets, tts_parts, data: Path, out: Path, **settings):
-    from tunelab.worker.sources import load_raw
-    from tunelab.worker.tts_data import prepare
+    from tunelab.worker.data.sources import load_raw
+    from tunelab.worker.families.tts.data import prepare
 
     config = {"model_name": str(tts_assets.model_dir), "local_datasets": [str(data)], "batch_size": 1, "max_seq_length": 512, **settings}
     return prepare(config, *tts_parts, load_raw(config, out / "cache"), out)
@@ -146,7 +146,7 @@ def _prepare(tts_assets, tts_parts, data: Path, out: Path, **settings):
 @pytest.mark.parametrize("kind, says", [("missing", "does not exist"), ("garbage", "cannot be read"), ("empty", "is empty"),
                                         ("long", "is 60.0 s long and max_seq_length 512 (raise it for longer clips) leaves this row's audio at most")])
 def test_a_bad_tts_clip_is_reported_with_row_and_path_before_any_clip_is_encoded(tts_assets, tts_parts, speech_assets, tmp_path, kind, says):
-    from tunelab.worker.formats import DataFormatError
+    from tunelab.worker.data.formats import DataFormatError
 
     data = _bad_rows(speech_assets, tmp_path, (kind,))
     before = len(tts_parts[2].calls)
@@ -160,8 +160,8 @@ def test_a_bad_tts_clip_is_reported_with_row_and_path_before_any_clip_is_encoded
 
 def test_skip_bad_audio_leaves_out_and_counts_bad_tts_clips_also_from_the_cache(tts_assets, tts_parts, speech_assets, tmp_path,
                                                                                monkeypatch):
-    from tunelab.server.preview_child import build_preview
-    from tunelab.worker.formats import DataFormatError
+    from tunelab.worker.preview.child import build_preview
+    from tunelab.worker.data.formats import DataFormatError
 
     data = _bad_rows(speech_assets, tmp_path, ("missing", "garbage", "empty", "long"), good_rows=2)
     calls = tts_parts[2].calls

@@ -17,7 +17,7 @@ from run_helpers import export_merged, finished, recorded_orchestrator, speak_to
 
 from tunelab import paths
 from tunelab.store import Store
-from tunelab.tts_demo import ensure_tts_demo_assets, tts_demo_config
+from tunelab.demos.tts import ensure_tts_demo_assets, tts_demo_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "export"))
 from export_helpers import start_server  # noqa: E402
@@ -96,6 +96,6 @@ def _export_carries_the_codec(home: Path, run_id: int) -> None:
 
     assert SNAC.from_pretrained(str(dest / "codec")).codebook_size == 64
     assert "SNAC codec" in (dest / "README.md").read_text()
-    from tunelab.worker import model_family
+    from tunelab.worker.families import registry as model_family
 
     assert type(model_family.detect({"model_name": str(dest)})).__name__ == "TtsFamily"

@@ -12,7 +12,7 @@ import yaml
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-TUNELAB = [sys.executable, "-m", "tunelab.cli"]
+TUNELAB = [sys.executable, "-m", "tunelab.cli.main"]
 
 
 def sweep_data(**overrides: Any) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sweep_helpers import sweep_data  # noqa: E402
-from tunelab.config import ConfigError  # noqa: E402
+from tunelab.config.run_config import ConfigError  # noqa: E402
 from tunelab.sweeps.spec import check_sweep, dimensions  # noqa: E402
 
 BAD = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from run_helpers import use_helper_folders
 
-from tunelab.vision_demo import VisionDemoAssets, ensure_vision_demo_assets
+from tunelab.demos.vision import VisionDemoAssets, ensure_vision_demo_assets
 
 use_helper_folders()
 
@@ -18,6 +18,6 @@ def vision_assets(tmp_path_factory: pytest.TempPathFactory) -> VisionDemoAssets:
 
 @pytest.fixture(scope="session")
 def processor(vision_assets):
-    from tunelab.worker.vision_model import load_processor
+    from tunelab.worker.families.vision.model import load_processor
 
     return load_processor({"model_name": str(vision_assets.model_dir)})

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tunelab import paths
-from tunelab.worker.image_sources import ImageRefused, ImageSources, decode_data_uri
-from tunelab.worker.vision_data import check_image
+from tunelab.worker.data.image_sources import ImageRefused, ImageSources, decode_data_uri
+from tunelab.worker.families.vision.data import check_image
 
 
 def _png(colour: tuple[int, int, int] = (200, 20, 20)) -> bytes:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from tunelab.demo_assets import train_demo_tokenizer
+from tunelab.demos.assets import train_demo_tokenizer
 from tunelab.worker.context import RunSettingError
-from tunelab.worker.label_alignment import LabelAligner
+from tunelab.worker.data.label_alignment import LabelAligner
 
 IMAGE = "<image>"
 ROW = f"Look\n{IMAGE}Name the shape.\nA red circle."

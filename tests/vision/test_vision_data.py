@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tunelab.worker.formats import DataFormatError
-from tunelab.worker.sources import load_raw
-from tunelab.worker.vision_collator import IGNORE_INDEX, open_image
-from tunelab.worker.vision_data import prepare
+from tunelab.worker.data.formats import DataFormatError
+from tunelab.worker.data.sources import load_raw
+from tunelab.worker.families.vision.collator import IGNORE_INDEX, open_image
+from tunelab.worker.families.vision.data import prepare
 
 IMAGE_TOKENS_PER_IMAGE = 16  # the demo tower: 32-pixel images in 8-pixel patches
 

@@ -21,12 +21,14 @@ from pathlib import Path
 import pytest
 
 import tiny_families
-from tunelab.worker import lora_targets, model_family, vision_model
+from tunelab.worker import lora_targets
+from tunelab.worker.families import registry as model_family
+from tunelab.worker.families.vision import model as vision_model
 from tunelab.worker.context import RunSettingError
 from tunelab.worker.model_setup import DeviceSettings
-from tunelab.worker.sources import load_raw
-from tunelab.worker.vision_collator import IGNORE_INDEX
-from tunelab.worker.vision_data import image_token_ids
+from tunelab.worker.data.sources import load_raw
+from tunelab.worker.families.vision.collator import IGNORE_INDEX
+from tunelab.worker.families.vision.data import image_token_ids
 
 CPU = DeviceSettings(cuda=False, precision="fp32", gradient_checkpointing=False)
 ROWS = 4
@@ -180,7 +182,7 @@ def test_a_processor_that_needs_a_missing_package_is_a_setting_to_fix(tmp_path):
     so, naming the field and the fix, instead of an ImportError from inside transformers."""
     from transformers import Mistral3Config
 
-    from tunelab.demo_assets import train_demo_tokenizer
+    from tunelab.demos.assets import train_demo_tokenizer
 
     Mistral3Config().save_pretrained(tmp_path)  # the config alone: the processor fails before any weight is read
     train_demo_tokenizer(["a red circle"], extra_special_tokens=("[IMG]",), vocab_size=300).save_pretrained(tmp_path)

@@ -12,11 +12,11 @@ import pytest
 from openai_rows import data_uri, openai_row, openai_rows, write_jsonl
 
 from tunelab import paths
-from tunelab.worker import data as text_data
-from tunelab.worker.formats import DataFormatError
-from tunelab.worker.model_family import VisionFamily
-from tunelab.worker.sources import load_raw
-from tunelab.worker.vision_data import has_images, prepare
+from tunelab.worker.data import prepare as text_data
+from tunelab.worker.data.formats import DataFormatError
+from tunelab.worker.families.registry import VisionFamily
+from tunelab.worker.data.sources import load_raw
+from tunelab.worker.families.vision.data import has_images, prepare
 
 IMAGE_TOKENS_PER_IMAGE = 16  # the demo tower: 32-pixel images in 8-pixel patches
 
@@ -114,7 +114,7 @@ def test_a_text_only_model_given_image_parts_names_the_row_and_the_part(vision_a
 def test_placeholders_without_an_images_column_are_refused_not_trained_as_text(vision_assets, tmp_path):
     """LLaVA-style rows whose images sit in a column tunelab does not know (`image_path`):
     a vision model would otherwise train on the `<image>` text without its images."""
-    from tunelab.worker.vision_data import refuse_placeholders_without_images
+    from tunelab.worker.families.vision.data import refuse_placeholders_without_images
 
     rows = [{"conversations": [{"from": "human", "value": "Which shape?"}, {"from": "gpt", "value": "A circle."}], "image_path": "a.png"},
             {"conversations": [{"from": "human", "value": "<image>\nWhich shape?"}, {"from": "gpt", "value": "A square."}], "image_path": "b.png"}]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from tunelab.server.preview_child import build_preview
+from tunelab.worker.preview.child import build_preview
 
 
 def test_image_data_previews_with_counts_sizes_and_thumbnails(vision_assets, home, tmp_path, monkeypatch):

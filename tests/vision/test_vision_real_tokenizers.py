@@ -20,12 +20,12 @@ import real_families
 from run_helpers import finished, recorded_orchestrator
 
 from tunelab import paths
-from tunelab.config import parse_config
+from tunelab.config.run_config import parse_config
 from tunelab.store import Store
-from tunelab.worker import model_family
+from tunelab.worker.families import registry as model_family
 from tunelab.worker.model_setup import DeviceSettings
-from tunelab.worker.sources import load_raw
-from tunelab.worker.vision_collator import IGNORE_INDEX
+from tunelab.worker.data.sources import load_raw
+from tunelab.worker.families.vision.collator import IGNORE_INDEX
 
 pytestmark = pytest.mark.timeout(600)
 CPU = DeviceSettings(cuda=False, precision="fp32", gradient_checkpointing=False)

@@ -15,7 +15,7 @@ from run_helpers import export_merged, finished, recorded_orchestrator, stopped_
 from tunelab import paths
 from tunelab.checkpoints import validate_checkpoint
 from tunelab.store import Store
-from tunelab.vision_demo import vision_demo_config
+from tunelab.demos.vision import vision_demo_config
 
 # Two runs, an export and three model loads: on a loaded 2-core machine this nears the default 300 s.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from tunelab.config import ConfigError, parse_config
+from tunelab.config.run_config import ConfigError, parse_config
 from tunelab.worker.lora_targets import classify_linear_layers
-from tunelab.worker.model_family import TextFamily, VisionFamily
+from tunelab.worker.families.registry import TextFamily, VisionFamily
 from tunelab.worker.model_setup import DeviceSettings, load_model, wrap_for_training
-from tunelab.worker.vision_model import is_vision_model, model_class
+from tunelab.worker.families.vision.model import is_vision_model, model_class
 
 CPU = DeviceSettings(cuda=False, precision="fp32", gradient_checkpointing=False)
 SWITCHES = {"vision": "finetune_vision_layers", "language": "finetune_language_layers",
@@ -93,8 +93,8 @@ def test_the_mlx_backend_refuses_a_vision_model_before_the_run_exists(vision_ass
 def test_each_method_takes_a_training_step_on_an_image_batch(vision_assets, processor, tmp_path, method):
     import torch
 
-    from tunelab.worker.sources import load_raw
-    from tunelab.worker.vision_data import prepare
+    from tunelab.worker.data.sources import load_raw
+    from tunelab.worker.families.vision.data import prepare
 
     config = {"model_name": str(vision_assets.model_dir), "training_type": "lora", "lora_r": 4, "max_seq_length": 128,
               "batch_size": 2, "local_datasets": [str(vision_assets.captions)], "train_on_completions": True, **method}

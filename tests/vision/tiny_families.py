@@ -20,8 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
-from tunelab.vision_demo import VISION_CHAT_TEMPLATE
-from tunelab.worker.vision_model import images_only
+from tunelab.demos.vision import VISION_CHAT_TEMPLATE
+from tunelab.worker.families.vision.model import images_only
 
 SIDE = 32  # pixels the vision towers see
 PATCH = 8
@@ -33,7 +33,7 @@ def chat_template(image_markup: str) -> str:
 
 
 def _tokenizer(corpus: list[str], specials: tuple[str, ...], markup: str, **named: str) -> Any:
-    from tunelab.demo_assets import train_demo_tokenizer
+    from tunelab.demos.assets import train_demo_tokenizer
 
     tokenizer = train_demo_tokenizer(corpus, extra_special_tokens=specials, vocab_size=400)
     tokenizer.chat_template = chat_template(markup)

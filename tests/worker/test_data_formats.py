@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tunelab.worker.data import DataFormatError, detect_format, load_raw, to_messages
+from tunelab.worker.data.prepare import DataFormatError, detect_format, load_raw, to_messages
 
 
 def _config(*files: Path, **extra) -> dict:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from tunelab.worker.data import DataFormatError, load_raw, prepare
-from tunelab.worker.data_prefetch import DataPrefetch
+from tunelab.worker.data.prepare import DataFormatError, load_raw, prepare
+from tunelab.worker.data.prefetch import DataPrefetch
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +50,8 @@ def test_a_missing_file_is_raised_by_both(tokenizer, tmp_path):
 def test_only_families_that_prepare_rows_as_text_prefetch():
     """Text-to-speech is a text family with its own data path (codec tokens): it must not
     be prefetched as text rows (it was, and its runs failed on their data)."""
-    from tunelab.worker.model_family import SpeechFamily, TextFamily, VisionFamily
-    from tunelab.worker.tts_family import TtsFamily
+    from tunelab.worker.families.registry import SpeechFamily, TextFamily, VisionFamily
+    from tunelab.worker.families.tts.family import TtsFamily
 
     assert TextFamily().prefetches_data
     assert not TtsFamily().prefetches_data

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from tunelab.worker.data import DataFormatError, load_raw
+from tunelab.worker.data.prepare import DataFormatError, load_raw
 
 
 def _config(*files, **extra) -> dict:

@@ -8,7 +8,7 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
-from tunelab.worker.data import (FALLBACK_CHAT_TEMPLATE, IGNORE_INDEX, DataFormatError, load_raw, prepare, to_messages,
+from tunelab.worker.data.prepare import (FALLBACK_CHAT_TEMPLATE, IGNORE_INDEX, DataFormatError, load_raw, prepare, to_messages,
                                  tokenize_example)
 
 

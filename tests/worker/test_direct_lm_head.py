@@ -1,4 +1,4 @@
-"""The direct LM head off CUDA (`worker/direct_lm_head.py`) gives what TRL's fused head
+"""The direct LM head off CUDA (`worker/families/text/direct_lm_head.py`) gives what TRL's fused head
 gives: the same loss, gradients, entropy and top-1 accuracy through TRL's own
 `compute_loss`, on batches with padding, masked prompts, several chunks, top-1 hits, bf16
 autocast and no label at all; real SFTTrainer runs log the same numbers with either head
@@ -16,8 +16,8 @@ from peft import LoraConfig, get_peft_model  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, Gemma2Config, LlamaConfig  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
-from tunelab.demo_assets import sample_pairs  # noqa: E402
-from tunelab.worker import direct_lm_head  # noqa: E402
+from tunelab.demos.assets import sample_pairs  # noqa: E402
+from tunelab.worker.families.text import direct_lm_head  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from spawned_worker import demo_config, run_to_end
 
 from tunelab import events as ev
-from tunelab.config import ConfigError, parse_config
+from tunelab.config.run_config import ConfigError, parse_config
 
 BODY_RATE, EMBEDDING_RATE, STEPS = 2e-3, 1e-5, 2
 

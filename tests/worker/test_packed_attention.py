@@ -1,4 +1,4 @@
-"""Per-example attention for packed batches on CPU (`tunelab.worker.packed_attention`).
+"""Per-example attention for packed batches on CPU (`tunelab.worker.families.text.packed_attention`).
 
 Packed batches are built by TRL's own packing and collator, exactly as in a packed run.
 The attention must keep examples apart (each example's loss equals its loss computed
@@ -26,7 +26,7 @@ from transformers import (  # noqa: E402
 from trl.data_utils import pack_dataset  # noqa: E402
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling  # noqa: E402
 
-from tunelab.worker import packed_attention  # noqa: E402
+from tunelab.worker.families.text import packed_attention  # noqa: E402
 from tunelab.worker.model_setup import DeviceSettings, attention_for, padding_free_batches  # noqa: E402
 
 CPU = DeviceSettings(cuda=False, precision="fp32", gradient_checkpointing=False)

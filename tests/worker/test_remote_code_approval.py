@@ -16,7 +16,7 @@ from tunelab import events as ev
 from tunelab.export.plan import ExportInputError, plan_export
 from tunelab.inference.generate import LoadRefused, load_model
 from tunelab.inference.target import resolve_target
-from tunelab.remote_code import read_remote_code
+from tunelab.remote_code.approval import read_remote_code
 
 pytestmark = pytest.mark.slow
 

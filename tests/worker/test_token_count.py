@@ -14,7 +14,7 @@ from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 
-from tunelab.worker.sft_trainer import TokenCountingSFTTrainer  # noqa: E402
+from tunelab.worker.families.text.sft_trainer import TokenCountingSFTTrainer  # noqa: E402
 
 
 def _train(trainer_class, assets, tmp_path, counting: str) -> tuple[int, int, object]:

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tunelab.worker import tokenizer_threads
+from tunelab.worker.data import tokenizer_threads
 
 
 @pytest.fixture

@@ -10,10 +10,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tunelab.config import parse_config  # noqa: E402
+from tunelab.config.run_config import parse_config  # noqa: E402
 from tunelab.worker import model_setup  # noqa: E402
-from tunelab.worker.data import load_raw, prepare  # noqa: E402
-from tunelab.worker.sft_trainer import build_sft_trainer  # noqa: E402
+from tunelab.worker.data.prepare import load_raw, prepare  # noqa: E402
+from tunelab.worker.families.text.sft_trainer import build_sft_trainer  # noqa: E402
 
 
 def _batches(trainer, count: int = 3) -> list[dict]:

@@ -36,7 +36,7 @@ def _sender(stream: Any) -> Callable[[dict[str, Any]], None]:
 def evaluate(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
     from tunelab.evaluate import measure, measure_media
     from tunelab.inference.generate import load_model
-    from tunelab.worker.formats import DataFormatError
+    from tunelab.worker.data.formats import DataFormatError
 
     def progress(message: str) -> None:
         send({"type": "progress", "message": message})
@@ -91,7 +91,7 @@ def main() -> int:
     if not line:
         return 0
     from tunelab.inference.generate import GenerationInputError, LoadRefused
-    from tunelab.worker.formats import DataFormatError
+    from tunelab.worker.data.formats import DataFormatError
 
     try:
         evaluate(json.loads(line), send)

@@ -16,7 +16,7 @@ import math
 import os
 from typing import Any
 
-from tunelab.worker.formats import DataFormatError
+from tunelab.worker.data.formats import DataFormatError
 
 HUB_HINT = ("if it downloads its data from the Hugging Face hub, it cannot run offline: define a local task "
             "(a YAML file with dataset_path: json and dataset_kwargs.data_files) in a folder and pass it as the task path")

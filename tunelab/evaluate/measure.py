@@ -17,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-from tunelab.worker.formats import DataFormatError
+from tunelab.worker.data.formats import DataFormatError
 
 # Rows of the eval split that become the default prompt set.
 DEFAULT_PROMPTS = 5
@@ -29,7 +29,7 @@ class NoEvalSplit(DataFormatError):
 
 def eval_data(config: dict[str, Any], cache_dir: Path) -> Any:
     """The run's raw eval rows and format (`sources.RawData`), as training chose them."""
-    from tunelab.worker.sources import load_raw
+    from tunelab.worker.data.sources import load_raw
 
     raw = load_raw(config, cache_dir)
     if raw.eval is None:
@@ -39,7 +39,7 @@ def eval_data(config: dict[str, Any], cache_dir: Path) -> Any:
 
 def token_rows(raw: Any, config: dict[str, Any], tokenizer: Any) -> list[dict[str, list[int]]]:
     """The eval rows as training tokenized them; rows with no labelled token are dropped, as there."""
-    from tunelab.worker.tokenization import ensure_chat_template, tokenize_example, uses_raw_text
+    from tunelab.worker.data.tokenization import ensure_chat_template, tokenize_example, uses_raw_text
 
     if not uses_raw_text(raw.format, config):
         ensure_chat_template(tokenizer)
@@ -54,7 +54,7 @@ def mean_loss(model: Any, rows: list[dict[str, list[int]]], batch_size: int, dev
     """The Trainer-convention eval loss of `model` on `rows` (see the module docstring)."""
     import torch
 
-    from tunelab.worker.tokenization import IGNORE_INDEX
+    from tunelab.worker.data.tokenization import IGNORE_INDEX
 
     weighted, counted, tokens = 0.0, 0, 0
     for start in range(0, len(rows), batch_size):
@@ -99,8 +99,8 @@ def perplexity(loaded: Any, config: dict[str, Any], raw: Any) -> dict[str, Any]:
 def default_prompts(raw: Any, config: dict[str, Any], count: int = DEFAULT_PROMPTS) -> list[dict[str, Any]]:
     """Prompts from the first eval rows: a conversation up to its last assistant turn (that
     turn is the reference answer), or the first half of a raw text (the rest is the reference)."""
-    from tunelab.worker.formats import to_messages, to_plain_text
-    from tunelab.worker.tokenization import uses_raw_text
+    from tunelab.worker.data.formats import to_messages, to_plain_text
+    from tunelab.worker.data.tokenization import uses_raw_text
 
     prompts: list[dict[str, Any]] = []
     for row in raw.eval:

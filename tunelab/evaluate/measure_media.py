@@ -19,14 +19,14 @@ import math
 from pathlib import Path
 from typing import Any, Callable
 
-from tunelab.worker.formats import DataFormatError
+from tunelab.worker.data.formats import DataFormatError
 
 IGNORE_INDEX = -100
 
 
 def _eval_rows(loaded: Any, config: dict[str, Any], raw: Any) -> Any:
     """The eval split prepared as the family prepares training rows: (rows, collator)."""
-    from tunelab.worker.sources import RawData
+    from tunelab.worker.data.sources import RawData
 
     as_training = RawData(train=raw.eval, eval=None, format=raw.format)
     # Relative media paths resolve against the eval files' folders too; any batch size fits
@@ -35,15 +35,15 @@ def _eval_rows(loaded: Any, config: dict[str, Any], raw: Any) -> Any:
                 "local_datasets": list(config.get("local_eval_datasets") or []) + list(config.get("local_datasets") or [])}
     name = loaded.family.name
     if name == "vision":
-        from tunelab.worker.vision_data import prepare
+        from tunelab.worker.families.vision.data import prepare
 
         prepared = prepare(settings, loaded.processor, as_training)
     elif name == "audio_chat":
-        from tunelab.worker.audio_chat_data import prepare
+        from tunelab.worker.families.audio_chat.data import prepare
 
         prepared = prepare(settings, loaded.processor, as_training)
     else:
-        from tunelab.worker.speech_data import prepare
+        from tunelab.worker.families.speech.data import prepare
 
         prepared = prepare(settings, loaded.processor, as_training, loaded.model.config)
     if len(prepared.train) == 0:
@@ -90,11 +90,11 @@ def _media_file(kind: str, ref: Any, index: int, config: dict[str, Any]) -> byte
     """The bytes of eval row `index`'s image or clip, read as training read it (relative to the
     data files; in a server's evaluation only inside the data roots), or a DataFormatError naming the row."""
     if kind == "audio":
-        from tunelab.worker.speech_data import checked_clip, clip_place
+        from tunelab.worker.families.speech.data import checked_clip, clip_place
 
         found = checked_clip(ref, index, clip_place(config, "eval", "audio"), None)  # checks the place and decodes it once
     else:
-        from tunelab.worker.vision_data import check_image, run_image_sources
+        from tunelab.worker.families.vision.data import check_image, run_image_sources
 
         try:  # every form training reads (paths in the data roots, bytes, data: URIs, cached URLs), by its rules
             found = run_image_sources(config, "eval").resolve(ref)
@@ -113,9 +113,9 @@ def media_prompts(raw: Any, config: dict[str, Any], kind: str, count: int) -> li
     the conversation up to its last assistant turn, its media inline (the child's form),
     that turn's text the reference."""
     if kind == "image":
-        from tunelab.worker.vision_formats import vision_messages as row_messages
+        from tunelab.worker.families.vision.formats import vision_messages as row_messages
     else:
-        from tunelab.worker.audio_chat_formats import audio_messages as row_messages
+        from tunelab.worker.families.audio_chat.formats import audio_messages as row_messages
 
     prompts: list[dict[str, Any]] = []
     for index, row in enumerate(raw.eval):
@@ -154,8 +154,8 @@ def transcripts(loaded: Any, config: dict[str, Any], raw: Any, max_items: int, m
     error rate against the transcripts (the generations payload of a speech-to-text run)."""
     import torch
 
-    from tunelab.worker.speech_prefix import carry_to_generation, generation_kwargs
-    from tunelab.worker.speech_trainer import word_error_rate
+    from tunelab.worker.families.speech.prefix import carry_to_generation, generation_kwargs
+    from tunelab.worker.families.speech.trainer import word_error_rate
 
     rows, collator = _eval_rows(loaded, config, raw)
     tokenizer = loaded.tokenizer

@@ -59,7 +59,7 @@ def export(request: dict[str, Any]) -> None:
     elif request["format"] == "gguf-adapter":
         _export_gguf_adapter(request, dest)
     else:
-        from tunelab.worker.speech_prefix import carry_to_generation
+        from tunelab.worker.families.speech.prefix import carry_to_generation
 
         model, processing = _merged_model(request)
         # The run trained without the KV cache; whoever loads the export wants it back.
@@ -93,7 +93,13 @@ def _dtype(name: str) -> Any:
 def _model_class(config_source: str, remote_code: bool) -> Any:
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from tunelab.worker import audio_chat_model, speech_model, tts_layout, vision_model
+    from tunelab.worker.families.audio_chat import model as audio_chat_model
+
+    from tunelab.worker.families.speech import model as speech_model
+
+    from tunelab.worker.families.tts import layout as tts_layout
+
+    from tunelab.worker.families.vision import model as vision_model
 
     config = AutoConfig.from_pretrained(config_source, trust_remote_code=remote_code)
     if getattr(config, "model_type", None) == tts_layout.CSM_MODEL_TYPE:
@@ -111,7 +117,7 @@ def _processing(source: str, remote_code: bool) -> Any:
     """The run's processor where it saved one (a vision-language run), else its tokenizer."""
     from transformers import AutoTokenizer
 
-    from tunelab.worker.vision_model import auto_processor
+    from tunelab.worker.families.vision.model import auto_processor
 
     if any((Path(source) / name).is_file() for name in ("processor_config.json", "preprocessor_config.json")):
         return auto_processor({"model_name": source, "trust_remote_code": remote_code})

@@ -34,16 +34,16 @@ def _model_config(source: Path, config: dict[str, Any]) -> dict[str, Any]:
             return _read(folder / "config.json")
     if not name:
         return {}
-    from tunelab.worker.tts_model import model_config_dict
+    from tunelab.worker.families.tts.model import model_config_dict
 
     return model_config_dict(config)
 
 
 def _kind_of_model(model_config: dict[str, Any]) -> str | None:
     """What the model is, when it is one llama.cpp's converter cannot take; None otherwise."""
-    from tunelab.worker.audio_chat_model import config_dict_is_audio_chat
-    from tunelab.worker.speech_model import config_dict_is_speech
-    from tunelab.worker.tts_layout import config_dict_is_csm
+    from tunelab.worker.families.audio_chat.model import config_dict_is_audio_chat
+    from tunelab.worker.families.speech.model import config_dict_is_speech
+    from tunelab.worker.families.tts.layout import config_dict_is_csm
 
     if config_dict_is_csm(model_config):
         return "a Sesame CSM text-to-speech model"

@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 from tunelab import paths
 from tunelab.checkpoints import WEIGHT_FILES, InvalidCheckpoint, validate_checkpoint
-from tunelab.config import RunConfig
-from tunelab.config_text import check_path_text
+from tunelab.config.run_config import RunConfig
+from tunelab.config.text import check_path_text
 from tunelab.export.gguf_fit import gguf_refusal
-from tunelab.remote_code_check import RemoteCodeRefused, check_run_model
+from tunelab.remote_code.check import RemoteCodeRefused, check_run_model
 from tunelab.run_facts import LOFTQ_BASE, read_run_facts
 
 FORMATS = ("adapter", "merged", "gguf", "gguf-adapter")
@@ -237,7 +237,7 @@ def _kind_of(folder: Path, backend: str) -> str:
     raise ExportRefused(f"{folder} holds no weights file to export (looked for {', '.join(n for n, _ in WEIGHT_FILES)})")
 
 
-# The files only a sentence-transformers folder has (worker/embedding_model.py detects
+# The files only a sentence-transformers folder has (worker/families/embedding/model.py detects
 # embedding models by them; named here too, so export planning imports no worker module).
 SENTENCE_TRANSFORMERS_FILES = ("modules.json", "config_sentence_transformers.json")
 

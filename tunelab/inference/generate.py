@@ -91,7 +91,7 @@ def load_model(request: dict[str, Any]) -> LoadedModel:
 
     from tunelab.inference import media_models
     from tunelab.worker.context import RunSettingError
-    from tunelab.worker.tokenization import ensure_chat_template
+    from tunelab.worker.data.tokenization import ensure_chat_template
 
     remote_code = bool(request["trust_remote_code"])
     adapter = request["kind"] == "adapter"
@@ -126,7 +126,7 @@ def load_model(request: dict[str, Any]) -> LoadedModel:
 
 def _check_remote_code(request: dict[str, Any]) -> None:
     """A run approved by fingerprint loads only the approved code, as its training did."""
-    from tunelab.remote_code_check import FIELD, RemoteCodeRefused, check_run_model
+    from tunelab.remote_code.check import FIELD, RemoteCodeRefused, check_run_model
 
     config = {"trust_remote_code": request["trust_remote_code"], FIELD: request.get(FIELD), "model_name": request["base_model"]}
     try:
@@ -165,8 +165,8 @@ class StopStrings:
 
 def _encode(loaded: LoadedModel, request: dict[str, Any]) -> dict[str, Any]:
     """The model's inputs: at least input_ids, and a media model's pixel values or audio features."""
-    from tunelab.worker.formats import DataFormatError
-    from tunelab.worker.tokenization import render
+    from tunelab.worker.data.formats import DataFormatError
+    from tunelab.worker.data.tokenization import render
 
     tokenizer = loaded.tokenizer
     messages = request.get("messages")

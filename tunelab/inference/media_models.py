@@ -28,19 +28,19 @@ class MediaFamily:
 
 
 def _vision() -> MediaFamily:
-    from tunelab.worker import vision_model
+    from tunelab.worker.families.vision import model as vision_model
 
     return MediaFamily("vision", "image", vision_model.model_class, vision_model.load_processor)
 
 
 def _audio_chat() -> MediaFamily:
-    from tunelab.worker import audio_chat_model
+    from tunelab.worker.families.audio_chat import model as audio_chat_model
 
     return MediaFamily("audio_chat", "audio", audio_chat_model.model_class, audio_chat_model.load_processor)
 
 
 def _speech() -> MediaFamily:
-    from tunelab.worker import speech_model
+    from tunelab.worker.families.speech import model as speech_model
 
     return MediaFamily("speech", None, speech_model.model_class, speech_model.load_processor)
 
@@ -48,9 +48,9 @@ def _speech() -> MediaFamily:
 def family_of(model_config: Any) -> MediaFamily | None:
     """The media family a model's config names, or None for a text model (checked in the
     training families' order: speech before audio chat, which a speech model could resemble)."""
-    from tunelab.worker.audio_chat_model import is_audio_chat_config
-    from tunelab.worker.speech_model import is_speech_config
-    from tunelab.worker.vision_model import is_vision_config
+    from tunelab.worker.families.audio_chat.model import is_audio_chat_config
+    from tunelab.worker.families.speech.model import is_speech_config
+    from tunelab.worker.families.vision.model import is_vision_config
 
     if is_speech_config(model_config):
         return _speech()
@@ -69,13 +69,13 @@ def load_processor(family: MediaFamily, request: dict[str, Any]) -> Any:
 
 
 def _image(data: str, max_side: int) -> Any:
-    from tunelab.worker.vision_collator import open_image
+    from tunelab.worker.families.vision.collator import open_image
 
     return open_image({"bytes": base64.b64decode(data), "path": None}, max_side)
 
 
 def _clip(data: str, rate: int) -> Any:
-    from tunelab.worker.speech_collator import decode_clip
+    from tunelab.worker.families.speech.collator import decode_clip
 
     return decode_clip({"bytes": base64.b64decode(data), "path": None}, rate)
 
@@ -102,8 +102,8 @@ def template_messages(messages: list[dict[str, Any]]) -> tuple[list[dict[str, An
 def encode(processor: Any, family: MediaFamily, image_size: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The model's inputs (input_ids, attention_mask, pixel values or audio features) for a chat."""
     from tunelab.inference.generate import GenerationInputError
-    from tunelab.worker.formats import DataFormatError
-    from tunelab.worker.tokenization import render
+    from tunelab.worker.data.formats import DataFormatError
+    from tunelab.worker.data.tokenization import render
 
     shown, media = template_messages(messages)
     wrong = sorted({kind for kind, _ in media if kind != family.media})

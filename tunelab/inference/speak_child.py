@@ -37,7 +37,7 @@ class Refused(Exception):
 
 def _codec(request: dict[str, Any]) -> Any:
     from tunelab.worker.context import RunSettingError
-    from tunelab.worker.tts_codec import load_codec
+    from tunelab.worker.families.tts.codec import load_codec
 
     try:
         return load_codec({"model_name": request["target"]["base_model"], "tts_codec": request["codec"]})
@@ -59,9 +59,9 @@ def speak(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> No
 def _speak_orpheus(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> Path:
     from tunelab.inference.generate import load_model
     from tunelab.worker.context import RunSettingError
-    from tunelab.worker.tts_data import prompt_ids
-    from tunelab.worker.tts_model import check_codec_matches, layout_of, model_config_dict
-    from tunelab.worker.tts_sample import write_sample
+    from tunelab.worker.families.tts.data import prompt_ids
+    from tunelab.worker.families.tts.model import check_codec_matches, layout_of, model_config_dict
+    from tunelab.worker.families.tts.sample import write_sample
 
     target = request["target"]
     send({"type": "progress", "message": "loading the model"})

@@ -19,7 +19,7 @@ SPEAKER_TAG = re.compile(r"\[\d+\]")  # CSM's "[N]": the text names its speaker
 
 def is_csm_target(target: dict[str, Any]) -> bool:
     """Whether the target's model is a CSM model (its config's model_type, as the worker tells it)."""
-    from tunelab.worker.tts_model import is_csm_model
+    from tunelab.worker.families.tts.model import is_csm_model
 
     own = Path(target["weights"]) / "config.json"  # an adapter folder has none: its base's says
     return is_csm_model({"model_name": target["weights"] if own.is_file() else target["base_model"]})
@@ -30,8 +30,8 @@ def speak_csm(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -
     from transformers import AutoProcessor, CsmForConditionalGeneration
 
     from tunelab.inference.generate import _quiet_libraries
-    from tunelab.worker.csm_model import speaker_prompt
-    from tunelab.worker.csm_trainer import write_sample
+    from tunelab.worker.families.csm.model import speaker_prompt
+    from tunelab.worker.families.csm.trainer import write_sample
 
     _quiet_libraries()
     target = request["target"]

@@ -1,6 +1,6 @@
 """The errors the orchestrator raises, each with the HTTP status a server should answer.
 
-`ConfigError` (tunelab.config) and `PathNotAllowed` (tunelab.paths) are raised too, for
+`ConfigError` (tunelab.config.run_config) and `PathNotAllowed` (tunelab.paths) are raised too, for
 bad settings and paths; they are re-exported by the package for convenience.
 """
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from tunelab import hardware
-from tunelab.config import RunConfig
+from tunelab.config.run_config import RunConfig
 
 log = logging.getLogger("tunelab.orchestrator")
 

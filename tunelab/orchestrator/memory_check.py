@@ -3,7 +3,7 @@
 Runs in the parent after the GPUs are chosen and before the run's row exists, so a
 refused run leaves nothing behind. The budget comes from `hardware` (each chosen GPU's
 free memory) or, without GPUs, from psutil (the machine's RAM); the decision is
-memory_fit.py's. A model whose config.json cannot be read here (a hub id not in the
+memory/fit.py's. A model whose config.json cannot be read here (a hub id not in the
 local cache, an unusual architecture) is not checked: the start goes on, and the log
 says why. A Ray cluster's or the mlx backend's devices are not this machine's to measure.
 """
@@ -14,10 +14,10 @@ import logging
 from typing import TYPE_CHECKING
 
 from tunelab import hardware
-from tunelab.config import RunConfig
+from tunelab.config.run_config import RunConfig
 
 if TYPE_CHECKING:
-    from tunelab.memory_fit import Budget
+    from tunelab.memory.fit import Budget
 
 log = logging.getLogger("tunelab.orchestrator")
 
@@ -28,7 +28,7 @@ def budget_for(chosen: list[hardware.Gpu], processes: int) -> Budget | None:
     # Imported at the first start, not with the orchestrator: a server's start-up does not need them.
     import psutil
 
-    from tunelab.memory_fit import Budget
+    from tunelab.memory.fit import Budget
 
     if chosen:
         if any(g.free_mb is None for g in chosen):
@@ -49,8 +49,8 @@ def fit_memory(cfg: RunConfig, chosen: list[hardware.Gpu], world_size: int, proc
     it) and the notes for its events; ConfigError when it cannot fit."""
     if cfg.memory_fit == "off" or cfg.resolved_backend != "torch" or cfg.ray_address:
         return cfg, ()
-    from tunelab.memory_fit import check_fit, checkpointing_off
-    from tunelab.memory_plan import EstimateUnavailable, read_model_config, settings_for, shape_from_config
+    from tunelab.memory.fit import check_fit, checkpointing_off
+    from tunelab.memory.plan import EstimateUnavailable, read_model_config, settings_for, shape_from_config
 
     try:
         shape = shape_from_config(read_model_config(cfg.model_name))

@@ -19,8 +19,8 @@ import os
 import threading
 from pathlib import Path
 
-from tunelab.config import ConfigError, FieldError, RunConfig
-from tunelab.remote_code_check import RemoteCodeRefused, check_approved
+from tunelab.config.run_config import ConfigError, FieldError, RunConfig
+from tunelab.remote_code.check import RemoteCodeRefused, check_approved
 
 DATA_FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 HUB_TIMEOUT_S = 3.0
@@ -113,8 +113,9 @@ def mlx_model_problem(name: str) -> str | None:
     or in the hub cache) says vision-language, audio chat, speech-to-text or text-to-speech (its marker,
     or Orpheus's audio tokens in the tokenizer.json beside it), or a local
     sentence-transformers folder, is refused before the run exists."""
-    from tunelab.worker import embedding_model, speech_model  # torch-free
-    from tunelab.worker.vision_model import MLX_REFUSAL, config_dict_is_vision  # torch-free
+    from tunelab.worker.families.embedding import model as embedding_model  # torch-free
+    from tunelab.worker.families.speech import model as speech_model  # torch-free
+    from tunelab.worker.families.vision.model import MLX_REFUSAL, config_dict_is_vision  # torch-free
 
     if embedding_model.folder_is_sentence_transformers(name):
         return f"{name} {embedding_model.MLX_REFUSAL}"
@@ -128,11 +129,11 @@ def mlx_model_problem(name: str) -> str | None:
         return None
     if speech_model.config_dict_is_speech(config):
         return f"{name} {speech_model.MLX_REFUSAL}"
-    from tunelab.worker import audio_chat_model  # torch-free
+    from tunelab.worker.families.audio_chat import model as audio_chat_model  # torch-free
 
     if audio_chat_model.config_dict_is_audio_chat(config):
         return f"{name} {audio_chat_model.MLX_REFUSAL}"
-    from tunelab.worker import tts_layout  # torch-free
+    from tunelab.worker.families.tts import layout as tts_layout  # torch-free
 
     tokenizer = Path(found).with_name("tokenizer.json") if found else None
     if tts_layout.config_dict_is_tts(config, tokenizer if tokenizer and tokenizer.is_file() else None):

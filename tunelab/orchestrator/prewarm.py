@@ -57,12 +57,12 @@ TORCH_PRELOAD = (
     "peft:LoraConfig,get_peft_model",
     "trl:SFTTrainer,SFTConfig",
     "tunelab.worker.entry",
-    "tunelab.worker.torch_backend",
+    "tunelab.worker.backends.torch_backend",
     "tunelab.worker.model_setup",
     "tunelab.worker.trainer_setup",
     "tunelab.worker.callbacks",
 )
-MLX_PRELOAD = ("mlx.core", "mlx_lm", "datasets", "tunelab.worker.entry", "tunelab.worker.mlx")
+MLX_PRELOAD = ("mlx.core", "mlx_lm", "datasets", "tunelab.worker.entry", "tunelab.worker.backends.mlx_backend")
 _FALSE = {"0", "false", "no", "off"}
 _TRUE = {"1", "true", "yes", "on"}
 

@@ -24,8 +24,8 @@ from typing import Any
 from tunelab import events as ev
 from tunelab import hardware, layout
 from tunelab.checkpoints import latest_valid_checkpoint
-from tunelab.config import ConfigError, parse_config
-from tunelab.config_resume import resume_config, stored_settings
+from tunelab.config.run_config import ConfigError, parse_config
+from tunelab.config.resume import resume_config, stored_settings
 from tunelab.orchestrator.errors import PersistError
 from tunelab.orchestrator.memory_check import fit_memory
 from tunelab.orchestrator.recovery import cannot_run_here, output_dir_here

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from tunelab.orchestrator.run import ActiveRun
 from tunelab.orchestrator.scheduler import queued_snapshot
 from tunelab.orchestrator.state import ProgressState
-from tunelab.plots import loss_plot_png, plot_title
+from tunelab.orchestrator.plots import loss_plot_png, plot_title
 from tunelab.store import RunNotFound
 
 if TYPE_CHECKING:

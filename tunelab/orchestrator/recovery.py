@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tunelab import paths
-from tunelab.config import ConfigError, RunConfig
+from tunelab.config.run_config import ConfigError, RunConfig
 from tunelab.orchestrator.prechecks import check_before_start
 
 READ_FIELDS = ("local_datasets", "local_eval_datasets")

@@ -17,7 +17,7 @@ from typing import Any
 
 from tunelab import paths
 from tunelab.checkpoints import InvalidCheckpoint, latest_valid_checkpoint, validate_checkpoint
-from tunelab.config import ConfigError
+from tunelab.config.run_config import ConfigError
 from tunelab.orchestrator.errors import NotResumable
 from tunelab.store import Store
 

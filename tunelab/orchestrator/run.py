@@ -20,8 +20,8 @@ from typing import Any, Callable
 
 from tunelab import events as ev
 from tunelab import layout
-from tunelab.config import RunConfig
-from tunelab.metric_buffer import MetricBuffer
+from tunelab.config.run_config import RunConfig
+from tunelab.orchestrator.metric_buffer import MetricBuffer
 from tunelab.orchestrator.child import WorkerHandle, end_process, spawn_worker
 from tunelab.orchestrator.cleanup import discard_cancelled_output, remove_dataset_caches, remove_rank_config
 from tunelab.orchestrator.finalize import FinalizeOnce, RunFacts, decide_outcome, with_retries
@@ -31,7 +31,7 @@ from tunelab.orchestrator.prewarm import WarmWorkers
 from tunelab.orchestrator.pump import start_pump
 from tunelab.orchestrator.state import FINAL_PHASES, STAGE_TO_PHASE, ProgressState
 from tunelab.orchestrator.watchdog import StopWatchdog, save_budget_s
-from tunelab.plots import redact
+from tunelab.orchestrator.plots import redact
 from tunelab.store import Store
 
 log = logging.getLogger("tunelab.orchestrator")

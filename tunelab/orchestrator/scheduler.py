@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tunelab import hardware
-from tunelab.config import RunConfig
+from tunelab.config.run_config import RunConfig
 from tunelab.orchestrator.gpus import choose_gpus
 from tunelab.orchestrator.ownership import CPU_DEVICE
 

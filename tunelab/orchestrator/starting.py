@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 from tunelab import events as ev
 from tunelab import hardware, layout, paths
-from tunelab.config import SECRETS_USED_KEY, ConfigError, RunConfig, check_machine, parse_config
-from tunelab.config_resume import resume_config
+from tunelab.config.run_config import SECRETS_USED_KEY, ConfigError, RunConfig, check_machine, parse_config
+from tunelab.config.resume import resume_config
 from tunelab.orchestrator import ownership
 from tunelab.orchestrator.child import DEFAULT_WORKER
 from tunelab.orchestrator.errors import NotResumable, PersistError, RunActive

@@ -2,7 +2,7 @@
 
 The card says what a reader of the repo needs to use and judge the model: the base
 model, the data, the run's settings, its final metrics and the loss curve (the same PNG
-as the page's plot, `tunelab.plots`), under YAML front matter the Hub reads
+as the page's plot, `tunelab.orchestrator.plots`), under YAML front matter the Hub reads
 (`base_model`, `datasets`, `library_name`, `tags`; written by huggingface_hub's own
 `ModelCardData`). Nothing of this machine travels: a local model or data file is named
 by its file name only, never its path, and the stored config holds no secrets
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from tunelab.events import finite_or_none
-from tunelab.plots import loss_plot_png, plot_title
+from tunelab.orchestrator.plots import loss_plot_png, plot_title
 from tunelab.text import printable
 
 PLOT_NAME = "training_loss.png"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from tunelab.plots import redact
+from tunelab.orchestrator.plots import redact
 from tunelab.push.checks import PushError
 
 log = logging.getLogger("tunelab.push")

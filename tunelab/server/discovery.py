@@ -4,7 +4,7 @@ The server writes {url, host, port, pid, started_at} when its application has st
 (`advertise` hooks the app's lifespan) and removes the file first thing when it shuts
 down, which happens inside uvicorn's signal handling, so SIGTERM and Ctrl-C clean up too. A server that was killed leaves the file
 behind, so a reader trusts it only while that pid is alive and `/api/health` answers
-(see `tunelab.remote_run`). The file is written whole under a private name and renamed
+(see `tunelab.cli.remote_run`). The file is written whole under a private name and renamed
 into place, so a reader never sees half of it. It holds no token: that stays in the
 0600 token file.
 """

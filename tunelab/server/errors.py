@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from tunelab.config_errors import ConfigError, FieldError, errors_from_validation
+from tunelab.config.errors import ConfigError, FieldError, errors_from_validation
 from tunelab.orchestrator import NoActiveRun, NotResumable, OrchestratorError, PersistError, RunActive, RunMismatch
 from tunelab.orchestrator.ownership import DeviceBusy
 from tunelab.paths import PathNotAllowed

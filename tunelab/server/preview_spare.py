@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-SPARE_ARGV = ("-m", "tunelab.server.preview_child", "--warm")
+SPARE_ARGV = ("-m", "tunelab.worker.preview.child", "--warm")
 
 
 class PreviewSpare:

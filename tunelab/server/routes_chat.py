@@ -69,7 +69,7 @@ def chat_target(request: Request, run_id: RunId,
         raise ApiError(409, "not_chattable", str(exc)) from None
     except TargetInputError as exc:
         raise ApiError(422, "invalid_input", str(exc), field=exc.field) from None
-    from tunelab.worker.tokenization import FALLBACK_CHAT_TEMPLATE
+    from tunelab.worker.data.tokenization import FALLBACK_CHAT_TEMPLATE
 
     template = saved_template(target.weights)
     return ChatTarget(run_id=run_id, model=target.model_id(), base_model_id=target.model_id(base=True),

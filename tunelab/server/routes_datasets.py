@@ -25,8 +25,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from tunelab import paths
-from tunelab.config import RunConfig, parse_config
-from tunelab.remote_code_check import code_summary
+from tunelab.config.run_config import RunConfig, parse_config
+from tunelab.remote_code.check import code_summary
 from tunelab.server.errors import ApiError
 from tunelab.server.preview_spare import PreviewSpare
 from tunelab.server.schemas import DatasetPreview, DatasetPreviewRequest, error_responses
@@ -69,7 +69,7 @@ def _sweep_stale(previews: Path) -> None:
 
 
 async def run_preview_child(request: dict[str, Any], timeout: float,
-                            argv: tuple[str, ...] = ("-m", "tunelab.server.preview_child"),
+                            argv: tuple[str, ...] = ("-m", "tunelab.worker.preview.child"),
                             spare: PreviewSpare | None = None) -> dict[str, Any]:
     """Run the preview child (`spare`'s waiting one if it has one, else `python <argv>`)
     on `request` and return its JSON answer. Its stdout is read only up to

@@ -17,7 +17,7 @@ from typing import Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from tunelab.config_text import PathText
+from tunelab.config.text import PathText
 from tunelab.server.errors import ApiError
 from tunelab.server.roles import caller_of
 from tunelab.server.run_ids import RunId

@@ -2,7 +2,7 @@
 
 The body is a run's settings, as `/api/train/start` takes them (data settings may be left
 out: memory does not depend on them). The answer is the estimate per device, each term
-named (memory_plan.py), with the model's own code files and their fingerprint (what an
+named (memory/plan.py), with the model's own code files and their fingerprint (what an
 approved_remote_code_fingerprint approves), for the devices a start would get now — this machine's GPUs
 as `hardware` lists them, or its RAM — and the verdict a start would reach: fits, the
 change memory_fit=auto would make, or the refusal with its fix. Pure Python: only the
@@ -17,10 +17,10 @@ from fastapi import APIRouter, Body
 from pydantic import BaseModel, Field
 
 from tunelab import hardware, layout, paths
-from tunelab.config import ConfigError, parse_config
+from tunelab.config.run_config import ConfigError, parse_config
 from tunelab.orchestrator.gpus import choose_gpus
 from tunelab.orchestrator.memory_check import budget_for
-from tunelab.remote_code_check import code_summary
+from tunelab.remote_code.check import code_summary
 from tunelab.server.schemas import RemoteCodeInfo, error_responses
 
 router = APIRouter(prefix="/api/memory", tags=["memory"], responses=error_responses(401))
@@ -60,8 +60,8 @@ class MemoryEstimate(BaseModel):
 @router.post("/estimate", response_model=MemoryEstimate, responses=error_responses(422))
 def memory_estimate(body: dict[str, Any] = Body(description="A run's settings, as /api/train/start takes them.")) -> MemoryEstimate:
     """Peak memory per device for these settings, term by term, and whether it fits here."""
-    from tunelab.memory_fit import check_fit  # with the estimator: on first use, not at the server's start
-    from tunelab.memory_plan import EstimateUnavailable, estimate, read_model_config, settings_for, shape_from_config
+    from tunelab.memory.fit import check_fit  # with the estimator: on first use, not at the server's start
+    from tunelab.memory.plan import EstimateUnavailable, estimate, read_model_config, settings_for, shape_from_config
 
     data = dict(body)
     if not (data.get("dataset") or data.get("local_datasets") or data.get("s3")):

@@ -1,7 +1,7 @@
 """`/api/runs`: the run history — list, detail, rename, delete, resume.
 
 A resumed run's detail also carries the steps of the runs it continues
-(`tunelab.resume_chain`), each shown only to a caller who may read that run (roles.py).
+(`tunelab.orchestrator.resume_chain`), each shown only to a caller who may read that run (roles.py).
 
 Deleting a run's files is the one place the API removes things from disk, so it is
 guarded: the folder must lie inside the outputs root (symlinks resolved, by `paths`), no
@@ -21,7 +21,7 @@ from tunelab import paths
 from tunelab.folder_owners import own_exports, writers_touching
 from tunelab.orchestrator import NotResumable
 from tunelab.orchestrator.resume import check_resumable
-from tunelab.resume_chain import earlier_runs, metric_rows_until
+from tunelab.orchestrator.resume_chain import earlier_runs, metric_rows_until
 from tunelab.server.errors import ApiError
 from tunelab.server.queue_cap import require_queue_room
 from tunelab.server.roles import caller_of, may_read_run

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import Response
 
-from tunelab.config import RunConfig, parse_config
+from tunelab.config.run_config import RunConfig, parse_config
 from tunelab.orchestrator import RunMismatch
 from tunelab.server.queue_cap import require_queue_room
 from tunelab.server.roles import CHECKED_RUN_SCOPE_KEY, caller_of

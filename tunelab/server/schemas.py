@@ -1,7 +1,7 @@
 """The typed shapes of the HTTP API: what each route takes and answers.
 
 They exist for the client: FastAPI checks requests against them and `/docs` shows them.
-A training run's settings are `RunConfig` itself (tunelab.config), so the API and
+A training run's settings are `RunConfig` itself (tunelab.config.run_config), so the API and
 config files can never drift apart. A job id is a run id: a started job is a run row.
 """
 
@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
-from tunelab.config import DataFormat, DisplayName, Name, RunConfig, S3Source, TrainingType
+from tunelab.config.run_config import DataFormat, DisplayName, Name, RunConfig, S3Source, TrainingType
 from tunelab.events import MODALITIES
 
 MODALITY_HELP = (f"What the run trains on: {', '.join(MODALITIES)}; null until its worker has prepared the data "

@@ -33,12 +33,12 @@ from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 from tunelab import paths
-from tunelab.config import RunConfig, parse_config
-from tunelab.config_resume import stored_settings
+from tunelab.config.run_config import RunConfig, parse_config
+from tunelab.config.resume import stored_settings
 from tunelab.folder_owners import foreign_writer, owner_words, writers_touching
-from tunelab.grpo_settings import uses_reward_code
+from tunelab.config.grpo import uses_reward_code
 from tunelab.paths import PathNotAllowed
-from tunelab.remote_code_check import FIELD as FINGERPRINT_FIELD
+from tunelab.remote_code.check import FIELD as FINGERPRINT_FIELD
 from tunelab.server.errors import ApiError
 
 PATH_LIST_FIELDS = ("local_datasets", "local_eval_datasets")

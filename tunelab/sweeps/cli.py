@@ -27,7 +27,7 @@ WORKER_TARGET_ENV = "TUNELAB_WORKER_TARGET"
 
 def run_sweep(path: Path, console: Any, err_console: Any) -> int:
     """Check the sweep file, then run it to its budget; returns the exit code."""
-    from tunelab.config import ConfigError
+    from tunelab.config.run_config import ConfigError
     from tunelab.sweeps.spec import check_corners, load_sweep
 
     try:
@@ -109,7 +109,7 @@ def print_sweep(store: Any, sweep_id: int, console: Any) -> None:
 def _check_machine(cfg: Any) -> None:
     """What a start checks of this machine (GPUs asked for, 4-bit without CUDA), up front."""
     from tunelab import hardware
-    from tunelab.config import check_machine
+    from tunelab.config.run_config import check_machine
 
     gpus = hardware.list_gpus()
     check_machine(cfg, len(gpus), hardware.mig_slices(gpus))

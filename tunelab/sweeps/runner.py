@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from tunelab.config import RunConfig
+from tunelab.config.run_config import RunConfig
 from tunelab.orchestrator import NoActiveRun, RunActive
 from tunelab.store import Store
 from tunelab.store import sweeps as table

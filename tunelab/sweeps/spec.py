@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterator, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from tunelab.config import ConfigError, RunConfig, parse_config
-from tunelab.config_errors import FieldError
+from tunelab.config.run_config import ConfigError, RunConfig, parse_config
+from tunelab.config.errors import FieldError
 from tunelab.events import is_extra_name
 from tunelab.store import METRIC_FIELDS
 

@@ -21,7 +21,7 @@ import torch
 from transformers import TrainerCallback
 
 from tunelab import events
-from tunelab.worker import ranks
+from tunelab.worker.launch import ranks
 
 
 def peak_memory_gb() -> tuple[float, float | None]:

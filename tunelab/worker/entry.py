@@ -23,8 +23,9 @@ import traceback
 from typing import Any
 
 from tunelab import events as ev
-from tunelab import layout, remote_code_check
-from tunelab.worker import tokenizer_threads
+from tunelab import layout
+from tunelab.remote_code import check as remote_code_check
+from tunelab.worker.data import tokenizer_threads
 from tunelab.worker.context import RunSettingError, StopRequested, WorkerContext
 from tunelab.worker.out_of_memory import explain_out_of_memory
 from tunelab.worker.output_checks import explain_output_failure
@@ -35,8 +36,8 @@ PARENT_POLL_SECONDS = 1.0
 # the stop-and-save its signalled parent asks for (a rank: by torchrun passing its own
 # SIGTERM on). Whichever comes first, a SIGTERM this soon after it is the same stop.
 SIGTERM_REPEAT_WINDOW_S = 10.0
-BACKENDS = {"torch": "tunelab.worker.torch_backend", "mlx": "tunelab.worker.mlx"}
-LAUNCHER = "tunelab.worker.launcher"
+BACKENDS = {"torch": "tunelab.worker.backends.torch_backend", "mlx": "tunelab.worker.backends.mlx_backend"}
+LAUNCHER = "tunelab.worker.launch.launcher"
 # Library chatter the parent cannot use; set before the libraries are imported.
 QUIET_ENVIRONMENT = {
     "TRANSFORMERS_VERBOSITY": "error",

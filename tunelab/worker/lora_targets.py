@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from tunelab.config import FINETUNE_SWITCHES
+from tunelab.config.run_config import FINETUNE_SWITCHES
 
 
 def _on(config: dict[str, Any], name: str) -> bool:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from tunelab.config import DEFAULT_TARGET_MODULES
+from tunelab.config.run_config import DEFAULT_TARGET_MODULES
 from tunelab.worker.context import RunSettingError
 
 
@@ -155,7 +155,7 @@ def attention_for(config: dict[str, Any], device: DeviceSettings, padding_free: 
     if device.cuda:
         flash_installed = importlib.util.find_spec("flash_attn") is not None
         return {"attn_implementation": cuda_packed_attention(device.capability or (0, 0), flash_installed)}
-    from tunelab.worker import packed_attention
+    from tunelab.worker.families.text import packed_attention
 
     return {"attn_implementation": packed_attention.register()}
 
@@ -200,7 +200,7 @@ def wrap_for_training(model: Any, config: dict[str, Any], device: DeviceSettings
     targets = config.get("target_modules") or targets or default_target_modules(model)
     whole = {}
     if config.get("embedding_learning_rate") is not None:
-        from tunelab.worker.embedding_rate import modules_to_save, ties_embeddings
+        from tunelab.worker.families.embedding.rate import modules_to_save, ties_embeddings
 
         # The embeddings and head train whole beside the adapter, at their own rate.
         whole = {"modules_to_save": modules_to_save(model), "ensure_weight_tying": ties_embeddings(model)}

@@ -15,19 +15,19 @@ save without TRL's "ref" adapter), it replaces two steps:
 TRL logs reward, reward_std, rewards/<name>/mean and /std, kl (beta > 0), entropy and
 completions/mean_length among others; the progress callback forwards them as each step's
 extras. Completion batches count completions: batch_size x gradient_accumulation_steps is
-a multiple of num_generations (checked in config.py).
+a multiple of num_generations (checked in config/run_config.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tunelab.grpo_settings import generation_settings
-from tunelab.preference_settings import beta_for
-from tunelab.worker.data import PreparedData, ensure_chat_template
-from tunelab.worker.formats import DataFormatError
+from tunelab.config.grpo import generation_settings
+from tunelab.config.preference import beta_for
+from tunelab.worker.data.prepare import PreparedData, ensure_chat_template
+from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.methods.preference import PreferenceMethod
-from tunelab.worker.prompt_formats import PROMPT_FORMAT, describe_shape, prompt_row, reference_column
+from tunelab.worker.methods.prompt_formats import PROMPT_FORMAT, describe_shape, prompt_row, reference_column
 
 # TRL logs these every step; they say little about a run here and would crowd out the
 # rewards within the per-step extras limit (events.EXTRA_MAX_COUNT).
@@ -40,7 +40,7 @@ class GRPOMethod(PreferenceMethod):
         super().__init__(family, "grpo")
 
     def prepare(self, config: dict[str, Any], loaded: Any, raw: Any) -> PreparedData:
-        from tunelab.worker.grpo_rewards import needs_reference, reward_functions
+        from tunelab.worker.methods.grpo_rewards import needs_reference, reward_functions
 
         if raw.format != PROMPT_FORMAT:
             raise DataFormatError("format", f"objective=grpo trains on prompts and the data is {raw.format} with columns "
@@ -66,7 +66,7 @@ class GRPOMethod(PreferenceMethod):
                       output_dir: Any, callbacks: list[Any]) -> Any:
         from trl import GRPOConfig
 
-        from tunelab.worker.grpo_rewards import reward_functions
+        from tunelab.worker.methods.grpo_rewards import reward_functions
         from tunelab.worker.trainer_setup import training_arguments
 
         functions, weights = reward_functions(config)

@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunelab.preference_settings import OBJECTIVE_FORMATS, beta_for
-from tunelab.worker.data import PreparedData, ensure_chat_template
-from tunelab.worker.formats import DataFormatError
-from tunelab.worker.preference_formats import describe_shape
-from tunelab.worker.preference_rows import RowPlace, row_turns
+from tunelab.config.preference import OBJECTIVE_FORMATS, beta_for
+from tunelab.worker.data.prepare import PreparedData, ensure_chat_template
+from tunelab.worker.data.formats import DataFormatError
+from tunelab.worker.methods.preference_formats import describe_shape
+from tunelab.worker.methods.preference_rows import RowPlace, row_turns
 
 TRAINERS = {"dpo": "DPOTrainer", "orpo": "ORPOTrainer", "simpo": "CPOTrainer", "kto": "KTOTrainer"}
 

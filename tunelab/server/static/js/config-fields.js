@@ -1,5 +1,5 @@
 /**
- * The run settings the form shows: one entry per RunConfig field (tunelab/config.py),
+ * The run settings the form shows: one entry per RunConfig field (tunelab/config/run_config.py),
  * with its label, kind, default and a line of help. The form is drawn from this table,
  * so a label, an input and the slot for its server error always come together.
  *

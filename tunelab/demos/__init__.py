@@ -1,0 +1,1 @@
+"""The built-in demos: one per family or objective, built offline from small local assets."""

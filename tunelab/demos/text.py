@@ -1,0 +1,44 @@
+"""`tunelab demo`: the config and summary of the built-in end-to-end fine-tune.
+
+The model and data come from `tunelab.demos.assets` (built offline, cached); the run
+goes through the same orchestrator, worker and store as any other run.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from tunelab.config.run_config import RunConfig, parse_config
+from tunelab.demos.assets import DEMO_TRAINING, DemoAssets, build_demo_assets, ensure_demo_assets
+
+__all__ = ["DemoAssets", "build_demo_assets", "ensure_demo_assets", "demo_config", "print_demo_summary"]
+
+
+def demo_config(assets: DemoAssets, *, backend: str = "torch", steps: int = 60, **overrides) -> RunConfig:
+    """A LoRA run on the alpaca sample that visibly learns within a minute on 2 CPU cores."""
+    return parse_config({
+        "model_name": str(assets.model_dir),
+        "local_datasets": [str(assets.alpaca)],
+        **DEMO_TRAINING,
+        "backend": backend,
+        "max_steps": steps,
+        "display_name": f"demo ({backend})",
+        **overrides,
+    })
+
+
+def print_demo_summary(outcome, console: Console, extra_lines: list[str] = ()) -> None:
+    run = outcome.run
+    first = f"{outcome.first_loss:.3f}" if outcome.first_loss is not None else "?"
+    last = f"{outcome.last_loss:.3f}" if outcome.last_loss is not None else "?"
+    console.rule("demo summary")
+    console.print(f"run:        {outcome.run_id} ({run.get('status')})")
+    console.print(f"steps:      {run.get('final_step') or 0} of {run.get('total_steps') or '?'}")
+    console.print(f"loss:       {first} -> {last}")
+    for line in extra_lines:  # what a method reports beyond the loss (a preference run's rewards)
+        console.print(line)
+    duration = run.get("duration_seconds")
+    console.print(f"time:       {duration:.1f} s" if duration is not None else "time:       ?")
+    console.print(f"output:     {run.get('output_dir') or '(none)'}")
+    if run.get("error_message"):
+        console.print(f"[red]error:      {run['error_message']}[/]")

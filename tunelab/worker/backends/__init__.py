@@ -1,0 +1,1 @@
+"""Training backends: torch (transformers + PEFT + TRL) and MLX, each `run(config, ctx)`."""

@@ -1,0 +1,1 @@
+"""Audio chat models (a language model that listens): data, formats, collator and family."""

@@ -1,0 +1,1 @@
+"""Sesame CSM text-to-speech: its data, model pieces, trainer and family."""

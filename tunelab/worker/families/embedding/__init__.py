@@ -1,0 +1,1 @@
+"""Embedding models on sentence-transformers: data shapes, losses, evaluators and trainer."""

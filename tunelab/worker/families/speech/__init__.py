@@ -1,0 +1,1 @@
+"""Speech-to-text (Whisper-style) models: data, prefix, collator, trainer."""

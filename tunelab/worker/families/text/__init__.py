@@ -1,0 +1,1 @@
+"""Text (causal language model) training: the SFT trainer, its LM head and packed attention."""

@@ -1,0 +1,1 @@
+"""Orpheus-style text-to-speech over SNAC codec tokens: data, codec, cache, trainer and samples."""

@@ -1,0 +1,1 @@
+"""Vision-language models: image data, formats, collator and model loading."""

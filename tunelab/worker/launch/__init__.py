@@ -1,0 +1,1 @@
+"""Runs over several ranks: the launcher, each rank's entry, and the torchrun and Ray engines."""
