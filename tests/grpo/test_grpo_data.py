@@ -17,9 +17,10 @@ from tunelab.paths import PathNotAllowed
 from tunelab.worker.context import RunSettingError
 from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.methods.grpo_rewards import reward_functions
-from tunelab.worker.methods import for_objective
+from tunelab.worker.methods.registry import for_objective
 from tunelab.worker.methods.grpo import GRPOMethod
-from tunelab.worker.families.registry import Loaded, TextFamily
+from tunelab.worker.families.protocol import Loaded
+from tunelab.worker.families.text.family import TextFamily
 from tunelab.worker.data.sources import load_raw
 
 TOKENIZER = type("Tok", (), {"chat_template": "{{ messages }}"})()

@@ -12,9 +12,11 @@ import pytest
 
 from tunelab.config.run_config import ConfigError, parse_config
 from tunelab.worker.data.formats import DataFormatError
-from tunelab.worker.methods import for_objective
+from tunelab.worker.methods.registry import for_objective
 from tunelab.worker.methods.preference import PreferenceMethod
-from tunelab.worker.families.registry import Loaded, TextFamily, VisionFamily
+from tunelab.worker.families.protocol import Loaded
+from tunelab.worker.families.text.family import TextFamily
+from tunelab.worker.families.vision.family import VisionFamily
 from tunelab.worker.data.sources import load_raw
 
 
@@ -84,7 +86,7 @@ def test_objectives_compose_with_the_text_family_only():
     text = TextFamily()
     assert for_objective({"objective": "sft"}, text) is text
     method = for_objective({"objective": "orpo"}, text)
-    assert method.name == "text" and method.targets == text.targets  # the family's own steps
+    assert method.name == "text" and method.family is text and method.modality(None) == "text"  # the family's own steps
     with pytest.raises(DataFormatError) as info:
         for_objective({"objective": "dpo"}, VisionFamily())
     assert info.value.field == "objective"

@@ -20,7 +20,8 @@ from trl.data_utils import apply_chat_template, maybe_apply_chat_template, maybe
 
 from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.methods.preference import PreferenceMethod
-from tunelab.worker.families.registry import Loaded, TextFamily
+from tunelab.worker.families.protocol import Loaded
+from tunelab.worker.families.text.family import TextFamily
 from tunelab.worker.data.sources import load_raw
 
 

@@ -184,7 +184,7 @@ def test_a_speech_model_is_told_from_its_config(speech_assets, tmp_path):
     # Detection reads the config, never the name: the same model under a text-sounding name.
     renamed = tmp_path / "llama-chat-7b"
     shutil.copytree(speech_assets.model_dir, renamed)
-    assert isinstance(model_family.detect({"model_name": str(renamed)}), model_family.SpeechFamily)
+    assert isinstance(model_family.detect({"model_name": str(renamed)}), model_family.TRAINING["speech"])
     assert speech_model.config_dict_is_speech(json.loads((renamed / "config.json").read_text()))
     problem = mlx_model_problem(str(renamed))
     assert problem is not None and "speech-to-text model" in problem and "backend=torch" in problem

@@ -44,7 +44,8 @@ def _prepare(model_dir: Path, data: Path, cache: Path, **settings):
     """What the worker does: the processor and model load, then the speech family prepares the rows."""
     from transformers import AutoModelForSpeechSeq2Seq
 
-    from tunelab.worker.families.registry import Loaded, SpeechFamily
+    from tunelab.worker.families.protocol import Loaded
+    from tunelab.worker.families.speech.family import SpeechFamily
     from tunelab.worker.data.sources import load_raw
     from tunelab.worker.families.speech.model import load_processor
 

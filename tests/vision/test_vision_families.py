@@ -89,7 +89,7 @@ def loaded(family_model):
     name, folder = family_model
     config = {"model_name": folder, "training_type": "lora", "lora_r": 4}
     family = model_family.detect(config)
-    assert isinstance(family, model_family.VisionFamily), f"{name} was not detected as a vision-language model"
+    assert isinstance(family, model_family.TRAINING["vision"]), f"{name} was not detected as a vision-language model"
     return family, family.load(config, CPU)
 
 

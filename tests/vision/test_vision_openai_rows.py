@@ -14,7 +14,7 @@ from openai_rows import data_uri, openai_row, openai_rows, write_jsonl
 from tunelab import paths
 from tunelab.worker.data import prepare as text_data
 from tunelab.worker.data.formats import DataFormatError
-from tunelab.worker.families.registry import VisionFamily
+from tunelab.worker.families.vision.family import VisionFamily
 from tunelab.worker.data.sources import load_raw
 from tunelab.worker.families.vision.data import has_images, prepare
 

@@ -71,7 +71,7 @@ def real_model(request, tmp_path_factory) -> tuple[str, str]:
 def loaded(real_model):
     config = {"model_name": real_model[1], "training_type": "lora", "lora_r": 4}
     family = model_family.detect(config)
-    assert isinstance(family, model_family.VisionFamily)
+    assert isinstance(family, model_family.TRAINING["vision"])
     return family, family.load(config, CPU)
 
 

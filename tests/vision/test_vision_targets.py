@@ -8,7 +8,8 @@ import pytest
 
 from tunelab.config.run_config import ConfigError, parse_config
 from tunelab.worker.lora_targets import classify_linear_layers
-from tunelab.worker.families.registry import TextFamily, VisionFamily
+from tunelab.worker.families.text.family import TextFamily
+from tunelab.worker.families.vision.family import VisionFamily
 from tunelab.worker.model_setup import DeviceSettings, load_model, wrap_for_training
 from tunelab.worker.families.vision.model import is_vision_model, model_class
 

@@ -50,7 +50,9 @@ def test_a_missing_file_is_raised_by_both(tokenizer, tmp_path):
 def test_only_families_that_prepare_rows_as_text_prefetch():
     """Text-to-speech is a text family with its own data path (codec tokens): it must not
     be prefetched as text rows (it was, and its runs failed on their data)."""
-    from tunelab.worker.families.registry import SpeechFamily, TextFamily, VisionFamily
+    from tunelab.worker.families.speech.family import SpeechFamily
+    from tunelab.worker.families.text.family import TextFamily
+    from tunelab.worker.families.vision.family import VisionFamily
     from tunelab.worker.families.tts.family import TtsFamily
 
     assert TextFamily().prefetches_data

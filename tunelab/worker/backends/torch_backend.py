@@ -1,7 +1,8 @@
 """The torch backend: transformers + PEFT + a family's trainer, reporting through events.
 
 `run(config, ctx)` reads top to bottom as the run's stages: load the model and its
-tokenizer or processor (`model_family`: text, vision-language, embedding or speech-to-text), load and
+tokenizer or processor (the run's family, `families/registry.detect`, composed with its
+objective, `methods/registry.for_objective`), load and
 tokenize the data (text rows shared with the mlx backend, so both train on the same
 tokens; a text run does this on a thread while its model loads, `data_prefetch`), build the adapter and the family's trainer (TRL's SFTTrainer; for embedders
 sentence-transformers' own; for speech-to-text transformers' Seq2SeqTrainer) with the same
@@ -26,6 +27,7 @@ from tunelab import events, paths
 from tunelab.run_facts import write_run_facts
 from tunelab.worker.data import prepare as data
 from tunelab.worker.context import WorkerContext
+from tunelab.worker.families.protocol import TrainingFamily
 from tunelab.worker.stall import DownloadStallWatch, hub_cache_folders
 
 
@@ -48,19 +50,17 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     _quiet_libraries()
     import transformers
 
-    from tunelab.worker import methods, model_setup
-
-    from tunelab.worker.families import registry as model_family
-
+    from tunelab.worker import model_setup
+    from tunelab.worker.families import registry as families
     from tunelab.worker.launch import ranks
+    from tunelab.worker.methods.registry import for_objective
     from tunelab.worker.trainer_setup import seed_of
 
     device = model_setup.device_settings(config)
     ctx.emit(events.make(events.MODEL_LOAD_STARTED))
     with _stall_watch(config, ctx):
-        base = model_family.detect(config)
-        family = methods.for_objective(config, base)  # sft, or a preference method on the family
-        prefetch = _prefetch_data(config, family, base, output_dir)
+        family = for_objective(config, families.detect(config))  # sft: the family; else a method on it
+        prefetch = _prefetch_data(config, family, output_dir)
         loaded = family.load(config, device)
     model = loaded.model
     device = model_setup.settle_cpu_precision(config, device, model)
@@ -100,14 +100,15 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     _finish(ctx, config, trainer, stopper, family, loaded, output_dir)
 
 
-def _prefetch_data(config: dict[str, Any], family: Any, base: Any, output_dir: Path) -> Any:
-    """For a text family's own (sft) run: its tokenizer now, and the data loading and
-    tokenizing on a thread while the model loads (see data_prefetch.py); else None."""
-    if family is not base or not getattr(base, "prefetches_data", False):  # families without the attribute: no
+def _prefetch_data(config: dict[str, Any], family: TrainingFamily, output_dir: Path) -> Any:
+    """For a family that prefetches (a `PrefetchingFamily`: the text family's own sft run): its
+    tokenizer now, and the data loading and tokenizing on a thread while the model loads (see
+    data/prefetch.py); else None."""
+    if not family.prefetches_data:
         return None
     from tunelab.worker.data.prefetch import DataPrefetch
 
-    return DataPrefetch(config, base.load_tokenizer(config), _datasets_cache(output_dir))
+    return DataPrefetch(config, family.load_tokenizer(config), _datasets_cache(output_dir))
 
 
 def _datasets_cache(output_dir: Path) -> Path:

@@ -1,25 +1,6 @@
-"""Training objectives: which trainer a run's family trains with (see DESIGN.md, worker/methods/).
-
-`for_objective(config, family)` is the family itself for `sft` (each family's own
-trainer), or the family composed with a preference method (`preference.py`, and
-`grpo.py` for GRPO) that
-replaces only how the data is prepared and which TRL trainer runs; loading, wrapping
-and saving stay the family's.
+"""Training objectives: the `Objective` Protocol (`protocol.py`), the registry by name
+(`registry.py`: sft, dpo/orpo/simpo/kto, grpo), the methods that compose with a family
+(`preference.py`, `grpo.py`) and the data shapes they read (`preference_formats.py`,
+`preference_rows.py`, `prompt_formats.py`, with GRPO's rewards in `grpo_rewards.py`).
+Kept free of imports: `worker/data/formats.py` reads the shapes from here.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-
-def for_objective(config: dict[str, Any], family: Any) -> Any:
-    objective = config.get("objective") or "sft"
-    if objective == "sft":
-        return family
-    if objective == "grpo":
-        from tunelab.worker.methods.grpo import GRPOMethod
-
-        return GRPOMethod(family)
-    from tunelab.worker.methods.preference import PreferenceMethod
-
-    return PreferenceMethod(family, objective)

@@ -1,7 +1,7 @@
 """DPO, ORPO, SimPO and KTO on a text family, with TRL's own trainers.
 
-`PreferenceMethod(family, objective)` wraps a family (its load, wrap, modality and
-save stay as they are) and replaces two steps:
+`PreferenceMethod(family, objective)` wraps a family, delegating its load, targets, wrap
+and modality (the `Objective` Protocol, `protocol.py`), and replaces three steps:
   prepare        the preference rows in any shape `preference_formats` recognises, as
                  TRL's conversational preference format split as TRL splits them
                  (`preference_rows.row_turns`): string cells become one user turn
@@ -28,6 +28,7 @@ from typing import Any
 from tunelab.config.preference import OBJECTIVE_FORMATS, beta_for
 from tunelab.worker.data.prepare import PreparedData, ensure_chat_template
 from tunelab.worker.data.formats import DataFormatError
+from tunelab.worker.families.protocol import Loaded, TrainingFamily
 from tunelab.worker.methods.preference_formats import describe_shape
 from tunelab.worker.methods.preference_rows import RowPlace, row_turns
 
@@ -35,7 +36,10 @@ TRAINERS = {"dpo": "DPOTrainer", "orpo": "ORPOTrainer", "simpo": "CPOTrainer", "
 
 
 class PreferenceMethod:
-    def __init__(self, family: Any, objective: str):
+    # Its rows are preference rows, prepared once the model has loaded: never the family's prefetch.
+    prefetches_data = False
+
+    def __init__(self, family: TrainingFamily, objective: str):
         if family.name != "text":
             raise DataFormatError("objective", f"objective={objective} trains text models here and {family.name} models "
                                                "are not supported yet; use a text model, or objective=sft")
@@ -43,8 +47,18 @@ class PreferenceMethod:
         self.objective = objective
         self.name = family.name
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.family, name)  # load, wrap, modality, save_final: the family's own
+    # Loading, the adapter's targets, wrapping and the modality are the family's own.
+    def load(self, config: dict[str, Any], device: Any) -> Loaded:
+        return self.family.load(config, device)
+
+    def modality(self, raw: Any) -> str:
+        return self.family.modality(raw)
+
+    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
+        return self.family.targets(model, config)
+
+    def wrap(self, model: Any, config: dict[str, Any], device: Any) -> Any:
+        return self.family.wrap(model, config, device)
 
     def prepare(self, config: dict[str, Any], loaded: Any, raw: Any) -> PreparedData:
         if raw.format not in OBJECTIVE_FORMATS[self.objective]:
@@ -78,7 +92,6 @@ class PreferenceMethod:
             callbacks=callbacks,
             **kwargs,
         )
-
 
     def save_final(self, trainer: Any, loaded: Any, output_dir: Any) -> None:
         model = trainer.model

@@ -25,7 +25,8 @@ from tunelab.worker import lora_targets, model_setup
 
 from tunelab.worker.data import prepare as data
 from tunelab.worker.context import RunSettingError
-from tunelab.worker.families.registry import Loaded, _Family
+from tunelab.worker.families.protocol import Loaded
+from tunelab.worker.families.text.family import TransformersFamily
 
 
 def audio_switches(config: dict[str, Any]) -> dict[str, Any]:
@@ -38,7 +39,7 @@ def audio_switches(config: dict[str, Any]) -> dict[str, Any]:
     return switches
 
 
-class AudioChatFamily(_Family):
+class AudioChatFamily(TransformersFamily):
     name = "audio_chat"
 
     def load(self, config: dict[str, Any], device: Any) -> Loaded:

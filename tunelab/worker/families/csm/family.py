@@ -17,12 +17,13 @@ from typing import Any
 import torch
 
 from tunelab.worker import model_setup
-from tunelab.worker.families.registry import Loaded, _Family
+from tunelab.worker.families.protocol import Loaded
+from tunelab.worker.families.text.family import TransformersFamily
 
 CODEC_PREFIX = "codec_model."
 
 
-class CsmFamily(_Family):
+class CsmFamily(TransformersFamily):
     name = "tts"
 
     def __init__(self) -> None:

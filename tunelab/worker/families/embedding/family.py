@@ -1,6 +1,6 @@
 """The embedding family: a sentence-transformers model trained on sentence-transformers' own trainer.
 
-The same stages as every family (`model_family`), with the embedding steps:
+The same stages as every family (`TrainingFamily`, `families/protocol.py`), with the embedding steps:
   load     `SentenceTransformer(model_name)`: a sentence-transformers folder as it is, a
            plain encoder wrapped with mean pooling; `max_seq_length` caps its inputs.
   prepare  the data shape (`embedding_formats`: pairs, triplets, scored or labelled pairs)
@@ -26,12 +26,13 @@ from tunelab.worker.families.embedding import loss as embedding_loss
 from tunelab.worker.data.prepare import PreparedData
 from tunelab.worker.families.embedding.formats import EMBEDDING_FORMATS, LABEL_COLUMNS, not_embedding_data
 from tunelab.worker.data.formats import DataFormatError
-from tunelab.worker.families.registry import Loaded
+from tunelab.worker.families.protocol import Loaded
 from tunelab.worker.model_setup import SetupError, default_target_modules
 
 
 class EmbeddingFamily:
     name = "embedding"
+    prefetches_data = False  # its rows are checked, not tokenized (sentence-transformers tokenizes each batch)
 
     def __init__(self) -> None:
         self.loss: str | None = None  # chosen in `prepare`, once the data shape is known
@@ -58,6 +59,10 @@ class EmbeddingFamily:
     def modality(self, raw: Any) -> str:
         return "embedding"
 
+    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
+        """The adapter's layers in the encoder inside the first module."""
+        return config.get("target_modules") or default_target_modules(model[0].model)
+
     def wrap(self, model: Any, config: dict[str, Any], device: Any) -> Any:
         if config.get("training_type") not in ("lora", "qlora"):
             for parameter in model.parameters():
@@ -76,7 +81,7 @@ class EmbeddingFamily:
             r=int(config.get("lora_r") or 16),
             lora_alpha=float(config.get("lora_alpha") or 16),
             lora_dropout=float(config.get("lora_dropout") or 0.0),
-            target_modules=config.get("target_modules") or default_target_modules(encoder),
+            target_modules=self.targets(model, config),
             bias="none",
             use_rslora=bool(config.get("use_rslora")),
             use_dora=bool(config.get("use_dora")),

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tunelab.worker import model_setup
-from tunelab.worker.families.registry import Loaded, TextFamily
+from tunelab.worker.families.protocol import Loaded
+from tunelab.worker.families.text.family import TextFamily
 
 
 class TtsFamily(TextFamily):
