@@ -3,9 +3,9 @@ messages with audio parts as the vision family trains on image parts.
 
 It differs from the vision family in what the media are and in what trains by default:
   load      `AutoProcessor` (feature extractor + tokenizer with the audio token + chat
-            template) and `AutoModelForMultimodalLM` (`audio_chat_model`).
+            template) and `AutoModelForMultimodalLM` (`audio_chat/model.py`).
   prepare   rows with audio (chat with audio parts, or audio with its transcript) through
-            `audio_chat_data` and its collator; a dataset without audio trains the model as a
+            `audio_chat/data.py` and its collator; a dataset without audio trains the model as a
             language model, exactly as the text family would; image data is refused, saying
             what was expected.
   wrap      the language model's linear layers (the attention/MLP switches choose among

@@ -1,12 +1,12 @@
 """The Sesame CSM family: transformers' `CsmForConditionalGeneration` trained from text to its own Mimi codes.
 
-Told apart by its config's model_type (`tts_model.is_csm_model`), never its name. It loads
+Told apart by its config's model_type (`tts/model.is_csm_model`), never its name. It loads
 with its `CsmProcessor` (tokenizer + feature extractor), which is saved beside every
 checkpoint and the final model, so a finished run or its export reloads with
 `AutoProcessor` and speaks through `generate(..., output_audio=True)`. The codec lives in
 the model and is saved with it; it never trains — LoRA targets the backbone's and the depth
-decoder's linear layers, full fine-tuning freezes the codec. Data: `csm_data` (clips
-encoded once into the run's codec cache); trainer and sample: `csm_trainer`.
+decoder's linear layers, full fine-tuning freezes the codec. Data: `csm/data.py` (clips
+encoded once into the run's codec cache); trainer and sample: `csm/trainer.py`.
 """
 
 from __future__ import annotations

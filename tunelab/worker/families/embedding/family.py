@@ -3,15 +3,15 @@
 The same stages as every family (`TrainingFamily`, `families/protocol.py`), with the embedding steps:
   load     `SentenceTransformer(model_name)`: a sentence-transformers folder as it is, a
            plain encoder wrapped with mean pooling; `max_seq_length` caps its inputs.
-  prepare  the data shape (`embedding_formats`: pairs, triplets, scored or labelled pairs)
-           picks the loss (`embedding_loss`) and the columns handed to it, in order.
+  prepare  the data shape (`embedding/formats.py`: pairs, triplets, scored or labelled pairs)
+           picks the loss (`embedding/loss.py`) and the columns handed to it, in order.
   wrap     LoRA: a PEFT adapter on the encoder inside the first module (PEFT's own
            `get_peft_model`: sentence-transformers' `add_adapter` goes through
            transformers' PEFT integration, which needs peft >= 0.22, newer than the
            pinned 0.21); full fine-tuning trains every weight.
   trainer  `SentenceTransformerTrainer` with the shared Trainer arguments, the no-duplicates
            batch sampler for in-batch-negative losses, and an evaluator
-           (`embedding_eval`) at each eval when there is an eval split.
+           (`embedding/eval.py`) at each eval when there is an eval split.
   save     the adapter merged into the encoder, saved as a sentence-transformers folder
            that `SentenceTransformer(output_dir)` loads. Checkpoints keep the adapter alone
            (`adapter_model.safetensors`), and a resume loads it back into the adapter.

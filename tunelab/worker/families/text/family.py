@@ -3,7 +3,7 @@
 `TransformersFamily` is what text, vision, speech, tts, csm and audio_chat share: `wrap`
 puts the method's adapter on the family's `targets`, or for full fine-tuning trains the
 weights the finetune_* switches leave on; `build_trainer` is TRL's SFTTrainer
-(`sft_trainer`); `save_final` saves the weights and the processing class (tokenizer or
+(`text/sft_trainer.py`); `save_final` saves the weights and the processing class (tokenizer or
 processor) beside them, so a finished run reloads with AutoTokenizer / AutoProcessor.
 Each family supplies `load`, `prepare`, `modality` and `targets` (the `TrainingFamily`
 Protocol, `protocol.py`) and replaces whichever shared step it trains differently.

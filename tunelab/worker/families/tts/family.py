@@ -1,8 +1,8 @@
 """The text-to-speech family: an Orpheus-style causal LM trained from text to SNAC codec tokens.
 
 It is the text family in every step but three: the data becomes codec-token rows
-(`tts_data`, encoding each clip once into the run's codec cache), the trainer is
-transformers' own with a spoken sample at each eval (`tts_trainer`), and the codec's
+(`tts/data.py`, encoding each clip once into the run's codec cache), the trainer is
+transformers' own with a spoken sample at each eval (`tts/trainer.py`), and the codec's
 files are saved as `codec/` in the run's folder as soon as the model loads — so every
 checkpoint, the final model and its export carry what decodes their tokens back to sound.
 The model's config gets the `tunelab_tts` marker (codec and codebook size), so the saved
