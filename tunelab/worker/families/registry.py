@@ -2,17 +2,11 @@
 
 Each family's training side is a folder here (model, data, collator, formats, trainer,
 family) whose `family.py` holds a class satisfying the `TrainingFamily` Protocol
-(`protocol.py`); the torch backend runs the same stages for every family and asks it
-only the Protocol's members. `detect` picks the family from the model's own files
-(`speech/model.is_speech_model`, `vision/model.is_vision_model`, ...), never its name:
-  text        a causal LM (also the answer when nothing else matches)
-  vision      a vision-language model; a dataset without images trains it as text
-  embedding   a sentence-transformers model (or a plain encoder, mean-pooled)
-  speech      speech-to-text (sequence to sequence)
-  tts         Orpheus-style text-to-speech over SNAC codec tokens
-  csm         Sesame CSM, text-to-speech over the Mimi codec inside it
-  audio_chat  a language model that listens (Qwen2-Audio); trained like vision
-Adding a family: its folder, its line in TRAINING, and its branch of `detect`.
+(`protocol.py`) and says what the family is; the torch backend runs the same stages for
+every family and asks it only the Protocol's members. `detect` picks the family from the
+model's own files (`speech/model.is_speech_model`, `vision/model.is_vision_model`, ...),
+never its name; a model nothing else claims is text. Adding a family: its folder, its
+line in TRAINING, and its branch of `detect`.
 """
 
 from __future__ import annotations

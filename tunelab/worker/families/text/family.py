@@ -1,6 +1,6 @@
 """The text family, and the shared base of the families whose model is a transformers model.
 
-`TransformersFamily` is what text, vision, speech, tts, csm and audio_chat share: `wrap`
+`TransformersFamily` is what the families of transformers models share (all but embedding): `wrap`
 puts the method's adapter on the family's `targets`, or for full fine-tuning trains the
 weights the finetune_* switches leave on; `build_trainer` is TRL's SFTTrainer
 (`text/sft_trainer.py`); `save_final` saves the weights and the processing class (tokenizer or

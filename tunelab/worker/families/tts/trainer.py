@@ -4,8 +4,8 @@ Built from the same run settings as every other family (`trainer_setup.training_
 and with the backend's callbacks, so progress, stop-and-save, cancel, checkpoints and
 resume behave as for text runs. `SampleAtEval` speaks the run's sample sentence after
 every evaluation (on the main process) into `samples/step-<N>.wav`: each family passes
-its own `speak(model, dest)` (Orpheus: `tts/sample.py`; CSM: `csm/trainer.py`) and, where its
-loss needs more than the model's forward on the batch, its own Trainer class (CSM's, `csm/trainer.py`).
+its own `speak(model, dest)` (Orpheus's: `tts/sample.py`) and, where its loss needs more than
+the model's forward on the batch, its own Trainer class.
 """
 
 from __future__ import annotations
