@@ -3,9 +3,9 @@
 The torch backend runs one sequence of stages for every run; a family supplies what
 depends on the kind of model — how it and its processing class load, how the data
 becomes batches, which layers an adapter targets, which trainer trains it and how the
-result is saved. `detect(config)` picks the family from the model's own files
-(`speech_model.is_speech_model`, `vision_model.is_vision_model`,
-`embedding_model.is_embedding_model`), never from its name.
+result is saved. `detect(config)` picks the family from the model's own files, never from
+its name: the family specs (`tunelab/families`, in their precedence) name it, and `TRAINING`
+maps that name to the family's training side here.
   text    tokenizer + AutoModelForCausalLM; data through `data.prepare` and TRL's collator.
   vision  AutoProcessor + AutoModelForImageTextToText; image rows through
           `vision_data.prepare` and its collator. A dataset without images (no image column,
@@ -17,11 +17,11 @@ result is saved. `detect(config)` picks the family from the model's own files
           audio + transcript rows through `speech_data.prepare` and its collator (the
           transcripts' language settled first: `speech_prefix`), and
           transformers' Seq2SeqTrainer with word error rate at eval (`speech_trainer`).
-  tts     an Orpheus-style causal LM over SNAC codec tokens (`tts_family`, told apart by
-          `tts_model.is_tts_model`), or Sesame CSM over its own Mimi codec (`csm_family`,
-          `tts_model.is_csm_model`): text + audio rows to codec tokens, a spoken sample per eval.
-  audio_chat  a language model that listens (Qwen2-Audio; `audio_chat_family`, told apart by
-          `audio_chat_model.is_audio_chat_model`): chat with audio parts, trained like vision.
+  tts     an Orpheus-style causal LM over SNAC codec tokens (`tts_family`), and csm: Sesame
+          CSM over its own Mimi codec (`csm_family`): text + audio rows to codec tokens, a
+          spoken sample per eval.
+  audio_chat  a language model that listens (Qwen2-Audio; `audio_chat_family`): chat with
+          audio parts, trained like vision.
 `modality(raw)` names what the run trains on (events.MODALITIES), for the run's record.
 `wrap` is the same for text and vision: the method's adapter on the family's targets, or full
 fine-tuning with what the switches turn off frozen; both train with TRL's SFTTrainer.
@@ -32,9 +32,12 @@ next to the weights, so a finished run reloads with AutoTokenizer / AutoProcesso
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
+from tunelab import families
+from tunelab.families import FamilySpec
 from tunelab.worker import lora_targets, model_setup
+from tunelab.worker.families.model_files import model_files
 
 from tunelab.worker.data import prepare as data
 
@@ -180,34 +183,40 @@ class SpeechFamily(_Family):
         return build_speech_trainer(config, device, model, loaded.processing, prepared, output_dir, callbacks)
 
 
+def _audio_chat() -> Any:
+    from tunelab.worker.families.audio_chat.family import AudioChatFamily
+
+    return AudioChatFamily()
+
+
+def _csm() -> Any:
+    from tunelab.worker.families.csm.family import CsmFamily
+
+    return CsmFamily()
+
+
+def _embedding() -> Any:
+    from tunelab.worker.families.embedding.family import EmbeddingFamily
+
+    return EmbeddingFamily()
+
+
+def _tts() -> Any:
+    from tunelab.worker.families.tts.family import TtsFamily
+
+    return TtsFamily()
+
+
+# The training side of each family spec (tunelab/families), by the spec's name.
+TRAINING: dict[str, Callable[[], Any]] = {"text": TextFamily, "vision": VisionFamily, "speech": SpeechFamily, "tts": _tts,
+                                          "csm": _csm, "audio_chat": _audio_chat, "embedding": _embedding}
+
+
+def family_spec(config: dict[str, Any]) -> FamilySpec:
+    """The spec of the run's model's family, told from its own files (`families.detect`)."""
+    return families.detect(model_files(config))
+
+
 def detect(config: dict[str, Any]) -> Any:
-    """The run's family: speech-to-text, text-to-speech, audio chat, vision-language, embedding, or (otherwise) text."""
-    from tunelab.worker.families.embedding import model as embedding_model
-    from tunelab.worker.families.speech import model as speech_model
-    from tunelab.worker.families.vision import model as vision_model
-
-    if speech_model.is_speech_model(config):
-        return SpeechFamily()
-    from tunelab.worker.families.tts import model as tts_model
-
-    if tts_model.is_csm_model(config):
-        from tunelab.worker.families.csm.family import CsmFamily
-
-        return CsmFamily()
-    if tts_model.is_tts_model(config):
-        from tunelab.worker.families.tts.family import TtsFamily
-
-        return TtsFamily()
-    from tunelab.worker.families.audio_chat import model as audio_chat_model
-
-    if audio_chat_model.is_audio_chat_model(config):  # before vision: no vision sub-config, but a processor like one
-        from tunelab.worker.families.audio_chat.family import AudioChatFamily
-
-        return AudioChatFamily()
-    if vision_model.is_vision_model(config):
-        return VisionFamily()
-    if embedding_model.is_embedding_model(config):
-        from tunelab.worker.families.embedding.family import EmbeddingFamily
-
-        return EmbeddingFamily()
-    return TextFamily()
+    """The run's family: the training side of the spec `families.detect` names."""
+    return TRAINING[family_spec(config).name]()
