@@ -162,3 +162,31 @@ def test_every_spec_names_a_class_transformers_has_and_a_setting_the_config_has(
     for spec in families.all():
         assert hasattr(transformers, spec.auto_class), spec.name
         assert set(spec.settings) <= set(RunConfig.model_fields), spec.name
+
+
+def test_the_mlx_worker_refuses_a_family_the_start_checks_could_not_tell(models):
+    """A bare encoder passes the parent's checks (it has no sentence-transformers files), and
+    the mlx worker refuses it before loading, naming the backend, in the family's words."""
+    pytest.importorskip("mlx.core")
+    from tunelab.worker.backends.mlx_backend import _load_model
+    from tunelab.worker.context import RunSettingError
+
+    folder = models["embedding-encoder"][0]
+    assert mlx_model_problem(str(folder)) is None
+    with pytest.raises(RunSettingError) as refused:
+        _load_model({"model_name": str(folder)})
+    assert refused.value.field == "backend" and refused.value.message == f"{folder} {families.embedding.SPEC.refusal}"
+
+
+def test_the_pages_run_rules_are_the_specs():
+    """GET /api/models/families (the history's rules: who speaks, which runs have no chat or
+    evaluation, and why) answers from the specs; the browser tests read it on a real page."""
+    from tunelab.server.routes_models import list_families
+
+    answer = {f.name: f for f in list_families().families}
+    assert list(answer) == [spec.name for spec in families.all()]
+    assert answer["tts"].serves == answer["csm"].serves == "speak" and answer["csm"].modality == "tts"
+    assert answer["embedding"].no_chat.startswith("An embedding model answers with vectors") and answer["embedding"].no_eval
+    assert answer["speech"].no_chat and not answer["speech"].no_eval and answer["speech"].evaluates
+    assert not any(answer[name].no_chat or answer[name].no_eval for name in ("text", "vision", "audio_chat"))
+    assert answer["vision"].media == "image" and answer["audio_chat"].media == "audio" and answer["text"].backends == ["torch", "mlx"]
