@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
+from tunelab import families
+
 STATUS = "status"
 MODEL_LOAD_STARTED = "model_load_started"
 MODEL_LOAD_COMPLETED = "model_load_completed"
@@ -29,10 +31,10 @@ EVENT_TYPES = frozenset(
      COMPLETE, ERROR}
 )
 # What a run trains on, as its worker decides once the data is prepared (a vision model
-# given text-only rows trains as "text"). The one list of known values: a new family
-# adds its word here, and the store, API, page and CLI take it from there.
-MODALITIES = ("text", "vision", "embedding", "speech", "tts", "audio_chat")
-DEFAULT_MODALITY = "text"  # what runs recorded before modalities existed were
+# given text-only rows trains as "text"). The one list of known values, from the family
+# specs (a new family's spec adds its word), and the store, API, page and CLI take it from here.
+MODALITIES = families.modalities()
+DEFAULT_MODALITY = families.DEFAULT.modality  # what runs recorded before modalities existed were
 # Numeric progress fields; any of them may be None (unknown or non-finite).
 PROGRESS_NUMBERS = (
     "total_steps", "epoch", "loss", "learning_rate", "grad_norm", "eval_loss",

@@ -46,7 +46,7 @@ def _rows_with(assets, tmp_path: Path, bad: dict[int, str]) -> Path:
 
 def test_the_family_is_told_from_the_config_and_mlx_refuses_it(audio_chat_assets):
     from tunelab.orchestrator.prechecks import mlx_model_problem
-    from tunelab.worker.families.audio_chat import model as audio_chat_model
+    from tunelab.families import audio_chat as audio_chat_model
     from tunelab.worker.families import registry as model_family
 
     config = {"model_name": str(audio_chat_assets.model_dir)}

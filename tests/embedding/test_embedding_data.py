@@ -14,7 +14,7 @@ from tunelab.orchestrator.prechecks import mlx_model_problem
 from tunelab.worker.families.embedding import loss as embedding_loss
 from tunelab.worker.context import RunSettingError
 from tunelab.worker.families.embedding.family import EmbeddingFamily
-from tunelab.worker.families.embedding.model import is_embedding_model
+from tunelab.worker.families.registry import family_spec
 from tunelab.worker.data.sources import load_raw
 
 
@@ -138,9 +138,9 @@ def test_config_validates_the_embedding_settings(embedding_assets):
 
 
 def test_the_family_is_detected_from_the_model_files(embedding_assets, demo_assets):
-    assert is_embedding_model({"model_name": str(embedding_assets.model_dir)})  # sentence-transformers folder
-    assert is_embedding_model({"model_name": str(embedding_assets.encoder_dir)})  # plain BERT: mean pooling
-    assert not is_embedding_model({"model_name": str(demo_assets.model_dir)})  # a causal LM
+    assert family_spec({"model_name": str(embedding_assets.model_dir)}).name == "embedding"  # sentence-transformers folder
+    assert family_spec({"model_name": str(embedding_assets.encoder_dir)}).name == "embedding"  # plain BERT: mean pooling
+    assert family_spec({"model_name": str(demo_assets.model_dir)}).name == "text"  # a causal LM
 
 
 def test_the_mlx_backend_refuses_an_embedding_model_up_front(embedding_assets):

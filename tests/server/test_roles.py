@@ -58,6 +58,7 @@ TABLE: dict[tuple[str, str], tuple[int, ...]] = {
     ("GET", "/api/runs/{run_id}/exports"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/runs/{run_id}/exports/download"): (422, 422, 422, 403, 403, 401),  # no folder named
     ("GET", "/api/models/local"): (200, 200, 200, 200, 200, 401),
+    ("GET", "/api/models/families"): (200, 200, 200, 200, 200, 401),
     ("POST", "/api/memory/estimate"): (422, 422, 422, 422, 422, 401),
     ("GET", "/api/train/status"): (200, 200, 200, 200, 200, 401),
     ("GET", "/api/train/metrics"): (200, 200, 200, 200, 200, 401),

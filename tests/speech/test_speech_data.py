@@ -177,7 +177,7 @@ def test_a_speech_model_is_told_from_its_config(speech_assets, tmp_path):
     from tunelab.worker.families import registry as model_family
 
     # The torch-free list the parent's checks use is transformers' own mapping.
-    from tunelab.worker.families.speech import model as speech_model
+    from tunelab.families import speech as speech_model
 
     # The torch-free list the parent's checks use is transformers' own mapping.
     assert set(speech_model.SPEECH_SEQ2SEQ_TYPES) == set(MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES)

@@ -189,7 +189,7 @@ def test_a_processor_that_needs_a_missing_package_is_a_setting_to_fix(tmp_path):
     (tmp_path / "processor_config.json").write_text(json.dumps(
         {"processor_class": "PixtralProcessor", "image_processor": {"image_processor_type": "PixtralImageProcessor"}}))
     config = {"model_name": str(tmp_path)}
-    assert vision_model.is_vision_model(config)
+    assert model_family.family_spec(config).name == "vision"
     with pytest.raises(RunSettingError) as refused:
         vision_model.load_processor(config)
     assert refused.value.field == "model_name"

@@ -10,8 +10,9 @@ from tunelab.config.run_config import ConfigError, parse_config
 from tunelab.worker.lora_targets import classify_linear_layers
 from tunelab.worker.families.text.family import TextFamily
 from tunelab.worker.families.vision.family import VisionFamily
+from tunelab.worker.families.registry import family_spec
 from tunelab.worker.model_setup import DeviceSettings, load_model, wrap_for_training
-from tunelab.worker.families.vision.model import is_vision_model, model_class
+from tunelab.worker.families.vision.model import model_class
 
 CPU = DeviceSettings(cuda=False, precision="fp32", gradient_checkpointing=False)
 SWITCHES = {"vision": "finetune_vision_layers", "language": "finetune_language_layers",
@@ -29,7 +30,7 @@ def _adapted(model) -> set[str]:
 def test_each_switch_changes_exactly_the_layers_it_names(vision_assets, off):
     config = {"model_name": str(vision_assets.model_dir), "training_type": "lora", "lora_r": 4,
               **{SWITCHES[name]: False for name in off}}
-    assert is_vision_model(config)
+    assert family_spec(config).name == "vision"
     model = load_model(config, CPU, model_class())
     layers = classify_linear_layers(model)
     assert {part for part, _ in layers.values()} == {"vision", "language"}
@@ -41,7 +42,7 @@ def test_each_switch_changes_exactly_the_layers_it_names(vision_assets, off):
 
 def test_a_text_model_keeps_its_default_targets_and_honours_the_kind_switches(demo_assets):
     config = {"model_name": str(demo_assets.model_dir), "training_type": "lora", "lora_r": 4}
-    assert not is_vision_model(config)
+    assert family_spec(config).name == "text"
     family = TextFamily()
     model = load_model(config, CPU)
     assert family.targets(model, config) is None  # the text path's own defaults, unchanged

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunelab import families
 from tunelab.config.run_config import ConfigError, RunConfig
 
-MODALITIES = ("text", "vision", "embedding", "speech", "tts")
+# The demos are the family specs' (`demo`): one per modality, and for tts one per family.
+MODALITIES = tuple(dict.fromkeys(spec.modality for spec in families.all() if spec.demo))
 METHODS = ("sft", "dpo", "orpo", "simpo", "kto", "grpo")
-TTS_FAMILIES = ("orpheus", "csm")
+TTS_FAMILIES = tuple(spec.demo for spec in families.all() if spec.demo and spec.modality == "tts")
 TEXT_DEMO_STEPS = 60
+
+
+def _either(names: tuple[str, ...]) -> str:
+    return f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def demo_run_config(backend: str, steps: int | None, modality: str, method: str, tts_family: str, console: Any) -> RunConfig:
@@ -21,11 +27,11 @@ def demo_run_config(backend: str, steps: int | None, modality: str, method: str,
     from tunelab.demos.text import demo_config, ensure_demo_assets
 
     if modality not in MODALITIES:
-        raise ConfigError.single("--modality", f"'{modality}' is not a demo; use text, vision, embedding, speech or tts")
+        raise ConfigError.single("--modality", f"'{modality}' is not a demo; use {_either(MODALITIES)}")
     if method not in METHODS:
         raise ConfigError.single("--method", f"'{method}' is not a demo method; use sft, dpo, orpo, simpo, kto or grpo")
     if tts_family not in TTS_FAMILIES or (tts_family != "orpheus" and modality != "tts"):
-        raise ConfigError.single("--tts-family", f"'{tts_family}' is not a tts demo model; use orpheus or csm, with --modality tts")
+        raise ConfigError.single("--tts-family", f"'{tts_family}' is not a tts demo model; use {_either(TTS_FAMILIES)}, with --modality tts")
     if method != "sft" and (modality != "text" or backend != "torch"):
         raise ConfigError.single("--method", f"the {method} demo trains the text model with backend torch; drop --modality and --backend")
     if steps is None:

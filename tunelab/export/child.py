@@ -91,26 +91,14 @@ def _dtype(name: str) -> Any:
 
 
 def _model_class(config_source: str, remote_code: bool) -> Any:
-    from transformers import AutoConfig, AutoModelForCausalLM
+    """The class the model's family spec names (told from its config, as the worker tells it)."""
+    import transformers
 
-    from tunelab.worker.families.audio_chat import model as audio_chat_model
+    from tunelab import families
 
-    from tunelab.worker.families.speech import model as speech_model
-
-    from tunelab.worker.families.tts import layout as tts_layout
-
-    from tunelab.worker.families.vision import model as vision_model
-
-    config = AutoConfig.from_pretrained(config_source, trust_remote_code=remote_code)
-    if getattr(config, "model_type", None) == tts_layout.CSM_MODEL_TYPE:
-        from transformers import CsmForConditionalGeneration  # its Mimi codec inside it
-
-        return CsmForConditionalGeneration
-    if speech_model.is_speech_config(config):
-        return speech_model.model_class()
-    if audio_chat_model.is_audio_chat_config(config):
-        return audio_chat_model.model_class()
-    return vision_model.model_class() if vision_model.is_vision_config(config) else AutoModelForCausalLM
+    config = transformers.AutoConfig.from_pretrained(config_source, trust_remote_code=remote_code)
+    spec = families.detect(families.ModelFiles(config=config.to_dict(), transformers=True, model_config=config))
+    return getattr(transformers, spec.auto_class)
 
 
 def _processing(source: str, remote_code: bool) -> Any:

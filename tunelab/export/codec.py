@@ -13,6 +13,8 @@ import json
 import shutil
 from pathlib import Path
 
+from tunelab.families.tts import config_dict_is_csm
+
 CODEC_SUBFOLDER = "codec"  # worker.tts_codec.CODEC_SUBFOLDER
 CODEC_FILES = ("config.json", "pytorch_model.bin")  # worker.tts_codec.CODEC_FILES
 README_LINE = ("Text-to-speech model (Orpheus's layout over SNAC codes, exported by tunelab). `codec/` is the SNAC codec "
@@ -46,10 +48,10 @@ CSM_README_LINE = ("Text-to-speech model (Sesame CSM, exported by tunelab). Its 
 def note_builtin_codec(dest: Path) -> bool:
     """The README line for a model whose codec is part of it (Sesame CSM)."""
     try:
-        model_type = json.loads((Path(dest) / "config.json").read_text()).get("model_type")
-    except (OSError, ValueError, AttributeError):
+        config = json.loads((Path(dest) / "config.json").read_text())
+    except (OSError, ValueError):
         return False
-    if model_type != "csm":  # worker.tts_layout.CSM_MODEL_TYPE
+    if not isinstance(config, dict) or not config_dict_is_csm(config):
         return False
     with open(Path(dest) / "README.md", "a") as readme:
         readme.write(CSM_README_LINE)

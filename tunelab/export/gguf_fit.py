@@ -6,7 +6,8 @@ audio chat model (Qwen2-Audio's audio tower beside its language model) are not m
 converts into a GGUF that llama.cpp runs, so such a run's GGUF export is refused before any
 child starts, naming the format and what works instead. An Orpheus-style text-to-speech
 model is a Llama and converts like one. The model is told from its config.json (the exported
-folder's own, else the base model's), as the worker tells it: by the same torch-free tests.
+folder's own, else the base model's), as the worker tells it: by the family specs
+(`tunelab/families`), whose `gguf` says which families the converter takes.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+
+from tunelab import families
 
 GGUF_FORMATS = ("gguf", "gguf-adapter")
 
@@ -34,24 +37,20 @@ def _model_config(source: Path, config: dict[str, Any]) -> dict[str, Any]:
             return _read(folder / "config.json")
     if not name:
         return {}
-    from tunelab.worker.families.tts.model import model_config_dict
+    from huggingface_hub import hf_hub_download
 
-    return model_config_dict(config)
+    try:
+        return _read(Path(hf_hub_download(name, "config.json", token=config.get("hf_token") or None)))
+    except Exception:  # not on the hub, or the hub unreachable: nothing to tell the model by
+        return {}
 
 
 def _kind_of_model(model_config: dict[str, Any]) -> str | None:
-    """What the model is, when it is one llama.cpp's converter cannot take; None otherwise."""
-    from tunelab.worker.families.audio_chat.model import config_dict_is_audio_chat
-    from tunelab.worker.families.speech.model import config_dict_is_speech
-    from tunelab.worker.families.tts.layout import config_dict_is_csm
-
-    if config_dict_is_csm(model_config):
-        return "a Sesame CSM text-to-speech model"
-    if config_dict_is_speech(model_config):
-        return f"a speech-to-text model ({model_config.get('model_type') or 'encoder-decoder'})"
-    if config_dict_is_audio_chat(model_config):
-        return f"an audio chat model ({model_config.get('model_type') or 'audio tower and language model'})"
-    return None
+    """What the model is, when its family is one llama.cpp's converter cannot take; None otherwise."""
+    spec = families.detect(families.ModelFiles(config=model_config))
+    if spec.gguf:
+        return None
+    return f"{spec.words} ({model_config.get('model_type') or spec.build})" if spec.build else spec.words
 
 
 def gguf_refusal(run_id: int, fmt: str, kind: str, source: Path, config: dict[str, Any]) -> str | None:

@@ -21,6 +21,7 @@ from tunelab.checkpoints import WEIGHT_FILES, InvalidCheckpoint, validate_checkp
 from tunelab.config.run_config import RunConfig
 from tunelab.config.text import check_path_text
 from tunelab.export.gguf_fit import gguf_refusal
+from tunelab.families.embedding import folder_is_sentence_transformers
 from tunelab.remote_code.check import RemoteCodeRefused, check_run_model
 from tunelab.run_facts import LOFTQ_BASE, read_run_facts
 
@@ -237,13 +238,8 @@ def _kind_of(folder: Path, backend: str) -> str:
     raise ExportRefused(f"{folder} holds no weights file to export (looked for {', '.join(n for n, _ in WEIGHT_FILES)})")
 
 
-# The files only a sentence-transformers folder has (worker/families/embedding/model.py detects
-# embedding models by them; named here too, so export planning imports no worker module).
-SENTENCE_TRANSFORMERS_FILES = ("modules.json", "config_sentence_transformers.json")
-
-
 def _check_format_fits(run_id: int, fmt: str, kind: str, source: Path, config: dict[str, Any]) -> None:
-    if any((source / name).is_file() for name in SENTENCE_TRANSFORMERS_FILES) and not (fmt == "adapter" and kind == "adapter"):
+    if folder_is_sentence_transformers(source) and not (fmt == "adapter" and kind == "adapter"):
         raise ExportInputError("format", f"run {run_id} trained an embedding model, and {source} already is a sentence-transformers "
                                          "folder that SentenceTransformer(path) loads (an adapter merged in); use it as it is. "
                                          "The merged and gguf exports are for generative models; a stopped LoRA run's adapter "

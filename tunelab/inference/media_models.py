@@ -2,8 +2,9 @@
 chat (clips) and speech-to-text (for evaluation), each loaded with the processor its run
 saved beside the weights, as its training family loads it.
 
-`FAMILIES` says, per family, which auto class loads the model, which worker module loads
-its processor, and which media a chat part may carry. `encode` turns chat messages in the
+`family_of` asks the family specs (`tunelab/families`) which family the model is, which
+auto class loads it and which media a chat part may carry; `PROCESSORS` names the worker
+module that loads each one's processor. `encode` turns chat messages in the
 child's form (`media_input`: `{"type": "image" | "audio", "data": base64}` parts) into the
 model's inputs exactly as the family's collator builds a training row: the processor's
 chat template renders the turns with `{"type": "image"}` / `{"type": "audio"}` parts, and
@@ -14,7 +15,6 @@ the processor gets the decoded pictures (shrunk to the run's `vision_image_size`
 from __future__ import annotations
 
 import base64
-import io
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -23,42 +23,46 @@ from typing import Any, Callable
 class MediaFamily:
     name: str                      # the run modality (events.MODALITIES)
     media: str | None              # the chat part it reads: image, audio, or None (speech-to-text does not chat)
-    model_class: Callable[[], Any]
+    auto_class: str                # the transformers class its spec names
     load_processor: Callable[[dict[str, Any]], Any]
 
+    def model_class(self) -> Any:
+        import transformers
 
-def _vision() -> MediaFamily:
+        return getattr(transformers, self.auto_class)
+
+
+def _vision(config: dict[str, Any]) -> Any:
     from tunelab.worker.families.vision import model as vision_model
 
-    return MediaFamily("vision", "image", vision_model.model_class, vision_model.load_processor)
+    return vision_model.load_processor(config)
 
 
-def _audio_chat() -> MediaFamily:
+def _audio_chat(config: dict[str, Any]) -> Any:
     from tunelab.worker.families.audio_chat import model as audio_chat_model
 
-    return MediaFamily("audio_chat", "audio", audio_chat_model.model_class, audio_chat_model.load_processor)
+    return audio_chat_model.load_processor(config)
 
 
-def _speech() -> MediaFamily:
+def _speech(config: dict[str, Any]) -> Any:
     from tunelab.worker.families.speech import model as speech_model
 
-    return MediaFamily("speech", None, speech_model.model_class, speech_model.load_processor)
+    return speech_model.load_processor(config)
+
+
+# The families whose models read more than text, by spec name: how each loads its processor.
+PROCESSORS: dict[str, Callable[[dict[str, Any]], Any]] = {"vision": _vision, "audio_chat": _audio_chat, "speech": _speech}
 
 
 def family_of(model_config: Any) -> MediaFamily | None:
-    """The media family a model's config names, or None for a text model (checked in the
-    training families' order: speech before audio chat, which a speech model could resemble)."""
-    from tunelab.worker.families.audio_chat.model import is_audio_chat_config
-    from tunelab.worker.families.speech.model import is_speech_config
-    from tunelab.worker.families.vision.model import is_vision_config
+    """The media family a model's config names (its spec, `families.detect`, as training tells
+    it), or None for a model that reads only text."""
+    from tunelab import families
 
-    if is_speech_config(model_config):
-        return _speech()
-    if is_vision_config(model_config):
-        return _vision()
-    if is_audio_chat_config(model_config):
-        return _audio_chat()
-    return None
+    spec = families.detect(families.ModelFiles(config=model_config.to_dict(), transformers=True, model_config=model_config))
+    if spec.name not in PROCESSORS:
+        return None
+    return MediaFamily(spec.modality, spec.media, spec.auto_class, PROCESSORS[spec.name])
 
 
 def load_processor(family: MediaFamily, request: dict[str, Any]) -> Any:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from tunelab import families
 from tunelab.checkpoints import CHECKPOINT_NAME, WEIGHT_FILES, InvalidCheckpoint, latest_valid_checkpoint, validate_checkpoint
 
 MODEL_ID = re.compile(r"run-(\d{1,18})(?:-checkpoint-(\d{1,18}))?(-base)?")
@@ -154,32 +155,26 @@ def resolve_target(run: dict[str, Any] | None, run_id: int, step: int | None = N
                        modality=run.get("modality") or "text", image_size=int(config.get("vision_image_size") or 512))
 
 
-# What a run of each modality trained, for a refusal.
-TRAINED = {"text": "a text model", "embedding": "an embedding model", "vision": "a vision-language model",
-           "speech": "a speech-to-text model", "audio_chat": "an audio chat model"}
+def trained(modality: str | None) -> str:
+    """What a run of `modality` trained, for a refusal: its family spec's words."""
+    spec = families.by_modality(modality or families.DEFAULT.modality)
+    return spec.words if spec is not None else f"a {modality} model"
 
 
 def _check_modality(run_id: int, modality: str | None, speech: bool = False, evaluate: bool = False) -> None:
     """Chat is for the models that answer in text (text, vision-language with images,
     audio chat with clips), speaking for text-to-speech ones, evaluation for those and
-    speech-to-text; a run's modality is what its worker reported it trained."""
+    speech-to-text; a run's modality is what its worker reported it trained, and its family
+    spec says how it is served."""
+    spec = families.by_modality(modality or families.DEFAULT.modality)
     if speech:
-        if modality != "tts":
-            trained = TRAINED.get(modality or "text", f"a {modality} model")
-            raise TargetRefused(f"run {run_id} trained {trained}, not a text-to-speech one, so it cannot speak; "
+        if spec is None or spec.serves != "speak":
+            raise TargetRefused(f"run {run_id} trained {trained(modality)}, not a text-to-speech one, so it cannot speak; "
                                 + ("chat with it instead (`tunelab chat`)" if modality in (None, "text") else
                                    "speaking needs a run of a text-to-speech model (modality tts)"))
         return
-    if modality == "tts":
-        raise TargetRefused(f"run {run_id} trained a text-to-speech model, which answers with audio, not text; speak with it: "
-                            f"`tunelab speak {run_id} \"some text\"` or POST /api/runs/{run_id}/speak")
-    if modality == "embedding":
-        raise TargetRefused(f"run {run_id} trained an embedding model, which answers with vectors, not text; load its "
-                            "folder with sentence-transformers (SentenceTransformer(<folder>)) to embed with it")
-    if modality == "speech" and not evaluate:
-        raise TargetRefused(f"run {run_id} trained a speech-to-text model, which transcribes audio rather than answering a chat; "
-                            f"evaluate it for its word error rate (`tunelab eval {run_id}`, or Evaluate on the page), or export "
-                            "it and load it as an automatic-speech-recognition pipeline")
+    if spec is not None and spec.chat_refusal and not (evaluate and spec.evaluates):
+        raise TargetRefused(spec.chat_refusal.format(run_id=run_id))
 
 
 def _kind_of(run_id: int, folder: Path) -> str:

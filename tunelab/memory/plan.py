@@ -44,6 +44,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from tunelab import families
 from tunelab.config.run_config import DEFAULT_TARGET_MODULES
 from tunelab.layout import strategy_for
 
@@ -163,19 +164,22 @@ def shape_from_config(config: Mapping[str, Any]) -> ModelShape:
         expert_mlp = tuple(replace(m, fan_out=m.fan_out * experts) if m.name != "down_proj" else replace(m, fan_in=m.fan_in * experts)
                            for m in mlp) if experts > 1 else mlp
         shape = ModelShape(hidden, inner, layers, vocab, kv_width, attention + expert_mlp, tied)
-    return replace(shape, frozen_extra_params=_vision_params(config))
+    return replace(shape, frozen_extra_params=_frozen_tower_params(config))
 
 
-def _vision_params(config: Mapping[str, Any]) -> int:
-    """A vision tower's weights, roughly: 12 h^2 per transformer layer (attention 4 h^2,
-    MLP 8 h^2, or 2 h x intermediate where the config says)."""
-    vision = config.get("vision_config")
-    if not isinstance(vision, Mapping):
-        return 0
-    hidden = _first(vision, "hidden_size", "embed_dim") or 0
-    layers = _first(vision, "num_hidden_layers", "depth") or 0
-    inner = _first(vision, "intermediate_size") or 4 * hidden
-    return layers * (4 * hidden * hidden + 2 * hidden * inner)
+def _frozen_tower_params(config: Mapping[str, Any]) -> int:
+    """A frozen tower's weights (the sub-config a family spec names as loaded but not trained:
+    the vision tower), roughly: 12 h^2 per transformer layer (attention 4 h^2, MLP 8 h^2, or
+    2 h x intermediate where the config says)."""
+    total = 0
+    for tower in (config.get(spec.frozen_tower) for spec in families.all() if spec.frozen_tower):
+        if not isinstance(tower, Mapping):
+            continue
+        hidden = _first(tower, "hidden_size", "embed_dim") or 0
+        layers = _first(tower, "num_hidden_layers", "depth") or 0
+        inner = _first(tower, "intermediate_size") or 4 * hidden
+        total += layers * (4 * hidden * hidden + 2 * hidden * inner)
+    return total
 
 
 def read_model_config(model_name: str) -> dict[str, Any]:

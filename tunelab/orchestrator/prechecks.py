@@ -6,8 +6,9 @@ the first bytes of a file: local data files exist, are files and look like their
 a local model folder holds `config.json`; a hub model is either in the local hub cache
 or the hub answers (one HEAD request with a short timeout, on a thread so a slow DNS
 lookup cannot hang a start). Every problem is reported at once as a `ConfigError`.
-Ray must be installed for a run on a Ray cluster. A vision-language model (its
-config.json has a vision sub-config) or a sentence-transformers folder is refused for the mlx backend.
+Ray must be installed for a run on a Ray cluster. A model of a family the mlx backend does
+not train (vision-language, audio chat, speech-to-text, text-to-speech, a sentence-transformers
+folder: the family specs tell) is refused for the mlx backend.
 A local model folder whose code is not the approved code (approved_remote_code_fingerprint) is refused. No heavy library is imported; `huggingface_hub` only to look in its cache.
 """
 
@@ -19,7 +20,9 @@ import os
 import threading
 from pathlib import Path
 
+from tunelab import families
 from tunelab.config.run_config import ConfigError, FieldError, RunConfig
+from tunelab.families import embedding
 from tunelab.remote_code.check import RemoteCodeRefused, check_approved
 
 DATA_FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
@@ -109,36 +112,25 @@ def model_problem(name: str) -> str | None:
 
 
 def mlx_model_problem(name: str) -> str | None:
-    """The mlx backend trains generative text models only: a model whose config.json (local,
-    or in the hub cache) says vision-language, audio chat, speech-to-text or text-to-speech (its marker,
-    or Orpheus's audio tokens in the tokenizer.json beside it), or a local
-    sentence-transformers folder, is refused before the run exists."""
-    from tunelab.worker.families.embedding import model as embedding_model  # torch-free
-    from tunelab.worker.families.speech import model as speech_model  # torch-free
-    from tunelab.worker.families.vision.model import MLX_REFUSAL, config_dict_is_vision  # torch-free
+    """The mlx backend trains generative text models only: a model whose family (`families.detect`
+    on its config.json, local or in the hub cache, the tokenizer.json beside it, and a local
+    folder's sentence-transformers files) the mlx backend does not train is refused, in the
+    family's words, before the run exists."""
+    return families.detect(_local_files(name)).backend_refusal(name, "mlx")
 
-    if embedding_model.folder_is_sentence_transformers(name):
-        return f"{name} {embedding_model.MLX_REFUSAL}"
+
+def _local_files(name: str) -> families.ModelFiles:
+    """The model's files as the parent reads them: never downloaded, an unreadable config.json read as none."""
     path = Path(name).expanduser() / "config.json"
     found = str(path) if path.is_file() else _cached_config(name)
     try:
         config = json.loads(Path(found).read_text()) if found else {}
     except (OSError, ValueError):
-        return None  # the worker reports an unreadable config in its own words
-    if not isinstance(config, dict):
-        return None
-    if speech_model.config_dict_is_speech(config):
-        return f"{name} {speech_model.MLX_REFUSAL}"
-    from tunelab.worker.families.audio_chat import model as audio_chat_model  # torch-free
-
-    if audio_chat_model.config_dict_is_audio_chat(config):
-        return f"{name} {audio_chat_model.MLX_REFUSAL}"
-    from tunelab.worker.families.tts import layout as tts_layout  # torch-free
-
+        config = {}  # the worker reports an unreadable config in its own words
     tokenizer = Path(found).with_name("tokenizer.json") if found else None
-    if tts_layout.config_dict_is_tts(config, tokenizer if tokenizer and tokenizer.is_file() else None):
-        return f"{name} {tts_layout.MLX_REFUSAL}"
-    return f"{name} {MLX_REFUSAL}" if config_dict_is_vision(config) else None
+    return families.ModelFiles(config=config if isinstance(config, dict) else {},
+                               tokenizer_json=lambda: tokenizer if tokenizer and tokenizer.is_file() else None,
+                               sentence_transformers=lambda: embedding.folder_is_sentence_transformers(name))
 
 
 def _cached_config(repo_id: str) -> str | None:

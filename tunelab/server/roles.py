@@ -78,6 +78,7 @@ RULES: dict[tuple[str, str], str] = {
     # admin's); a viewer, who only reads, may not.
     ("GET", "/api/runs/{run_id}/exports/download"): OWN_RUN,
     ("GET", "/api/models/local"): READ,
+    ("GET", "/api/models/families"): READ,
     ("POST", "/api/memory/estimate"): READ,  # reads a config and the machine; starts nothing
     ("POST", "/api/datasets/preview"): USE,
     ("GET", "/api/datasets"): READ,

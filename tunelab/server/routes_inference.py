@@ -23,11 +23,12 @@ from typing import Any, AsyncIterator
 from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from tunelab import families
 from tunelab.inference.client import Generation, GenerationRefused, InferenceFailed
 from tunelab.inference.devices import DeviceBusy
 from tunelab.inference.host import HostBusy
 from tunelab.inference.media_input import media_kinds
-from tunelab.inference.target import TRAINED, InferenceError, ModelTarget, model_id, parse_model_id, resolve_target, servable_targets
+from tunelab.inference.target import InferenceError, ModelTarget, model_id, parse_model_id, resolve_target, servable_targets, trained
 from tunelab.server.openai_schemas import ChatRequest, CompletionRequest, OpenAIError, parse
 from tunelab.server.roles import caller_of
 from tunelab.server.run_uses import RunBeingDeleted
@@ -180,17 +181,14 @@ def _shown_base(base_model: str) -> str:
     return base_model
 
 
-# Which run modality reads each kind of media part, and how a refusal names that kind of run.
-MEDIA_MODALITY = {"image": ("vision", "a vision-language run"), "audio": ("audio_chat", "an audio chat run")}
-
-
 def _check_media(target: ModelTarget, messages: list[dict[str, Any]]) -> None:
-    """Images only to a vision-language run, audio clips only to an audio chat run (400 otherwise)."""
+    """Images only to a vision-language run, audio clips only to an audio chat run (400 otherwise):
+    the family spec whose `media` a part is names the run that takes it."""
     for kind in sorted(media_kinds(messages)):
-        modality, runs = MEDIA_MODALITY[kind]
-        if target.modality != modality:
-            trained = TRAINED.get(target.modality, f"a {target.modality} model")
-            raise OpenAIError(400, f"messages: {target.model_id()} trained {trained}, which cannot take {kind} input; "
+        reader = next(spec for spec in families.all() if spec.media == kind)
+        if target.modality != reader.modality:
+            runs = reader.words.removesuffix(" model") + " run"
+            raise OpenAIError(400, f"messages: {target.model_id()} trained {trained(target.modality)}, which cannot take {kind} input; "
                                    f"send text only, or choose {runs}", param="messages")
 
 

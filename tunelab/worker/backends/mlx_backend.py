@@ -206,26 +206,13 @@ def _load_model(config: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]
         os.environ["HF_TOKEN"] = config["hf_token"]
     from mlx_lm import load
 
-    from tunelab.worker.families.embedding import model as embedding_model
+    from tunelab import families
+    from tunelab.worker.families.model_files import model_files  # torch-free, as MLX runs without torch
 
-    from tunelab.worker.families.speech import model as speech_model
-    from tunelab.worker.families.vision.model import MLX_REFUSAL, is_vision_model
-
-    if is_vision_model(config):  # the start checks catch most; a hub model not yet cached lands here
-        raise RunSettingError("backend", f"{config['model_name']} {MLX_REFUSAL}")
-    if speech_model.is_speech_model(config):
-        raise RunSettingError("backend", f"{config['model_name']} {speech_model.MLX_REFUSAL}")
-    from tunelab.worker.families.audio_chat import model as audio_chat_model
-
-    if audio_chat_model.is_audio_chat_model(config):
-        raise RunSettingError("backend", f"{config['model_name']} {audio_chat_model.MLX_REFUSAL}")
-    from tunelab.worker.families.tts import layout as tts_layout
-    from tunelab.worker.families.tts import model as tts_model
-
-    if tts_model.is_tts_model(config):
-        raise RunSettingError("backend", f"{config['model_name']} {tts_layout.MLX_REFUSAL}")
-    if embedding_model.is_embedding_model(config):  # a plain encoder, or a hub embedder the start checks could not read
-        raise RunSettingError("backend", f"{config['model_name']} {embedding_model.MLX_REFUSAL}")
+    # The start checks catch most; a hub model not yet cached, or a plain encoder, lands here.
+    refusal = families.detect(model_files(config)).backend_refusal(config["model_name"], "mlx")
+    if refusal:
+        raise RunSettingError("backend", refusal)
     model, tokenizer, model_config = load(config["model_name"], return_config=True,
                                           trust_remote_code=bool(config.get("trust_remote_code")))
     precision = config.get("precision") or "auto"

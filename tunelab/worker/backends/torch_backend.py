@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tunelab import events, paths
+from tunelab import events, families, paths
 from tunelab.run_facts import write_run_facts
 from tunelab.worker.data import prepare as data
 from tunelab.worker.context import WorkerContext
@@ -31,10 +31,15 @@ from tunelab.worker.families.protocol import TrainingFamily
 from tunelab.worker.stall import DownloadStallWatch, hub_cache_folders
 
 
-# How the setup message names each family's model ("Setting up lora of a ... on CPU").
-FAMILY_WORDS = {"text": "", "vision": " of a vision-language model", "embedding": " of an embedding model",
-                "speech": " of a speech-to-text model", "tts": " of a text-to-speech model",
-                "audio_chat": " of an audio chat model"}
+def _family_words(family: str) -> str:
+    """How the setup message names the family's model ("Setting up lora of a ... on CPU"):
+    its spec's words, nothing for the text family."""
+    if family == families.DEFAULT.name:
+        return ""
+    try:
+        return f" of {families.get(family).words}"
+    except KeyError:
+        return f" of a {family} model"
 
 
 def run(config: dict[str, Any], ctx: WorkerContext) -> None:
@@ -148,7 +153,7 @@ def _describe_method(config: dict[str, Any], device: Any, model: Any, family: st
     extras = [name.removeprefix("use_") for name in ("use_dora", "use_rslora", "use_loftq") if config.get(name)]
     where = "CUDA" if device.cuda else "CPU"
     attention = getattr(getattr(model, "config", None), "_attn_implementation", None) or "default"
-    kind = FAMILY_WORDS.get(family, f" of a {family} model")
+    kind = _family_words(family)
     return (f"Setting up {method}{' (' + ', '.join(extras) + ')' if extras else ''}{kind} on {where} in {device.precision}, "
             f"{'packed, ' if config.get('packing') else ''}{attention} attention")
 

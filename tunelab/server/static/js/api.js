@@ -181,6 +181,7 @@ export const api = {
   startSweep: (body) => request("POST", "/api/sweeps", body),
   stopSweep: (id) => request("POST", `/api/sweeps/${encodeURIComponent(id)}/stop`),
   localModels: () => request("GET", "/api/models/local"),
+  families: () => request("GET", "/api/models/families"),
   /** The server's OpenAPI document (public): the export options are read from it. */
   openapi: () => request("GET", "/openapi.json"),
   /**

@@ -23,15 +23,20 @@ const PAGE_SIZE = 20;
 const $ = (id) => document.getElementById(id);
 
 export const runName = (run) => run.display_name || `Run #${run.id}`;
-// Runs that cannot chat, and why (shown in place of Chat). A vision-language run chats
-// with images, an audio chat run with clips; a text-to-speech run speaks instead.
-const NO_CHAT = {
-  embedding: "An embedding model answers with vectors, not text, so it has no chat: load its folder with sentence-transformers (SentenceTransformer(folder)) to embed with it.",
-  speech: "A speech-to-text model transcribes audio rather than answering a chat: Evaluate reports its word error rate on the eval clips, and its export loads as a speech-recognition pipeline.",
-};
-// Evaluation needs text answers or transcripts to measure.
-const NO_EVAL = {
-  embedding: "Evaluate measures text answers; an embedding run's retrieval scores are in its training metrics.",
+// What a run of each modality can do, from the model family specs (GET /api/models/families):
+// a text-to-speech run speaks in place of chat; where a family cannot chat or be evaluated,
+// its note says why in place of the button. Asked once; asked again after a failure.
+let rulesAsked = null;
+const modalityRules = () => {
+  rulesAsked ??= api.families().then(({ families }) => {
+    const rules = {};
+    for (const f of families) rules[f.modality] ??= { speaks: f.serves === "speak", noChat: f.no_chat, noEval: f.no_eval };
+    return rules;
+  }).catch((err) => {
+    rulesAsked = null;
+    throw err;
+  });
+  return rulesAsked;
 };
 /** A finished run, or one stopped with its checkpoint kept (not cancelled). */
 const hasWeights = (run) => run.status === "completed" || (run.status === "stopped" && !run.cancel_requested && !!run.output_dir);
@@ -52,6 +57,7 @@ export class HistoryPanel {
     this.offset = 0;
     this.total = 0;
     this.selected = new Set();
+    this.rules = {}; // modality -> { speaks, noChat, noEval } (modalityRules)
     $("refresh-runs").addEventListener("click", () => this.refresh());
     $("runs-newer").addEventListener("click", () => this.#page(-PAGE_SIZE));
     $("runs-older").addEventListener("click", () => this.#page(PAGE_SIZE));
@@ -61,7 +67,7 @@ export class HistoryPanel {
   async refresh() {
     let answer;
     try {
-      answer = await api.listRuns(PAGE_SIZE, this.offset);
+      [answer, this.rules] = await Promise.all([api.listRuns(PAGE_SIZE, this.offset), modalityRules()]);
     } catch (err) {
       if (err.status !== 401) notify(`Cannot load the history: ${err.message}`, "error");
       return;
@@ -176,22 +182,23 @@ export class HistoryPanel {
     actions.append(owned(button("Rename", "quiet", `Rename ${name}`, () => this.#rename(run))));
     if (run.can_resume) actions.append(owned(button("Resume", "secondary", `Resume ${name}`, () => this.#resume(run))));
     // A text-to-speech run answers with audio: Speak takes the place of Chat (and of Evaluate, which reads text).
-    const speaks = hasWeights(run) && run.modality === "tts";
+    const rule = this.rules[run.modality] || {};
+    const speaks = hasWeights(run) && !!rule.speaks;
     const speech = speaks ? speakSection(run, name) : null;
     // What this run cannot do with its weights, said on its row rather than left unsaid.
     const notes = [];
     if (hasWeights(run)) {
       if (speaks) actions.append(speech.button);
-      else if (NO_CHAT[run.modality]) notes.push(NO_CHAT[run.modality]);
+      else if (rule.noChat) notes.push(rule.noChat);
       else {
         actions.append(button("Chat", "secondary", `Chat with ${name}`, () => this.onChat(run, false)));
         actions.append(button("Compare with base", "quiet", `Compare ${name} with its base`, () => this.onChat(run, true)));
       }
       actions.append(owned(button("Export", "quiet", `Export ${name}`, () => this.onExport(run))));
-      if (NO_EVAL[run.modality]) notes.push(NO_EVAL[run.modality]);
+      if (rule.noEval) notes.push(rule.noEval);
     }
     // A text-to-speech run's samples are its evaluation (Speak); the others measure text or transcripts.
-    const evals = hasWeights(run) && !speaks && !NO_EVAL[run.modality] ? evalSection(run, name) : null;
+    const evals = hasWeights(run) && !speaks && !rule.noEval ? evalSection(run, name) : null;
     if (evals) actions.append(evals.button);
     actions.append(owned(button("Delete", "quiet danger-text", `Delete ${name}`, () => this.#delete(run))));
     for (const note of notes) title.append(el("p", "run-use-note", note));
@@ -200,7 +207,7 @@ export class HistoryPanel {
     if (evals) item.append(evals.details);
     if (speech) item.append(speech.details);
     // A text-to-speech run speaks a sample at each eval, whatever became of it afterwards.
-    if (run.modality === "tts") item.append(samplesSection(run, name));
+    if (rule.speaks) item.append(samplesSection(run, name));
     return item;
   }
 

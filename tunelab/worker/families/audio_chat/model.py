@@ -5,8 +5,8 @@ projector puts in place of the audio tokens of a chat (Qwen2-Audio). It is recog
 its own config — never its name: an audio encoder sub-config (`audio_config`) beside a
 language model (`text_config`), and no vision sub-config. Models that also see images
 (Gemma 3n) have one and stay with the vision-language family; encoder-decoder speech models
-(Whisper) are the speech family's, checked first. `config_dict_is_audio_chat` answers for a
-raw config.json without importing transformers (the parent's start checks use it).
+(Whisper) are the speech family's, checked first. The tests are the family spec's
+(`tunelab/families/audio_chat.py`), for parent and child alike.
 Such a model loads through `AutoModelForMultimodalLM` with its `AutoProcessor` (a feature
 extractor, a tokenizer with the model's audio token, and the chat template); a processor
 without those three is refused before training, saying what is missing.
@@ -16,29 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunelab.families import audio_chat
 from tunelab.worker.context import RunSettingError
-from tunelab.worker.hub_config import load_auto_processor, model_config_or_none, set_up_chat_tokenizer
-
-# The mlx backend's answer for such a model: no maintained MLX package trains one here.
-MLX_REFUSAL = ("is an audio chat model (an audio encoder in front of a language model), and the mlx backend trains "
-               "text models only (no maintained MLX package for audio chat training installs on this platform); use backend=torch")
-
-
-def config_dict_is_audio_chat(config: dict[str, Any]) -> bool:
-    """The test on a raw config.json (for callers that must not import transformers)."""
-    return (isinstance(config.get("audio_config"), dict) and isinstance(config.get("text_config"), dict)
-            and not isinstance(config.get("vision_config"), dict) and not config.get("is_encoder_decoder"))
-
-
-def is_audio_chat_config(model_config: Any) -> bool:
-    return (getattr(model_config, "audio_config", None) is not None and getattr(model_config, "text_config", None) is not None
-            and getattr(model_config, "vision_config", None) is None and not getattr(model_config, "is_encoder_decoder", False))
-
-
-def is_audio_chat_model(config: dict[str, Any]) -> bool:
-    """Whether the run's `model_name` is an audio chat model (reads only its config)."""
-    model_config = model_config_or_none(config)
-    return model_config is not None and is_audio_chat_config(model_config)
+from tunelab.worker.hub_config import load_auto_processor, set_up_chat_tokenizer
 
 
 def load_processor(config: dict[str, Any]) -> Any:
@@ -62,6 +42,7 @@ def load_processor(config: dict[str, Any]) -> Any:
 
 
 def model_class() -> Any:
-    from transformers import AutoModelForMultimodalLM
+    """The class the family spec names (`audio_chat.SPEC.auto_class`)."""
+    import transformers
 
-    return AutoModelForMultimodalLM
+    return getattr(transformers, audio_chat.SPEC.auto_class)

@@ -4,9 +4,9 @@ A model is speech-to-text when its own config says so — never its name: its mo
 maps to `AutoModelForSpeechSeq2Seq` (or remote code registers that auto class) and it
 is an encoder-decoder (Whisper, Speech2Text, Moonshine ...). The decoder-only audio
 models in that mapping (audio chat models such as Voxtral) are refused with a clear
-message until their own path lands. `config_dict_is_speech` answers for a raw
-config.json without importing transformers (the parent's start checks use it), from a
-list of model types kept equal to transformers' mapping by a test.
+message until their own path lands. The tests are the family spec's
+(`tunelab/families/speech.py`: a raw config.json is read against a list of model types
+kept equal to transformers' mapping by a test).
 Such a model loads through `AutoModelForSpeechSeq2Seq` with its `AutoProcessor`
 (feature extractor + tokenizer). The language of the transcripts (Whisper's prefix tokens
 <|startoftranscript|><|lang|><|transcribe|><|notimestamps|>) is settled once the data is read,
@@ -18,39 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunelab.families import speech
 from tunelab.worker.context import RunSettingError
 from tunelab.worker.hub_config import load_auto_processor, model_config_or_none
 from tunelab.worker.families.speech.prefix import check_setting
-
-# transformers 5.24's MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES (tests/speech checks it).
-SPEECH_SEQ2SEQ_TYPES = (
-    "canary", "cohere_asr", "dia", "fun_asr_nano", "granite_speech", "granite_speech_plus", "kyutai_speech_to_text",
-    "moonshine", "moonshine_streaming", "omniasr", "pop2piano", "qwen3_asr", "seamless_m4t", "seamless_m4t_v2",
-    "speech-encoder-decoder", "speech_to_text", "speecht5", "vibevoice", "vibevoice_asr", "voxtral", "voxtral_realtime",
-    "whisper",
-)
-AUTO_CLASS = "AutoModelForSpeechSeq2Seq"
-# The mlx backend's answer for such a model: no maintained MLX package trains one here.
-MLX_REFUSAL = ("is a speech-to-text model, and the mlx backend trains text models only (no maintained MLX package "
-               "for speech-to-text training installs on this platform); use backend=torch")
-
-
-def config_dict_is_speech(config: dict[str, Any]) -> bool:
-    """The test on a raw config.json (for callers that must not import transformers)."""
-    return config.get("model_type") in SPEECH_SEQ2SEQ_TYPES or AUTO_CLASS in (config.get("auto_map") or {})
-
-
-def is_speech_config(model_config: Any) -> bool:
-    from transformers.models.auto.modeling_auto import MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
-
-    return (getattr(model_config, "model_type", None) in MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES
-            or AUTO_CLASS in (getattr(model_config, "auto_map", None) or {}))
-
-
-def is_speech_model(config: dict[str, Any]) -> bool:
-    """Whether the run's `model_name` is a speech model (reads only its config)."""
-    model_config = model_config_or_none(config)
-    return model_config is not None and is_speech_config(model_config)
 
 
 def check_trainable(config: dict[str, Any]) -> None:
@@ -76,6 +47,7 @@ def load_processor(config: dict[str, Any]) -> Any:
 
 
 def model_class() -> Any:
-    from transformers import AutoModelForSpeechSeq2Seq
+    """The class the family spec names (`speech.SPEC.auto_class`)."""
+    import transformers
 
-    return AutoModelForSpeechSeq2Seq
+    return getattr(transformers, speech.SPEC.auto_class)

@@ -23,29 +23,30 @@ carries a `tunelab_tts` marker (what tunelab writes: `{"codec": "snac", "codeboo
 or its tokenizer holds Orpheus's whole audio range (`<custom_token_10>` through
 `<custom_token_28681>`). A Sesame CSM model (transformers' `CsmForConditionalGeneration`,
 its Mimi codec inside it) is text-to-speech too, told by its config's model_type `csm`
-(`config_dict_is_csm`). Torch-free: the parent's start checks use it too.
+(`config_dict_is_csm`). Those tests, and the layout's names they read, are defined once in
+the torch-free family spec (`tunelab/families/tts.py`) and used here under the same names.
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-MARKER = "tunelab_tts"
+from tunelab.families.tts import (  # noqa: F401 - the layout's names, defined once beside detection
+    AUDIO_BASE,
+    CSM_MODEL_TYPE,
+    FRAME,
+    MARKER,
+    ORPHEUS_CODEBOOK_SIZE,
+    added_tokens,
+    config_dict_is_csm,
+    config_dict_is_tts,
+    token_name,
+    tokens_have_orpheus_range,
+)
+
 END_OF_TEXT = "<|eot_id|>"  # Llama 3's end of a turn: Orpheus ends the human's text with it (id 128009)
-ORPHEUS_CODEBOOK_SIZE = 4096
-FRAME = 7  # tokens per frame: 1 coarse + 2 mid + 4 fine
-AUDIO_BASE = 10  # <custom_token_10> is the first audio token
 CONTROL = {"start_of_speech": 1, "end_of_speech": 2, "start_of_human": 3, "end_of_human": 4,
            "start_of_ai": 5, "end_of_ai": 6, "pad": 7}
-CSM_MODEL_TYPE = "csm"  # transformers' Sesame CSM (csm_model)
-MLX_REFUSAL = ("is a text-to-speech model (text to audio-codec tokens), and the mlx backend trains text models only "
-               "(no maintained MLX package trains it here); use backend=torch")
-
-
-def token_name(n: int) -> str:
-    return f"<custom_token_{n}>"
 
 
 def layout_tokens(codebook_size: int) -> list[str]:
@@ -78,28 +79,3 @@ def offsets_to_codes(offsets: list[int], codebook_size: int) -> tuple[list[int],
 def codebook_size_of(config: dict[str, Any]) -> int:
     marker = config.get(MARKER)
     return int(marker.get("codebook_size") or ORPHEUS_CODEBOOK_SIZE) if isinstance(marker, dict) else ORPHEUS_CODEBOOK_SIZE
-
-
-def tokens_have_orpheus_range(tokens: set[str]) -> bool:
-    return token_name(AUDIO_BASE) in tokens and token_name(AUDIO_BASE + FRAME * ORPHEUS_CODEBOOK_SIZE - 1) in tokens
-
-
-def added_tokens(tokenizer_json: str | Path | None) -> set[str]:
-    """The added tokens a tokenizer.json names (empty when it is missing or unreadable)."""
-    try:
-        data = json.loads(Path(tokenizer_json).read_text()) if tokenizer_json else {}
-    except (OSError, ValueError):
-        return set()
-    return {entry.get("content") for entry in data.get("added_tokens") or [] if isinstance(entry, dict)}
-
-
-def config_dict_is_csm(config: dict[str, Any]) -> bool:
-    return config.get("model_type") == CSM_MODEL_TYPE
-
-
-def config_dict_is_tts(config: dict[str, Any], tokenizer_json: str | Path | None = None) -> bool:
-    """The test on a raw config.json and (when given) the tokenizer.json beside it: Orpheus's
-    layout or Sesame CSM."""
-    if isinstance(config.get(MARKER), dict) or config_dict_is_csm(config):
-        return True
-    return tokenizer_json is not None and tokens_have_orpheus_range(added_tokens(tokenizer_json))

@@ -1,58 +1,32 @@
 """Telling an Orpheus-style text-to-speech model from the others, and the ids of its layout.
 
-Detection reads the model's own files (`tts_layout.config_dict_is_tts`: the `tunelab_tts`
-marker in config.json, or Orpheus's audio range among the tokenizer's added tokens),
-never its name. Such a model is a causal LM: it loads as the text family's does, with
-its tokenizer; `Layout` holds the ids the rows and the sample synthesis need.
+Detection reads the model's own files (the family specs `tunelab/families/tts.py` and
+`csm.py`: the `tunelab_tts` marker in config.json, or Orpheus's audio range among the
+tokenizer's added tokens; CSM's model_type), never its name. Such a model is a causal LM:
+it loads as the text family's does, with its tokenizer; `Layout` holds the ids the rows
+and the sample synthesis need.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from tunelab.families import csm, tts
+from tunelab.worker.families.model_files import model_config_dict, model_files  # noqa: F401 - model_config_dict: read here by tts callers
 from tunelab.worker.families.tts import layout as tts_layout
 from tunelab.worker.context import RunSettingError
 
 
-def _hub_file(config: dict[str, Any], name: str) -> str | None:
-    from transformers.utils import cached_file
-
-    try:
-        return cached_file(config["model_name"], name, token=config.get("hf_token") or None,
-                           _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
-    except (OSError, ValueError):
-        return None  # the model load reports the real problem, in its own words
-
-
-def model_config_dict(config: dict[str, Any]) -> dict[str, Any]:
-    """The model's config.json as it is on disk (the marker is not a transformers field)."""
-    found = _hub_file(config, "config.json")
-    try:
-        loaded = json.loads(Path(found).read_text()) if found else {}
-    except (OSError, ValueError):
-        return {}
-    return loaded if isinstance(loaded, dict) else {}
-
-
 def is_csm_model(config: dict[str, Any]) -> bool:
     """Whether the run's `model_name` is a Sesame CSM model (its config's model_type)."""
-    return tts_layout.config_dict_is_csm(model_config_dict(config))
+    return csm.SPEC.matches(model_files(config, transformers=False))
 
 
 def is_tts_model(config: dict[str, Any]) -> bool:
     """Whether the run's `model_name` is a text-to-speech model: Orpheus-style (its config,
     then its tokenizer) or Sesame CSM (its config)."""
-    model_config = model_config_dict(config)
-    if not model_config:
-        return False
-    if tts_layout.config_dict_is_tts(model_config):
-        return True
-    if model_config.get("model_type") not in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text", "phi3"):
-        return False  # only causal LMs carry the layout; other configs need no tokenizer read
-    return tts_layout.config_dict_is_tts(model_config, _hub_file(config, "tokenizer.json"))
+    return tts.SPEC.matches(model_files(config, transformers=False))
 
 
 @dataclass(frozen=True)

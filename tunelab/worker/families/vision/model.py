@@ -2,8 +2,8 @@
 
 A model is vision-language when its own config says so — never its name: its model
 type maps to `AutoModelForImageTextToText`, remote code registers that auto class, or
-the config carries a vision sub-config. Detection is torch-free (the mlx backend and
-the parent's start checks use it too). Such a model loads through
+the config carries a vision sub-config: the family's spec (`tunelab/families/vision.py`)
+tells it, for the worker's registry, the mlx backend and the parent's start checks alike. Such a model loads through
 `AutoModelForImageTextToText` with its `AutoProcessor` (image processor + tokenizer +
 chat template). Where torchvision is missing (a CPU-only torch), transformers falls back to
 each image processor's PIL backend by itself, but a processor that also handles video
@@ -16,33 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunelab.families import vision
 from tunelab.worker.context import RunSettingError
-from tunelab.worker.hub_config import hub_kwargs, model_config_or_none, set_up_chat_tokenizer
-
-# The mlx backend's answer for such a model: no maintained MLX package trains one here.
-MLX_REFUSAL = ("is a vision-language model, and the mlx backend trains text models only (no maintained MLX "
-               "package for vision-language training installs on this platform); use backend=torch")
-
-
-def config_dict_is_vision(config: dict[str, Any]) -> bool:
-    """The same test on a raw config.json (for callers that must not import transformers)."""
-    return isinstance(config.get("vision_config"), dict) or "AutoModelForImageTextToText" in (config.get("auto_map") or {})
-
-
-def is_vision_config(model_config: Any) -> bool:
-    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
-
-    if getattr(model_config, "model_type", None) in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
-        return True
-    if "AutoModelForImageTextToText" in (getattr(model_config, "auto_map", None) or {}):
-        return True
-    return getattr(model_config, "vision_config", None) is not None
-
-
-def is_vision_model(config: dict[str, Any]) -> bool:
-    """Whether the run's `model_name` is a vision-language model (reads only its config)."""
-    model_config = model_config_or_none(config)
-    return model_config is not None and is_vision_config(model_config)
+from tunelab.worker.hub_config import hub_kwargs, set_up_chat_tokenizer
 
 
 def torchvision_installed() -> bool:
@@ -127,6 +103,7 @@ def load_processor(config: dict[str, Any]) -> Any:
 
 
 def model_class() -> Any:
-    from transformers import AutoModelForImageTextToText
+    """The class the family spec names (`vision.SPEC.auto_class`)."""
+    import transformers
 
-    return AutoModelForImageTextToText
+    return getattr(transformers, vision.SPEC.auto_class)

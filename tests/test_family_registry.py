@@ -1,0 +1,192 @@
+"""The family registry (tunelab/families): every family told from real config.json shapes,
+by the parent (the raw files, torch-free) and by the child (through transformers), in the
+registry's precedence, never by the model's name; and the registry imports no heavy library.
+
+The folders hold what transformers' own config classes write (`save_pretrained`), plus the
+files detection reads beside them: a tokenizer.json with Orpheus's audio tokens, and
+sentence-transformers' modules.json. No weights are needed to tell a family.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tunelab import events, families
+from tunelab.cli import demo
+from tunelab.families import tts
+from tunelab.orchestrator.prechecks import _local_files, mlx_model_problem
+
+
+def _folder(root: Path, name: str, config: object, **extra: object) -> Path:
+    """A model folder named `name` holding `config`'s config.json (with `extra` keys added)."""
+    folder = root / name
+    config.save_pretrained(folder)
+    if extra:
+        written = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**written, **extra}))
+    return folder
+
+
+def _orpheus_tokenizer(folder: Path) -> None:
+    """The part of a tokenizer.json detection reads: Orpheus's whole audio range among the added tokens."""
+    count = tts.AUDIO_BASE + tts.FRAME * tts.ORPHEUS_CODEBOOK_SIZE
+    tokens = [{"id": 128256 + n, "content": tts.token_name(n), "special": True} for n in range(count)]
+    (folder / "tokenizer.json").write_text(json.dumps({"added_tokens": tokens}))
+
+
+def _sentence_transformers(folder: Path) -> None:
+    (folder / "modules.json").write_text(json.dumps([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}]))
+
+
+def _llama():
+    from transformers import LlamaConfig
+
+    return LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                       architectures=["LlamaForCausalLM"])
+
+
+def _models(root: Path) -> dict[str, tuple[Path, str, str]]:
+    """name -> (folder, the family the parent tells, the family the child tells). Each folder's
+    name is another family's, so a name-based guess would be wrong."""
+    from transformers import BertConfig, CsmConfig, LlavaConfig, Qwen2AudioConfig, WhisperConfig
+
+    made = {
+        "text": (_folder(root, "whisper-tiny", _llama()), "text", "text"),
+        "vision": (_folder(root, "llama-3-8b", LlavaConfig()), "vision", "vision"),
+        "speech": (_folder(root, "qwen2-vl", WhisperConfig()), "speech", "speech"),
+        "audio_chat": (_folder(root, "bge-small", Qwen2AudioConfig()), "audio_chat", "audio_chat"),
+        "csm": (_folder(root, "orpheus-3b", CsmConfig()), "csm", "csm"),
+        "tts-marker": (_folder(root, "sesame-csm", _llama(), tunelab_tts={"codec": "snac", "codebook_size": 4096}), "tts", "tts"),
+        "tts-tokens": (_folder(root, "llama-tokens", _llama()), "tts", "tts"),
+        # A sentence-transformers folder is an embedding model to both; a bare BERT encoder
+        # only to the child, which reads transformers' mappings (the parent has no transformers).
+        "embedding-st": (_folder(root, "gpt2-st", BertConfig(architectures=["BertModel"])), "embedding", "embedding"),
+        "embedding-encoder": (_folder(root, "gpt2-encoder", BertConfig(architectures=["BertForMaskedLM"])), "text", "embedding"),
+    }
+    _orpheus_tokenizer(made["tts-tokens"][0])
+    _sentence_transformers(made["embedding-st"][0])
+    return made
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, str, str]]:
+    return _models(tmp_path_factory.mktemp("families"))
+
+
+def test_the_registry_imports_no_heavy_library_and_the_parent_checks_no_worker_module():
+    code = ("import sys, tunelab.families, tunelab.events, tunelab.orchestrator.prechecks, tunelab.export.gguf_fit, "
+            "tunelab.server.app; "
+            "heavy = sorted(m for m in ('torch', 'transformers', 'mlx') if m in sys.modules); "
+            "worker = sorted(m for m in sys.modules if m.startswith('tunelab.worker')); "
+            "assert not heavy and not worker, (heavy, worker)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("name", ["text", "vision", "speech", "audio_chat", "csm", "tts-marker", "tts-tokens",
+                                  "embedding-st", "embedding-encoder"])
+def test_each_family_is_told_from_its_files_by_parent_and_child(models, name):
+    from tunelab.worker.families import registry
+
+    folder, parent, child = models[name]
+    assert families.detect(_local_files(str(folder))).name == parent
+    assert registry.family_spec({"model_name": str(folder)}).name == child
+    trained = type(registry.detect({"model_name": str(folder)}))
+    assert trained.__name__ == {"text": "TextFamily", "vision": "VisionFamily", "speech": "SpeechFamily", "tts": "TtsFamily",
+                                "csm": "CsmFamily", "audio_chat": "AudioChatFamily", "embedding": "EmbeddingFamily"}[child]
+    # The mlx backend refuses every family but text before the run exists, in the family's words.
+    problem = mlx_model_problem(str(folder))
+    if parent == "text":
+        assert problem is None
+    else:
+        assert problem == f"{folder} {families.get(parent).refusal}" and problem.endswith("use backend=torch")
+
+
+def test_precedence_decides_between_families_whose_tests_both_pass(tmp_path):
+    from transformers import CsmConfig, Gemma3nConfig, LlavaConfig, VoxtralConfig
+
+    from tunelab.worker.families import registry
+
+    cases = {
+        # CSM's config also passes the text-to-speech test: csm is asked first.
+        "csm": _folder(tmp_path, "csm-marked", CsmConfig(), tunelab_tts={"codec": "snac", "codebook_size": 4096}),
+        # Voxtral has an audio encoder beside a language model (audio chat's shape) but maps to
+        # AutoModelForSpeechSeq2Seq: speech is asked first.
+        "speech": _folder(tmp_path, "voxtral", VoxtralConfig()),
+        # Seeing and listening (Gemma 3n) is vision-language, not audio chat.
+        "vision": _folder(tmp_path, "gemma3n", Gemma3nConfig()),
+        # A vision-language sentence-transformers folder is vision: embedding is asked after it.
+        "vision-st": _folder(tmp_path, "llava-st", LlavaConfig()),
+    }
+    _sentence_transformers(cases["vision-st"])
+    raw = json.loads((cases["speech"] / "config.json").read_text())
+    assert families.audio_chat.config_dict_is_audio_chat({**raw, "model_type": "qwen2_audio"})  # it would pass alone
+    for want, folder in cases.items():
+        want = want.removesuffix("-st")
+        assert families.detect(_local_files(str(folder))).name == want, folder
+        assert registry.family_spec({"model_name": str(folder)}).name == want, folder
+
+
+def test_an_unreadable_config_is_text_to_the_parent_and_the_mlx_check_leaves_it_to_the_worker(tmp_path):
+    (tmp_path / "config.json").write_text("{not json")
+    assert families.detect(_local_files(str(tmp_path))) is families.DEFAULT
+    assert mlx_model_problem(str(tmp_path)) is None
+
+
+def test_the_registry_holds_each_family_once_and_the_house_reads_it():
+    names = [spec.name for spec in families.all()]
+    assert sorted(names) == sorted(spec.name for spec in families.DETECTION) and len(set(names)) == len(names) == 7
+    assert families.DETECTION[-1] is families.DEFAULT  # text: what every other test leaves
+    assert [families.get(name) for name in names] == list(families.all())
+    with pytest.raises(KeyError, match="the families are text, vision"):
+        families.get("diffusion")
+    assert events.MODALITIES == families.modalities() == ("text", "vision", "embedding", "speech", "tts", "audio_chat")
+    assert demo.MODALITIES == ("text", "vision", "embedding", "speech", "tts") and demo.TTS_FAMILIES == ("orpheus", "csm")
+    assert families.by_modality("tts") is families.tts.SPEC and families.by_modality("nonsense") is None
+    for spec in families.all():
+        assert spec.trains_with("torch")
+        assert spec.trains_with("mlx") == (spec is families.DEFAULT)
+        assert spec.backend_refusal("m", "mlx") == (None if spec is families.DEFAULT else f"m {spec.refusal}")
+
+
+def test_every_spec_names_a_class_transformers_has_and_a_setting_the_config_has():
+    import transformers
+
+    from tunelab.config.run_config import RunConfig
+
+    for spec in families.all():
+        assert hasattr(transformers, spec.auto_class), spec.name
+        assert set(spec.settings) <= set(RunConfig.model_fields), spec.name
+
+
+def test_the_mlx_worker_refuses_a_family_the_start_checks_could_not_tell(models):
+    """A bare encoder passes the parent's checks (it has no sentence-transformers files), and
+    the mlx worker refuses it before loading, naming the backend, in the family's words."""
+    pytest.importorskip("mlx.core")
+    from tunelab.worker.backends.mlx_backend import _load_model
+    from tunelab.worker.context import RunSettingError
+
+    folder = models["embedding-encoder"][0]
+    assert mlx_model_problem(str(folder)) is None
+    with pytest.raises(RunSettingError) as refused:
+        _load_model({"model_name": str(folder)})
+    assert refused.value.field == "backend" and refused.value.message == f"{folder} {families.embedding.SPEC.refusal}"
+
+
+def test_the_pages_run_rules_are_the_specs():
+    """GET /api/models/families (the history's rules: who speaks, which runs have no chat or
+    evaluation, and why) answers from the specs; the browser tests read it on a real page."""
+    from tunelab.server.routes_models import list_families
+
+    answer = {f.name: f for f in list_families().families}
+    assert list(answer) == [spec.name for spec in families.all()]
+    assert answer["tts"].serves == answer["csm"].serves == "speak" and answer["csm"].modality == "tts"
+    assert answer["embedding"].no_chat.startswith("An embedding model answers with vectors") and answer["embedding"].no_eval
+    assert answer["speech"].no_chat and not answer["speech"].no_eval and answer["speech"].evaluates
+    assert not any(answer[name].no_chat or answer[name].no_eval for name in ("text", "vision", "audio_chat"))
+    assert answer["vision"].media == "image" and answer["audio_chat"].media == "audio" and answer["text"].backends == ["torch", "mlx"]
