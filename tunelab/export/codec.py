@@ -13,8 +13,8 @@ import json
 import shutil
 from pathlib import Path
 
-CODEC_SUBFOLDER = "codec"  # worker.tts_codec.CODEC_SUBFOLDER
-CODEC_FILES = ("config.json", "pytorch_model.bin")  # worker.tts_codec.CODEC_FILES
+from tunelab.run_facts import CODEC_FILES, CODEC_SUBFOLDER
+
 README_LINE = ("Text-to-speech model (Orpheus's layout over SNAC codes, exported by tunelab). `codec/` is the SNAC codec "
                "that turns its audio tokens back into sound: `snac.SNAC.from_pretrained('codec')`. Token `<custom_token_N>` "
                "with N >= 10 is code (N - 10) % K at place (N - 10) // K of a 7-token frame (K: config.json's "
