@@ -33,7 +33,7 @@ from typing import Any
 
 from tunelab import events, layout
 from tunelab.worker.context import RunSettingError
-from tunelab.worker.launch.launcher import Launch, ProcessEngine
+from tunelab.worker.launch.engine import Launch, ProcessEngine
 
 DRIVER_MODULE = "tunelab.worker.launch.ray_driver"
 # Importing ray in the driver, before the connect timer starts, may take a while on a busy machine.
