@@ -25,6 +25,10 @@ ENGINES = ("single", "torchrun", "ray")
 RANK_MODULE = "tunelab.worker.launch.rank_entry"
 DIST_TIMEOUT_ENV = "TUNELAB_DIST_TIMEOUT_S"
 DEFAULT_DIST_TIMEOUT_S = 300
+# ray_address set where Ray is not installed: the parent's precheck finds it (looking Ray up,
+# never importing it) and the Ray launcher in the worker, each refusing with these words.
+RAY_NOT_INSTALLED = ("Ray is not installed in this Python environment; install it with `pip install 'tunelab[cluster]'` "
+                     "(here and on every node of the cluster), or remove ray_address to train on this machine")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ writes `tunelab-run.json` into the run folder; export reads it to merge in the p
 the run trained in. A LoftQ run also leaves `loftq-base.safetensors`: the weights of the
 adapted layers as the adapter was trained against them (LoftQ replaces them with their
 quantised form, or trains on a 4-bit base), which export merges into instead of the
-original ones. Torch-free; a missing or unreadable file reads as no facts.
+original ones. A text-to-speech run keeps the SNAC codec that turns its tokens into sound
+as `codec/` beside its weights (written by `worker/families/tts/codec.py`, carried into its
+export by `export/codec.py`). Torch-free; a missing or unreadable file reads as no facts.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 
 RUN_FACTS = "tunelab-run.json"
 LOFTQ_BASE = "loftq-base.safetensors"
+CODEC_SUBFOLDER = "codec"
+CODEC_FILES = ("config.json", "pytorch_model.bin")  # what the `snac` package saves and loads
 
 
 def write_run_facts(output_dir: str | Path, **facts: Any) -> None:

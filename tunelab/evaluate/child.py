@@ -24,13 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-
-def _sender(stream: Any) -> Callable[[dict[str, Any]], None]:
-    def send(message: dict[str, Any]) -> None:
-        stream.write(json.dumps(message) + "\n")
-        stream.flush()
-
-    return send
+from tunelab.inference.child_process import line_sender
 
 
 def evaluate(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
@@ -85,7 +79,7 @@ def evaluate(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) ->
 
 
 def main() -> int:
-    send = _sender(os.fdopen(os.dup(1), "w", encoding="utf-8"))
+    send = line_sender(os.fdopen(os.dup(1), "w", encoding="utf-8"))
     os.dup2(2, 1)
     line = sys.stdin.readline()
     if not line:

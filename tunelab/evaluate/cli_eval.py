@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.text import Text
 
-from tunelab.cli.foreground import EXIT_BAD_CONFIG, EXIT_ERROR, EXIT_OK
+from tunelab.exit_codes import EXIT_BAD_CONFIG, EXIT_ERROR, EXIT_OK
 
 # EvalOptions fields whose CLI option has another name.
 OPTION_NAMES = {"prompts_file": "--prompts"}

@@ -19,13 +19,8 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import subprocess
-import sys
-import threading
 import time
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from tunelab import paths
 from tunelab.store.evals import add_eval
@@ -41,15 +36,14 @@ from tunelab.evaluate.options import (
     read_prompts,
     resolve_readable,
 )
-from tunelab.inference.devices import choose_device, training_on
+from tunelab.inference.child_process import ChildProcess
+from tunelab.inference.devices import choose_device
 from tunelab.inference.settings import max_time_s
 from tunelab.inference.target import InferenceError, TargetInputError, TargetNotFound, resolve_target
-from tunelab.pdeathsig import die_with_parent
 
 __all__ = ["EvalError", "EvalFailed", "EvalInputError", "EvalNotFound", "EvalOptions", "EvalRefused", "build_request",
            "lm_eval_installed", "run_eval"]
 
-STDERR_TAIL_CHARS = 4000
 # The whole evaluation (load, loss, answers, tasks) may take this long, then it is ended.
 MAX_TIME_ENV = "TUNELAB_EVAL_MAX_TIME_S"
 DEFAULT_MAX_TIME_S = 3600.0
@@ -116,76 +110,6 @@ def build_request(run: dict[str, Any] | None, run_id: int, options: EvalOptions,
     return target, request
 
 
-class ChildProcess:
-    """The eval child process (or another child of its protocol: `module`) and its answers, read on threads."""
-
-    def __init__(self, request: dict[str, Any], env: dict[str, str], module: str = "tunelab.evaluate.child"):
-        child_env = {**os.environ, **env, "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env,
-                                        preexec_fn=die_with_parent if sys.platform == "linux" else None)
-        self.messages: queue.Queue = queue.Queue()
-        self.stderr_tail = ""
-        threading.Thread(target=self._read, name="eval-answers", daemon=True).start()
-        threading.Thread(target=self._read_stderr, name="eval-stderr", daemon=True).start()
-        self.process.stdin.write((json.dumps(request) + "\n").encode())
-        self.process.stdin.close()
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            try:
-                message = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(message, dict):
-                self.messages.put(message)
-        self.messages.put(None)
-
-    def _read_stderr(self) -> None:
-        for chunk in iter(lambda: self.process.stderr.read1(1 << 14), b""):
-            self.stderr_tail = (self.stderr_tail + chunk.decode(errors="replace"))[-STDERR_TAIL_CHARS:]
-
-    def tail(self) -> str:
-        lines = [line for line in self.stderr_tail.strip().splitlines() if line.strip()]
-        return (": " + " | ".join(lines[-3:])) if lines else ""
-
-    def watched_messages(self, locks: Path, device: str, deadline: float, poll_s: float, *,
-                         preempted: Callable[[str], Exception], timed_out: Callable[[], Exception],
-                         ended: Callable[[int], Exception],
-                         given_up: Callable[[], Exception | None] = lambda: None) -> Iterator[dict[str, Any]]:
-        """The child's answers, one by one, while it may go on: raises `preempted(holder)`
-        once a run trains on `device` (the GPU is the run's), `timed_out()` past the
-        monotonic `deadline`, what `given_up()` returns once it returns one (the caller
-        went away), and `ended(exit code)` when the child ends before its last answer
-        (after its stderr's last lines are in `tail()`)."""
-        while True:
-            holder = training_on(locks, device)
-            if holder is not None:
-                raise preempted(holder)
-            if time.monotonic() > deadline:
-                raise timed_out()
-            if (gone := given_up()) is not None:
-                raise gone
-            try:
-                message = self.messages.get(timeout=poll_s)
-            except queue.Empty:
-                continue
-            if message is None:
-                code = self.process.wait()
-                time.sleep(0.1)  # the stderr reader's last lines
-                raise ended(code)
-            yield message
-
-    def end(self) -> None:
-        for stop in (self.process.terminate, self.process.kill):
-            stop()
-            try:
-                self.process.wait(5)
-                return
-            except subprocess.TimeoutExpired:
-                continue
-
-
 def run_eval(store: Any, run_id: int, options: EvalOptions, progress: Callable[[str], None] = lambda message: None,
              confined: bool = True) -> list[dict[str, Any]]:
     """Evaluate `run_id` and store each result; returns the stored records in order.
@@ -196,7 +120,7 @@ def run_eval(store: Any, run_id: int, options: EvalOptions, progress: Callable[[
     except InferenceError as exc:
         raise EvalRefused(str(exc).replace("chat and serving", "evaluation")) from None
     progress(f"evaluating {target.label} on {device}")
-    child = ChildProcess(request, env)
+    child = ChildProcess(request, env, module="tunelab.evaluate.child")
     stored: list[dict[str, Any]] = []
     deadline = time.monotonic() + eval_max_time_s()
     try:

@@ -14,9 +14,8 @@ import shutil
 from pathlib import Path
 
 from tunelab.families.tts import config_dict_is_csm
+from tunelab.run_facts import CODEC_FILES, CODEC_SUBFOLDER
 
-CODEC_SUBFOLDER = "codec"  # worker.tts_codec.CODEC_SUBFOLDER
-CODEC_FILES = ("config.json", "pytorch_model.bin")  # worker.tts_codec.CODEC_FILES
 README_LINE = ("Text-to-speech model (Orpheus's layout over SNAC codes, exported by tunelab). `codec/` is the SNAC codec "
                "that turns its audio tokens back into sound: `snac.SNAC.from_pretrained('codec')`. Token `<custom_token_N>` "
                "with N >= 10 is code (N - 10) % K at place (N - 10) // K of a 7-token frame (K: config.json's "

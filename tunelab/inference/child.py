@@ -29,17 +29,7 @@ import threading
 import traceback
 from typing import Any, Callable
 
-
-def _sender(stream: Any) -> Callable[[dict[str, Any]], None]:
-    lock = threading.Lock()
-
-    def send(message: dict[str, Any]) -> None:
-        line = json.dumps(message)
-        with lock:
-            stream.write(line + "\n")
-            stream.flush()
-
-    return send
+from tunelab.inference.child_process import line_sender
 
 
 def _read_requests(work: queue.Queue, flags: dict[str, threading.Event], lock: threading.Lock) -> None:
@@ -96,7 +86,7 @@ def main() -> int:
     # "stop this answer", which the parent sends as a stop message. The parent decides
     # when this process ends (end of input, terminate; it dies with its parent).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    send = _sender(os.fdopen(os.dup(1), "w", encoding="utf-8"))
+    send = line_sender(os.fdopen(os.dup(1), "w", encoding="utf-8"))
     os.dup2(2, 1)
     first = sys.stdin.readline()
     if not first:

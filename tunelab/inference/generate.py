@@ -21,17 +21,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-
-class LoadRefused(Exception):
-    """A model this child will not serve; the message says why and what to do."""
-
-
-class GenerationInputError(Exception):
-    """A request this model cannot answer; `field` names the request field at fault."""
-
-    def __init__(self, field_name: str, message: str):
-        self.field = field_name
-        super().__init__(message)
+from tunelab.inference.child_errors import GenerationInputError, LoadRefused
 
 
 @dataclass

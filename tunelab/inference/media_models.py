@@ -105,7 +105,7 @@ def template_messages(messages: list[dict[str, Any]]) -> tuple[list[dict[str, An
 
 def encode(processor: Any, family: MediaFamily, image_size: int, messages: list[dict[str, Any]]) -> dict[str, Any]:
     """The model's inputs (input_ids, attention_mask, pixel values or audio features) for a chat."""
-    from tunelab.inference.generate import GenerationInputError
+    from tunelab.inference.child_errors import GenerationInputError
     from tunelab.worker.data.formats import DataFormatError
     from tunelab.worker.data.tokenization import render
 

@@ -8,7 +8,7 @@ Torch-free, as chat and eval are on this side: the weights are the ones chat wou
 (`target.resolve_target`, for a run of modality `tts` only: a text run is refused, naming
 why), and the child that loads them (`inference.speak_child`) runs on the device the
 inference rules choose (`devices.choose_device`: never a GPU a training run holds), with
-the eval child's process handling (`evaluate.runner.ChildProcess`). Should a training run
+the eval child's process handling (`child_process.ChildProcess`). Should a training run
 claim the child's GPU meanwhile, the child is ended and the request refused, leaving the
 GPU to the run. An Orpheus-style run needs the SNAC `codec/` beside its weights (found
 before a model loads); a Sesame CSM run (its config's model_type) has its codec inside. The child writes the wav into a temporary folder; its bytes come back. A cancel ends the
@@ -29,7 +29,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from tunelab import paths
 from tunelab.inference.devices import choose_device
 from tunelab.inference.settings import MAX_NEW_TOKENS_LIMIT, load_timeout_s, max_time_s
-from tunelab.inference.speak_csm import is_csm_target
 from tunelab.inference.target import InferenceError, TargetInputError, TargetRefused, resolve_target
 
 MAX_TEXT_CHARS = 2000
@@ -55,6 +54,14 @@ class SpeakOptions(BaseModel):
 
 class SpeakCancelled(InferenceError):
     """The caller gave up (an HTTP client went away); the child was ended."""
+
+
+def is_csm_target(target: dict[str, Any]) -> bool:
+    """Whether the target's model is a CSM model (its config's model_type, as the worker tells it)."""
+    from tunelab.worker.families.tts.model import is_csm_model
+
+    own = Path(target["weights"]) / "config.json"  # an adapter folder has none: its base's says
+    return is_csm_model({"model_name": target["weights"] if own.is_file() else target["base_model"]})
 
 
 @dataclass(frozen=True)
@@ -106,7 +113,7 @@ def speak_prepared(prepared: PreparedSpeech, progress: Callable[[SpeakProgress],
     locks = paths.locks_dir(prepared.store.path)
     device, env = choose_device(locks)
     progress(SpeakProgress(f"speaking with {target.label} on {device}"))
-    from tunelab.evaluate.runner import ChildProcess
+    from tunelab.inference.child_process import ChildProcess
 
     with tempfile.TemporaryDirectory(prefix="tunelab-speak-") as folder:
         dest = Path(folder) / "speech.wav"

@@ -27,6 +27,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
+from tunelab.inference.child_process import line_sender
+
 
 TOKENS_EVERY_S = 0.5
 
@@ -48,7 +50,8 @@ def _codec(request: dict[str, Any]) -> Any:
 def speak(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
     import soundfile
 
-    from tunelab.inference.speak_csm import is_csm_target, speak_csm
+    from tunelab.inference.speak import is_csm_target
+    from tunelab.inference.speak_csm import speak_csm
 
     # The family is told from the model's config, as the worker tells it: CSM speaks its own way.
     dest = speak_csm(request, send) if is_csm_target(request["target"]) else _speak_orpheus(request, send)
@@ -100,9 +103,7 @@ def _every(seconds: float, report: Callable[[int], None]) -> Callable[[int], Non
 
 
 def main() -> int:
-    from tunelab.evaluate.child import _sender
-
-    send = _sender(os.fdopen(os.dup(1), "w", encoding="utf-8"))
+    send = line_sender(os.fdopen(os.dup(1), "w", encoding="utf-8"))
     os.dup2(2, 1)  # libraries print to stdout now and then; the real stdout carries only the protocol
     line = sys.stdin.readline()
     if not line:

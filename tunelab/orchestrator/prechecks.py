@@ -20,7 +20,7 @@ import os
 import threading
 from pathlib import Path
 
-from tunelab import families
+from tunelab import families, layout
 from tunelab.config.run_config import ConfigError, FieldError, RunConfig
 from tunelab.families import embedding
 from tunelab.remote_code.check import RemoteCodeRefused, check_approved
@@ -28,9 +28,6 @@ from tunelab.remote_code.check import RemoteCodeRefused, check_approved
 DATA_FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 HUB_TIMEOUT_S = 3.0
 SNIFF_BYTES = 4096
-# Looked up, never imported: Ray is an optional extra the parent must not load.
-RAY_NOT_INSTALLED = ("Ray is not installed in this Python environment; install it with `pip install 'tunelab[cluster]'` "
-                     "(here and on every node of the cluster), or remove ray_address to train on this machine")
 _TRUE = {"1", "ON", "YES", "TRUE"}
 
 
@@ -54,8 +51,8 @@ def check_before_start(cfg: RunConfig) -> None:
             check_approved(cfg.model_dump())
         except RemoteCodeRefused as exc:
             errors.append(FieldError(field=exc.field, message=str(exc)))
-    if cfg.ray_address and importlib.util.find_spec("ray") is None:
-        errors.append(FieldError(field="ray_address", message=RAY_NOT_INSTALLED))
+    if cfg.ray_address and importlib.util.find_spec("ray") is None:  # looked up, never imported: the parent must not load Ray
+        errors.append(FieldError(field="ray_address", message=layout.RAY_NOT_INSTALLED))
     if errors:
         raise ConfigError(errors)
 

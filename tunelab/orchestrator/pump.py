@@ -17,7 +17,7 @@ import threading
 from multiprocessing.reduction import ForkingPickler
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for annotations only: run.py starts the pump, so a run-time import would go round
     from tunelab.orchestrator.run import ActiveRun
 
 log = logging.getLogger("tunelab.orchestrator")

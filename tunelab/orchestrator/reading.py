@@ -18,7 +18,7 @@ from tunelab.orchestrator.state import ProgressState
 from tunelab.orchestrator.plots import loss_plot_png, plot_title
 from tunelab.store import RunNotFound
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for annotations only: core.py builds Orchestrator from this mixin, so a run-time import would go round
     from tunelab.orchestrator.core import Orchestrator
 
 

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 from typing import Iterable
 
@@ -32,7 +33,6 @@ from tunelab.server import slow_clients
 from tunelab.server.body_text import lone_surrogate
 from tunelab.server.dataset_files import too_large_message, upload_max_bytes
 from tunelab.server.errors import error_response
-from tunelab.server.main import is_loopback
 from tunelab.server.openai_schemas import OpenAIError
 
 ALLOWED_HOSTS_ENV = "TUNELAB_ALLOWED_HOSTS"
@@ -41,6 +41,15 @@ MAX_BODY_BYTES = 1 << 20
 # The route whose body may carry images and audio clips.
 MEDIA_PATHS = ("/v1/chat/completions",)
 UPLOAD_PATH = "/api/datasets/upload"  # routes_dataset_files.UPLOAD_PATH
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def host_name(header: str) -> str:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ipaddress
 import logging
 import logging.handlers
 import os
@@ -37,6 +36,7 @@ from tunelab import paths
 from tunelab.orchestrator.watchdog import shutdown_grace_s
 from tunelab.server.auth import token_and_origin
 from tunelab.server.discovery import advertise
+from tunelab.server.guards import allowed_hosts_for, is_loopback
 from tunelab.server.slow_clients import HeadDeadlineProtocol
 
 log = logging.getLogger("tunelab.server")
@@ -44,15 +44,6 @@ log = logging.getLogger("tunelab.server")
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 LOG_FILE_BYTES = 5 * 2**20
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def bind_warning(host: str) -> str | None:
@@ -170,7 +161,6 @@ def serve(host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, *, log_level: str 
     more Host names to answer to. `max_queued_per_key`: how many queued runs one key may
     have waiting (None: TUNELAB_MAX_QUEUED_PER_KEY, else 20)."""
     from tunelab.server.app import create_app
-    from tunelab.server.guards import allowed_hosts_for
     from tunelab.server.queue_cap import configured_cap
 
     try:

@@ -17,6 +17,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
+from tunelab.config.chat_template import FALLBACK_CHAT_TEMPLATE
 from tunelab.inference.target import TargetInputError, TargetNotFound, TargetRefused, resolve_target, valid_checkpoint_steps
 from tunelab.server.errors import ApiError
 from tunelab.server.run_ids import RunId
@@ -69,8 +70,6 @@ def chat_target(request: Request, run_id: RunId,
         raise ApiError(409, "not_chattable", str(exc)) from None
     except TargetInputError as exc:
         raise ApiError(422, "invalid_input", str(exc), field=exc.field) from None
-    from tunelab.worker.data.tokenization import FALLBACK_CHAT_TEMPLATE
-
     template = saved_template(target.weights)
     return ChatTarget(run_id=run_id, model=target.model_id(), base_model_id=target.model_id(base=True),
                       base_model=target.base_model, kind=target.kind, step=target.step,

@@ -37,7 +37,7 @@ router = APIRouter(prefix="/api/datasets", tags=["datasets"], responses=error_re
 
 PREVIEW_TIMEOUT_ENV = "TUNELAB_PREVIEW_TIMEOUT_S"
 DEFAULT_PREVIEW_TIMEOUT_S = 90.0
-# The child caps what it shows (preview_child.TOTAL_CHARS); this bounds what is read even
+# The child caps what it shows (worker/preview/limits.py: TOTAL_CHARS); this bounds what is read even
 # if it did not. JSON escaping can make each character up to 6 bytes (\uXXXX).
 MAX_ANSWER_BYTES = 2 << 20
 STDERR_TAIL_BYTES = 4000

@@ -27,32 +27,11 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from tunelab import paths
+from tunelab.store.dialect_shared import BUSY_TIMEOUT_MS, BadLocation, DialectError, SchemaTooNew
 
 ENV_URL = "TUNELAB_DATABASE_URL"
 POSTGRES_SCHEMES = ("postgresql", "postgres")
-# Short per-attempt wait inside the database; the store's retry loop waits without holding its lock.
-BUSY_TIMEOUT_MS = 250
 _NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
-
-
-class DialectError(Exception):
-    """The store's location or schema cannot be used; the store turns it into its own error."""
-
-
-class BadLocation(DialectError, ValueError):
-    def __init__(self, field: str, reason: str):
-        self.field, self.reason = field, reason
-        super().__init__(f"{field}: {reason}")
-
-
-class DriverMissing(DialectError):
-    """A PostgreSQL URL was given but psycopg is not installed."""
-
-
-class SchemaTooNew(DialectError):
-    def __init__(self, version: int, known: int):
-        super().__init__(f"the run database has schema version {version} but this tunelab knows {known}; "
-                         "upgrade tunelab or use another TUNELAB_HOME / TUNELAB_DATABASE_URL")
 
 
 def open_location(location: str | Path | None = None):

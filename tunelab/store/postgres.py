@@ -31,7 +31,7 @@ from typing import Any, Iterable, Sequence
 from urllib.parse import unquote
 
 from tunelab import paths
-from tunelab.store.dialect import BUSY_TIMEOUT_MS, BadLocation, DriverMissing
+from tunelab.store.dialect_shared import BUSY_TIMEOUT_MS, BadLocation, DriverMissing
 from tunelab.store.translate import to_postgres
 
 INSTALL_HINT = "install it with: pip install 'tunelab[postgres]' (psycopg 3 with its binary wheel)"

@@ -26,41 +26,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunelab.worker.context import RunSettingError
+from tunelab.worker.data.rows import CONVERSATION_COLUMNS, DataFormatError, _alpaca_messages, _map_role, _text, conversation_column, image_column
 from tunelab.worker.methods import preference_formats
 from tunelab.worker.methods import prompt_formats
 from tunelab.worker.families.embedding.formats import EMBEDDING_FORMATS, describe_shapes, detect_embedding_format, missing_columns
 from tunelab.worker.families.speech.formats import TRANSCRIPTION, audio_column, transcript_column, transcription_shape
+from tunelab.worker.families.vision.formats import unknown_image_shape
 
 FORMATS = ("alpaca", "sharegpt", "chatml", "text", "caption", *EMBEDDING_FORMATS, TRANSCRIPTION,
            preference_formats.PREFERENCE_FORMAT, preference_formats.UNPAIRED_FORMAT, prompt_formats.PROMPT_FORMAT)
-# Column names under which datasets commonly keep a conversation.
-CONVERSATION_COLUMNS = ("conversations", "messages", "conversation", "chat", "dialogue", "dialog")
-# Column names under which image-text datasets keep their images (paths or image features).
-IMAGE_COLUMNS = ("images", "image")
-# ShareGPT speakers -> chat-template roles. Function-calling datasets add their own speakers:
-# the model's tool call is an assistant turn (it is what we want the model to learn to
-# write), while the tool's answer is input to the model, like a user turn.
-SHAREGPT_ROLES = {
-    "human": "user", "user": "user",
-    "gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant", "bing": "assistant",
-    "bard": "assistant", "model": "assistant", "bot": "assistant",
-    "system": "system",
-    "function_call": "assistant", "tool_call": "assistant", "tool_calls": "assistant",
-    "observation": "tool", "function_response": "tool", "function": "tool", "tool": "tool",
-}
-
-
-class DataFormatError(RunSettingError):
-    """Data that cannot be read as configured; `field` is the config setting to change."""
-
-
-def conversation_column(columns: list[str]) -> str | None:
-    return next((c for c in CONVERSATION_COLUMNS if c in columns), None)
-
-
-def image_column(columns: list[str]) -> str | None:
-    return next((c for c in IMAGE_COLUMNS if c in columns), None)
 
 
 def _first_turn(rows: list[dict[str, Any]], column: str) -> dict[str, Any] | None:
@@ -105,8 +79,6 @@ def detect_format(columns: list[str], sample_rows: list[dict[str, Any]]) -> str:
     if image_column(columns):
         if "text" in columns:
             return "caption"
-        from tunelab.worker.families.vision.formats import unknown_image_shape  # imports this module
-
         raise unknown_image_shape(columns)
     embedding = detect_embedding_format(columns)
     if embedding:
@@ -154,18 +126,6 @@ def required_columns(fmt: str, columns: list[str], sample_rows: list[dict[str, A
     return [] if "text" in columns else ["text"]
 
 
-def _text(value: Any, column: str = "") -> str:
-    """A cell as text. Numbers and booleans read as written; a dict or a list is never
-    stringified (the model would learn to answer in Python's dict syntax): an error
-    naming the column."""
-    if isinstance(value, (dict, list, tuple)):
-        shown = repr(value)
-        shown = shown if len(shown) <= 80 else shown[:77] + "..."
-        raise DataFormatError("dataset", f"column '{column or '?'}' holds a {type(value).__name__} ({shown}) where text "
-                                         "belongs; give it a string, or map the column that holds the text with column_mapping")
-    return "" if value is None else str(value)
-
-
 def _content_text(content: Any, column: str) -> str:
     """A turn's content as text: a string, or OpenAI-style content parts that are all text
     ({"type": "text", "text": ...}), joined as one message. Parts of another kind (images,
@@ -178,33 +138,6 @@ def _content_text(content: Any, column: str) -> str:
                                          "model cannot read; train an image-text-to-text (or audio) model on such rows, or "
                                          "keep only text parts")
     return _text(content, f"{column}[].content")
-
-
-def _alpaca_messages(row: dict[str, Any]) -> list[dict[str, str]]:
-    messages = []
-    if _text(row.get("system"), "system").strip():
-        messages.append({"role": "system", "content": _text(row["system"], "system")})
-    prompt = _text(row.get("instruction"), "instruction")
-    if _text(row.get("input"), "input").strip():
-        prompt = f"{prompt}\n\n{_text(row['input'], 'input')}"
-    messages.append({"role": "user", "content": prompt})
-    messages.append({"role": "assistant", "content": _text(row.get("output"), "output")})
-    return messages
-
-
-def _map_role(raw: str, fmt: str, role_mapping: dict[str, str]) -> str:
-    if raw in role_mapping:
-        return role_mapping[raw]
-    if fmt == "chatml":
-        return raw
-    role = SHAREGPT_ROLES.get(raw.lower())
-    if role is None:
-        raise DataFormatError(
-            "role_mapping",
-            f"unknown speaker '{raw}' in sharegpt data (known: {sorted(SHAREGPT_ROLES)}); "
-            f"map it with role_mapping, e.g. {{{raw}: assistant}}",
-        )
-    return role
 
 
 def _conversation_messages(row: dict[str, Any], fmt: str, role_mapping: dict[str, str]) -> list[dict[str, str]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tunelab.worker.data.formats import DataFormatError, _map_role, conversation_column
+from tunelab.worker.data.rows import DataFormatError, _map_role, conversation_column
 
 
 def as_list(value: Any) -> list[Any]:

@@ -24,17 +24,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunelab.config.chat_template import FALLBACK_CHAT_TEMPLATE
 from tunelab.worker.families.embedding.formats import EMBEDDING_FORMATS
 from tunelab.worker.data.formats import DataFormatError, to_messages, to_plain_text
 
 IGNORE_INDEX = -100
-FALLBACK_CHAT_TEMPLATE = (
-    "{% if bos_token %}{{ bos_token }}{% endif %}"
-    "{% for message in messages %}"
-    "{{ '<|' + message['role'] + '|>\n' + message['content'] + eos_token + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|assistant|>\n' }}{% endif %}"
-)
 
 
 def ensure_chat_template(tokenizer: Any) -> bool:

@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from tunelab import events, layout
-from tunelab.orchestrator.prechecks import RAY_NOT_INSTALLED
 from tunelab.worker.context import RunSettingError
-from tunelab.worker.launch.launcher import Launch, ProcessEngine
+from tunelab.worker.launch.engine import Launch, ProcessEngine
 
 DRIVER_MODULE = "tunelab.worker.launch.ray_driver"
 # Importing ray in the driver, before the connect timer starts, may take a while on a busy machine.
@@ -44,7 +43,7 @@ PROBE_TIMEOUT_S = 5.0
 # The launcher's settings that change how a rank reaches the hub; a Ray worker otherwise
 # runs in its node's own environment (the one `ray start` had there).
 FORWARDED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_DISABLE_XET")
-NOT_INSTALLED = RAY_NOT_INSTALLED
+NOT_INSTALLED = layout.RAY_NOT_INSTALLED
 
 
 def unreachable(address: str, why: str) -> str:

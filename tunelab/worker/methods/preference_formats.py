@@ -26,19 +26,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunelab.worker.data.rows import conversation_column  # LLaMA-Factory's files keep the prompt there
+
 PREFERENCE_FORMAT = "preference"
 UNPAIRED_FORMAT = "unpaired_preference"
 PREFERENCE_COLUMNS = ("prompt", "chosen", "rejected")
 UNPAIRED_COLUMNS = ("prompt", "completion", "label")
 EXAMPLE_ROW = {"prompt": "What is the capital of France?", "chosen": "Paris.", "rejected": "Lyon."}
 UNPAIRED_EXAMPLE = {"prompt": "What is the capital of France?", "completion": "Lyon.", "label": False}
-
-
-def conversation_column(columns: list[str]) -> str | None:
-    """The column holding a conversation (LLaMA-Factory's files keep the prompt there)."""
-    from tunelab.worker.data.formats import conversation_column  # formats imports this module
-
-    return conversation_column(columns)
 
 
 def is_preference(columns: list[str]) -> bool:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunelab.worker.data.formats import DataFormatError, _map_role, conversation_column
+from tunelab.worker.data.rows import DataFormatError, _map_role, conversation_column
 
 Turns = list[dict[str, str]]
 TURN_SHAPE = '{"role": "assistant", "content": "Paris."} (or sharegpt {"from": "gpt", "value": "Paris."})'

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from tunelab import paths
-from tunelab.worker.preview.child import COLUMN_CHARS, MAX_COLUMNS, ROW_CHARS, TOTAL_CHARS, truncate
+from tunelab.worker.preview.limits import COLUMN_CHARS, MAX_COLUMNS, ROW_CHARS, TOTAL_CHARS, truncate
 
 # A header read each (well under a millisecond for a small local file): a few seconds at most.
 MAX_CHECKED_ROWS = 5_000

@@ -24,37 +24,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tunelab.worker.preview.limits import COLUMN_CHARS, MAX_COLUMNS, ROW_CHARS, TOTAL_CHARS, short_messages, truncate
 
-# What one preview may carry back: a row's text (and each chat turn), all rows together,
-# the column list. A preview is for reading, not for copying a dataset through the server.
-ROW_CHARS = 4_000
-TOTAL_CHARS = 40_000
-MAX_COLUMNS = 200
-MAX_TURNS = 64
-COLUMN_CHARS = 200
 # A spare child (preview_spare.py) starts with this flag: it warms up, then waits for its request.
 WARM_FLAG = "--warm"
 # The family most models (and the demo) use; another family's tokenizer module is small.
 WARM_MODEL_TYPE = "llama"
-
-
-def truncate(text: str, limit: int) -> str:
-    """`text` cut to `limit` characters, saying how much was left out."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… [truncated: {len(text) - limit:,} more characters]"
-
-
-def _short_messages(messages: list[dict[str, str]]) -> list[dict[str, str]]:
-    """A row's chat turns within ROW_CHARS of content and MAX_TURNS turns, all marked."""
-    out, left = [], ROW_CHARS
-    for message in messages[:MAX_TURNS]:
-        content = str(message.get("content", ""))
-        out.append({"role": truncate(str(message.get("role", "")), COLUMN_CHARS), "content": truncate(content, max(left, 0))})
-        left -= len(content)
-    if len(messages) > MAX_TURNS:
-        out[-1]["content"] += f" … [truncated: {len(messages) - MAX_TURNS:,} more turns]"
-    return out
 
 
 def _load_tokenizer(name: str, config: dict[str, Any]) -> tuple[Any | None, str]:
@@ -110,26 +85,26 @@ def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None,
         if raw.format == PREFERENCE_FORMAT:
             # The prompt with the chosen answer as one conversation, the rejected answer after it.
             turns = row_turns(row, config.get("role_mapping"), RowPlace(index))
-            messages = _short_messages(turns["prompt"] + turns["chosen"])
+            messages = short_messages(turns["prompt"] + turns["chosen"])
             text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
             text += "\n[rejected]\n" + "\n".join(m["content"] for m in turns["rejected"])
         elif raw.format == PROMPT_FORMAT:
             # The prompt as the model sees it before generating; the reference answer after it.
-            messages = _short_messages(prompt_turns(row["prompt"], config.get("role_mapping"), RowPlace(index)))
+            messages = short_messages(prompt_turns(row["prompt"], config.get("role_mapping"), RowPlace(index)))
             text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
             reference = reference_column(raw.train.column_names)
             if reference is not None:
                 text += f"\n[reference]\n{row[reference]}"
         elif raw.format == UNPAIRED_FORMAT:
             turns = row_turns(row, config.get("role_mapping"), RowPlace(index))
-            messages = _short_messages(turns["prompt"] + turns["completion"])
+            messages = short_messages(turns["prompt"] + turns["completion"])
             text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
             text += f"\n[{'desirable' if turns['label'] else 'undesirable'}]"
         elif raw_text:
             text = to_plain_text(row, raw.format, config)
         else:
             # Turns are cut before rendering, so a huge row costs no huge template render.
-            messages = _short_messages(to_messages(row, raw.format, config))
+            messages = short_messages(to_messages(row, raw.format, config))
             text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
         text = truncate(text, min(ROW_CHARS, budget))
         budget -= len(text) + sum(len(m["content"]) for m in messages or [])

@@ -23,7 +23,7 @@ import io
 from typing import Any
 
 from tunelab import paths
-from tunelab.worker.preview.child import COLUMN_CHARS, ROW_CHARS, TOTAL_CHARS, _short_messages, truncate
+from tunelab.worker.preview.limits import COLUMN_CHARS, ROW_CHARS, TOTAL_CHARS, short_messages, truncate
 
 THUMBNAIL_SIDE = 96
 MAX_THUMBNAILS = 24  # per preview: enough to see the data, small enough to stay well under the answer cap
@@ -140,7 +140,7 @@ def build_image_preview(config: dict[str, Any], rows: int, model_name: str | Non
                 break
             images.append(_thumbnail(ref, sources))
             thumbnails += 1
-        shown.append({"index": index, "text": text, "messages": _short_messages(_as_text(messages)), "images": images})
+        shown.append({"index": index, "text": text, "messages": short_messages(_as_text(messages)), "images": images})
     bad, checked, images_checked = bad_image_rows(data, raw.format, config, sources)
     return {
         "format": raw.format,

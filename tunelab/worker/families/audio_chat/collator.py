@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tunelab.worker.families.audio_chat.data import audio_token_ids
+from tunelab.worker.families.audio_chat.tokens import audio_token_ids
 from tunelab.worker.data.label_alignment import LabelAligner
 from tunelab.worker.families.speech.collator import decode_clip
 from tunelab.worker.families.vision.collator import VisionCollator

@@ -29,20 +29,10 @@ from tunelab.worker.data.formats import DataFormatError, conversation_column, im
 from tunelab.worker.data.sources import DETECTION_SAMPLE_ROWS, RawData
 from tunelab.worker.families.speech.data import SKIP_HINT, BadAudioRow, checked_clip, clip_place, longest_seconds
 from tunelab.worker.families.speech.formats import TRANSCRIPTION, audio_column
-from tunelab.worker.families.vision.data import (_source_field, drop_bad_rows, labelled_rows, marker_token_ids, prepare_media_rows,
-                                        tokens_and_loss_mask)
+from tunelab.worker.families.audio_chat.tokens import audio_token_ids
+from tunelab.worker.families.vision.data import _source_field, drop_bad_rows, labelled_rows, prepare_media_rows, tokens_and_loss_mask
 
 AUDIO_CHAT_COLUMNS = ("text", "audios", "text_ids", "loss_mask")
-# Processor and tokenizer attributes naming audio placeholder and marker tokens.
-AUDIO_TOKEN_ATTRIBUTES = ("audio_token", "audio_bos_token", "audio_eos_token", "boa_token", "eoa_token",
-                          "audio_start_token", "audio_end_token")
-
-
-def audio_token_ids(processor: Any) -> set[int]:
-    """Ids of the tokens that stand for audio, which never take loss."""
-    return marker_token_ids(processor, AUDIO_TOKEN_ATTRIBUTES, "audio_token_id", {"type": "audio"})
-
-
 def raw_has_audio(raw: RawData) -> bool:
     rows = raw.train
     sample = [rows[i] for i in range(min(DETECTION_SAMPLE_ROWS, len(rows)))]

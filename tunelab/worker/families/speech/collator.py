@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tunelab.worker.families.speech.data import longest_seconds, open_clip
+from tunelab.worker.families.speech.clips import longest_seconds, open_clip
 
 IGNORE_INDEX = -100
 

@@ -27,6 +27,7 @@ from tunelab import paths
 from tunelab.worker.data.prepare import PreparedData, _check_batch_fits
 from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.data.sources import RawData
+from tunelab.worker.families.speech.clips import longest_seconds, open_clip
 from tunelab.worker.families.speech.formats import TRANSCRIPTION, WORKING_EXAMPLE, audio_column, transcript_column
 from tunelab.worker.families.vision.data import _source_field, data_folders, drop_bad_rows, image_reference
 
@@ -40,20 +41,6 @@ class BadClip(ValueError):
     def __init__(self, message: str, kind: str):
         super().__init__(message)
         self.kind = kind
-
-
-def longest_seconds(feature_extractor: Any) -> float | None:
-    """The longest clip the feature extractor takes whole (Whisper: its 30 s window), or
-    None for one that takes any length."""
-    samples = getattr(feature_extractor, "n_samples", None)
-    rate = getattr(feature_extractor, "sampling_rate", None)
-    return samples / rate if samples and rate else None
-
-
-def open_clip(ref: dict[str, Any]) -> Any:
-    import soundfile
-
-    return soundfile.SoundFile(io.BytesIO(ref["bytes"]) if ref.get("bytes") else ref["path"])
 
 
 EXTRACTOR_LIMIT = "the model's feature extractor takes"

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunelab.worker.data.rows import DataFormatError
+
 TRANSCRIPTION = "transcription"
 AUDIO_COLUMNS = ("audio", "audio_path", "audio_file", "audio_filepath")
 # Names that hold audio only when their values say so (they are common in text data too).
@@ -57,8 +59,6 @@ def transcript_column(columns: list[str]) -> str | None:
 def transcription_shape(columns: list[str], sample_rows: list[dict[str, Any]]) -> tuple[str, str] | None:
     """(audio column, transcript column) of transcription data; None without audio. Audio
     without a transcript is an error that says what was expected."""
-    from tunelab.worker.data.formats import DataFormatError  # imports this module
-
     audio = audio_column(columns, sample_rows)
     if audio is None:
         return None

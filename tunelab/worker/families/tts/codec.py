@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tunelab.export.codec import CODEC_FILES, CODEC_SUBFOLDER  # noqa: F401 (the family saves into CODEC_SUBFOLDER)
+from tunelab.run_facts import CODEC_FILES, CODEC_SUBFOLDER  # noqa: F401 (the family saves into CODEC_SUBFOLDER)
 from tunelab.worker.context import RunSettingError
 
 ORPHEUS_CODEC = "hubertsiuzdak/snac_24khz"

@@ -21,7 +21,7 @@ import torch
 
 from tunelab.worker.context import RunSettingError
 from tunelab.worker.data.label_alignment import LabelAligner
-from tunelab.worker.families.vision.data import image_token_ids
+from tunelab.worker.families.vision.tokens import image_token_ids
 
 IGNORE_INDEX = -100
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from tunelab.worker.data.formats import DataFormatError, _alpaca_messages, conversation_column, image_column
+from tunelab.worker.data.rows import DataFormatError, _alpaca_messages, conversation_column, image_column
 from tunelab.worker.data.media_parts import MediaParts, as_list
 
 IMAGE_PLACEHOLDER = "<image>"
