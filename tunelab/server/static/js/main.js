@@ -8,6 +8,7 @@
 import { adoptTokenFromUrl, api, forgetToken, getToken, newRequestId, onUnauthorized, setToken } from "./api.js";
 import { setUpCommandPreview } from "./command-preview.js";
 import { ComparePanel } from "./compare.js";
+import { loadFieldTable } from "./config-fields.js";
 import { ConfigForm } from "./config-form.js";
 import { downloadYaml, readYamlFile, withoutSecrets } from "./config-yaml.js";
 import { setUpDatasetCheck } from "./dataset-check.js";
@@ -30,7 +31,7 @@ const DRAFT_KEY = "tunelab.draft";
 
 setUpTheme($("theme-toggle"));
 
-const configForm = new ConfigForm($("config-form"));
+const configForm = new ConfigForm($("config-form"), await fieldTableOrNone());
 const compare = new ComparePanel();
 const playground = new PlaygroundPanel();
 const exportDialog = new ExportDialog();
@@ -53,6 +54,19 @@ setUpDraft();
 setUpConfigFile();
 setUpStart();
 setUpToken();
+
+/**
+ * The form's fields, as the server describes a run (/openapi.json needs no token). Without
+ * them the form offers only its pickers, and says why.
+ */
+async function fieldTableOrNone() {
+  try {
+    return await loadFieldTable();
+  } catch (err) {
+    notify(`Cannot show the run settings: ${err.message}`, "error");
+    return { basic: [], advanced: [], all: [] };
+  }
+}
 
 /** The form survives a reload: its settings (never its secrets) are kept as a draft. */
 function setUpDraft() {
