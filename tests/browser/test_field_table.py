@@ -82,9 +82,10 @@ def test_a_setting_the_schema_gains_appears_on_the_form(server, open_page):
     page = open_page()
     page.route("**/openapi.json", lambda route: route.fulfill(json=schema))
     page.reload()  # signed in already: the token stays in the page's storage
+    floor = page.locator('[data-field="warmup_floor"]')
+    expect(floor).to_be_attached()  # the form is drawn once the schema arrives
     page.evaluate("() => document.querySelectorAll('#config-form details').forEach((d) => { d.open = true; })")
 
-    floor = page.locator('[data-field="warmup_floor"]')
     expect(floor.get_by_label("Warmup floor")).to_have_value("5")
     expect(floor).to_contain_text("Never warm up for fewer steps.")
     # In its section, at its place: after "Warmup steps" (order 560), before "Warmup ratio" (570).

@@ -18,7 +18,7 @@ import { METHOD_FIELDS } from "./config-pickers.js";
 
 const SCHEMA = "RunConfig";
 /** Sections drawn in the page's own places, in this order; every other one folds under "Advanced". */
-export const BASIC_SECTIONS = ["model", "data", "train", "more"];
+const BASIC_SECTIONS = ["model", "data", "train", "more"];
 
 let table = { basic: [], advanced: [], all: [] };
 
@@ -75,7 +75,7 @@ function fieldOf(name, prop, schemas, required) {
 }
 
 /** Every input of the form, in its place: by `order`, then the schema's own order. */
-export function tableFromSchema(schema, schemas) {
+function tableFromSchema(schema, schemas) {
   const fields = [];
   const required = new Set(schema.required || []);
   for (const [name, prop] of Object.entries(schema.properties)) {
@@ -105,8 +105,5 @@ export async function loadFieldTable() {
   return table;
 }
 
-/** The table loaded last (empty before loadFieldTable). */
-export const fieldTable = () => table;
-
-/** The form's label for a setting, so other panels name it in the form's words. */
+/** The form's label for a setting (its name before the table is loaded), so other panels name it in the form's words. */
 export const fieldLabel = (name) => table.all.find((field) => field.name === name)?.label ?? name;

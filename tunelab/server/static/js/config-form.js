@@ -7,7 +7,11 @@
  * sections (<details>) that open by themselves when a field inside has an error.
  */
 
+import { loadFieldTable } from "./config-fields.js";
 import { ADAPTER_METHODS, DATA_SOURCES, METHOD_FIELDS, METHOD_SETTINGS, METHODS } from "./config-pickers.js";
+import { notify } from "./notice.js";
+
+const NO_FIELDS = { basic: [], advanced: [], all: [] };
 
 const idFor = (name) => `f-${name.replace(/\./g, "-")}`;
 
@@ -74,16 +78,22 @@ function sourceBlock() {
 }
 
 export class ConfigForm {
-  /** `fields`: the field table read from the server's schema (config-fields.js loadFieldTable). */
-  constructor(form, fields) {
+  constructor(form) {
     this.form = form;
-    this.fields = fields;
+    this.fields = NO_FIELDS;
     this.generalErrors = form.querySelector("#config-errors");
-    this.#render();
     this.form.addEventListener("change", (event) => {
       if (event.target.name === "method" || event.target.name === "source") this.#syncVisibility();
     });
-    this.reset();
+    /** Settles once the form is drawn: its fields as the server's schema describes a run (config-fields.js). */
+    this.ready = loadFieldTable().catch((err) => {
+      notify(`Cannot show the run settings: ${err.message}`, "error");  // the pickers alone, saying why
+      return NO_FIELDS;
+    }).then((fields) => {
+      this.fields = fields;
+      this.#render();
+      this.reset();
+    });
   }
 
   #render() {

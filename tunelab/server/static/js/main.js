@@ -8,7 +8,6 @@
 import { adoptTokenFromUrl, api, forgetToken, getToken, newRequestId, onUnauthorized, setToken } from "./api.js";
 import { setUpCommandPreview } from "./command-preview.js";
 import { ComparePanel } from "./compare.js";
-import { loadFieldTable } from "./config-fields.js";
 import { ConfigForm } from "./config-form.js";
 import { downloadYaml, readYamlFile, withoutSecrets } from "./config-yaml.js";
 import { setUpDatasetCheck } from "./dataset-check.js";
@@ -31,7 +30,7 @@ const DRAFT_KEY = "tunelab.draft";
 
 setUpTheme($("theme-toggle"));
 
-const configForm = new ConfigForm($("config-form"), await fieldTableOrNone());
+const configForm = new ConfigForm($("config-form"));
 const compare = new ComparePanel();
 const playground = new PlaygroundPanel();
 const exportDialog = new ExportDialog();
@@ -48,25 +47,15 @@ const queuePanel = new QueuePanel({ onChanged: () => history.refresh(), onWatch:
 const sweepsPanel = new SweepsPanel({ readBase: () => configForm.read(), onOpenRun: (id) => history.reveal(id) });
 
 setUpDatasetCheck(configForm);
-setUpMemoryEstimate(configForm);
 setUpCommandPreview(configForm);
-setUpDraft();
+// These read the form at once, so they wait for it: it is drawn when the server's schema of a run arrives.
+configForm.ready.then(() => {
+  setUpMemoryEstimate(configForm);
+  setUpDraft();
+});
 setUpConfigFile();
 setUpStart();
 setUpToken();
-
-/**
- * The form's fields, as the server describes a run (/openapi.json needs no token). Without
- * them the form offers only its pickers, and says why.
- */
-async function fieldTableOrNone() {
-  try {
-    return await loadFieldTable();
-  } catch (err) {
-    notify(`Cannot show the run settings: ${err.message}`, "error");
-    return { basic: [], advanced: [], all: [] };
-  }
-}
 
 /** The form survives a reload: its settings (never its secrets) are kept as a draft. */
 function setUpDraft() {
@@ -198,6 +187,7 @@ function setUpToken() {
 /** Who is signed in first: the panels offer only what that role may do. */
 async function load() {
   if (!(await signIn())) return;  // the token was refused: the token dialog asks again
+  await configForm.ready;  // the panels name settings by the form's labels, and the pickers fill its fields
   for (const id of ["start-run", "check-dataset", "chat-send"]) guard($(id), cannotUse());
   runPanel.start();
   queuePanel.start();
