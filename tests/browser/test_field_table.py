@@ -1,6 +1,7 @@
-"""The page's field table (static/js/config-fields.js) against the Python models it
-mirrors: every RunConfig setting has an input, with the same default, and "check
-dataset" sends only fields the preview route takes. Needs no browser: it reads the JS."""
+"""The form's fields are the server's own description of a run: every RunConfig setting
+in /openapi.json has its input, labelled and placed as its schema says, defaults left
+out of what the form sends; a setting the schema gains appears on the form without a
+page change; and "check dataset" sends only fields the preview route takes."""
 
 from __future__ import annotations
 
@@ -8,53 +9,103 @@ import json
 import re
 from pathlib import Path
 
+import httpx
 import pytest
+from playwright.sync_api import expect
 
-from tunelab.config.run_config import NodesConfig, RunConfig, S3Source
 from tunelab.server.schemas import DatasetPreviewRequest
 
+pytestmark = pytest.mark.browser
+
 STATIC_JS = Path(__file__).resolve().parents[2] / "tunelab" / "server" / "static" / "js"
-# f("name", "Label", "kind", default, ...) with a JSON-literal default.
-FIELD_ROW = re.compile(r'^\s*f\("([\w.]+)", "[^"]*", "(\w+)", (\[\]|\{\}|null|false|true|"[^"]*"|[-\d.e]+)[,)]', re.M)
 # The method picker stands for these settings rather than showing an input for each.
 METHOD_FIELDS = {"training_type", "use_dora", "use_rslora", "use_loftq"}
+# The form's own pickers, not settings.
+PICKERS = {"method", "source"}
+RENDERED_JS = """() => [...document.querySelectorAll('#config-form [data-field]')]
+  .filter((block) => !['method', 'source'].includes(block.dataset.field))
+  .map((block) => ({name: block.dataset.field, label: block.querySelector('label').textContent,
+                    section: block.closest('details')?.querySelector('summary')?.textContent ?? null}))"""
 
 
-def page_fields() -> dict[str, tuple[str, object]]:
-    text = (STATIC_JS / "config-fields.js").read_text()
-    rows = {name: (kind, json.loads(default)) for name, kind, default in FIELD_ROW.findall(text)}
-    assert len(rows) > 40, "the field table could not be read; has its layout changed?"
-    return rows
-
-
-def same_default(page_default: object, python_default: object) -> bool:
-    # An empty text box or list on the page means "not set", i.e. the Python None.
-    if python_default is None:
-        return page_default in (None, "", [], {})
-    return page_default == python_default
-
-
-def test_every_setting_has_an_input_with_the_same_default():
-    rows = page_fields()
-    top_level = {name.split(".")[0] for name in rows}
-    missing = set(RunConfig.model_fields) - top_level - METHOD_FIELDS
-    assert not missing, f"settings with no input on the page: {sorted(missing)}"
-    unknown = top_level - set(RunConfig.model_fields)
-    assert not unknown, f"page inputs for settings RunConfig does not have: {sorted(unknown)}"
-    for name, (kind, default) in rows.items():
-        head, _, sub = name.partition(".")
-        model = {"s3": S3Source, "nodes": NodesConfig}[head] if sub else RunConfig
-        field = model.model_fields[sub or head]
-        if field.is_required():
+def schema_fields(server) -> dict[str, dict]:
+    """Every input the schema asks for: `name` or `group.name` -> its schema."""
+    schemas = httpx.get(server.url + "openapi.json").json()["components"]["schemas"]
+    fields = {}
+    for name, prop in schemas["RunConfig"]["properties"].items():
+        if name in METHOD_FIELDS:
             continue
-        python_default = field.get_default(call_default_factory=True)
-        assert same_default(default, python_default), (
-            f"{name}: page default {default!r}, RunConfig default {python_default!r}")
+        refs = [v["$ref"].rsplit("/", 1)[1] for v in prop.get("anyOf", [prop]) if "$ref" in v]
+        group = schemas[refs[0]] if refs else {}
+        if "properties" in group:
+            fields.update({f"{name}.{inner}": p for inner, p in group["properties"].items()})
+        else:
+            fields[name] = prop
+    return fields
 
 
-@pytest.mark.parametrize("s3_field", sorted(S3Source.model_fields))
-def test_every_s3_setting_has_an_input(s3_field: str):
-    assert f"s3.{s3_field}" in page_fields()
+def test_every_setting_of_the_schema_has_its_input_labelled_and_placed_as_the_schema_says(server, open_page):
+    expected = schema_fields(server)
+    assert len(expected) > 90 and {"s3.bucket", "nodes.count", "model_name"} <= set(expected)
+    page = open_page()
+    expect(page.get_by_label("Model", exact=True)).to_be_visible()
+    rendered = {block["name"]: block for block in page.evaluate(RENDERED_JS)}
+    assert sorted(rendered) == sorted(expected)
+    for name, prop in expected.items():
+        assert rendered[name]["label"] == prop["label"], name
+        # A basic section is one of the page's own places; any other is a folded section of that name.
+        folded = rendered[name]["section"]
+        if prop["section"] in ("model", "data", "train"):
+            assert folded is None, name
+        elif prop["section"] == "more":
+            assert folded.startswith("More training settings"), name
+        else:
+            assert folded == prop["section"], name
+
+    # Every input starts at its schema default: a form given only a model and data sends nothing else.
+    page.get_by_label("Model", exact=True).fill("/models/tiny")
+    page.get_by_label("Data files").fill("/data/train.jsonl")
+    page.get_by_role("button", name="Preview command").click()
+    yaml_text = page.locator("#command-yaml").inner_text()
+    assert yaml_text == "training_type: lora\nmodel_name: /models/tiny\nlocal_datasets:\n  - /data/train.jsonl\n"
+
+
+def test_a_setting_the_schema_gains_appears_on_the_form(server, open_page):
+    # The server's own schema with one more setting and one more section: what a new
+    # RunConfig field brings, without a page change.
+    schema = httpx.get(server.url + "openapi.json").json()
+    properties = schema["components"]["schemas"]["RunConfig"]["properties"]
+    properties["warmup_floor"] = {"type": "integer", "default": 5, "description": "d", "label": "Warmup floor",
+                                  "section": "Optimiser", "order": 565, "help": "Never warm up for fewer steps."}
+    properties["probe_mode"] = {"type": "string", "enum": ["off", "on"], "default": "off", "description": "d",
+                                "label": "Probe mode", "section": "Probes"}
+    page = open_page()
+    page.route("**/openapi.json", lambda route: route.fulfill(json=schema))
+    page.reload()  # signed in already: the token stays in the page's storage
+    floor = page.locator('[data-field="warmup_floor"]')
+    expect(floor).to_be_attached()  # the form is drawn once the schema arrives
+    page.evaluate("() => document.querySelectorAll('#config-form details').forEach((d) => { d.open = true; })")
+
+    expect(floor.get_by_label("Warmup floor")).to_have_value("5")
+    expect(floor).to_contain_text("Never warm up for fewer steps.")
+    # In its section, at its place: after "Warmup steps" (order 560), before "Warmup ratio" (570).
+    names = page.eval_on_selector_all("details:has(> summary:text-is('Optimiser')) [data-field]",
+                                      "(blocks) => blocks.map((b) => b.dataset.field)")
+    assert names[names.index("warmup_steps") + 1] == "warmup_floor"
+    assert names[names.index("warmup_floor") + 1] == "warmup_ratio"
+    # A section no field had before is a folded section of its own, after the others.
+    summaries = page.locator('[data-fields="advanced"] > details > summary').all_inner_texts()
+    assert summaries[-1] == "Probes"
+    probe = page.get_by_label("Probe mode")
+    assert probe.locator("option").all_inner_texts() == ["off", "on"]
+
+    page.get_by_label("Model", exact=True).fill("/models/tiny")
+    page.get_by_label("Data files").fill("/data/train.jsonl")
+    floor.get_by_label("Warmup floor").fill("9")
+    probe.select_option("on")
+    page.get_by_role("button", name="Preview command").click()
+    yaml_text = page.locator("#command-yaml").inner_text()
+    assert "warmup_floor: 9\n" in yaml_text and "probe_mode: 'on'\n" in yaml_text
 
 
 def test_check_dataset_sends_only_what_the_preview_route_takes():

@@ -68,11 +68,12 @@ def test_phone_width_dark_theme_and_labels(server, open_page, shoot):
 
 def test_keyboard_alone_can_reach_and_submit_the_form(server, open_page):
     page = open_page()
+    model = page.get_by_label("Model", exact=True)
+    expect(model).to_be_visible()  # the form is drawn from the server's schema, one fetch after the page loads
     page.keyboard.press("Tab")
     expect(page.get_by_role("link", name="Skip to content")).to_be_focused()
     page.keyboard.press("Enter")
     # Tab from the main content reaches the form's first control...
-    model = page.get_by_label("Model", exact=True)
     for _ in range(10):
         page.keyboard.press("Tab")
         if page.evaluate("document.activeElement.id") == "f-model_name":

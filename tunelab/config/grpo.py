@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tunelab.config.form import form
 from tunelab.text import char_name, first_unsafe_char
 
 RewardName = Literal["exact_match", "contains", "regex", "length", "json", "python"]
@@ -57,12 +58,18 @@ class RewardSpec(BaseModel):
     """One reward function of a GRPO run (see the module doc)."""
 
     model_config = ConfigDict(extra="forbid")
-    name: RewardName = Field(description="exact_match | contains | regex | length | json | python")
-    weight: float = Field(1.0, ge=-1000, le=1000, description="Its weight in the summed reward.")
-    pattern: str | None = Field(None, max_length=1000, description="regex: the pattern searched in each completion.")
-    max_chars: int | None = Field(None, ge=1, le=1_000_000, description="length: completions up to this long are not penalised.")
-    path: str | None = Field(None, max_length=4096, description="python: the .py file holding the function.")
-    function: str | None = Field(None, max_length=256, description="python: the function's name in that file.")
+    name: RewardName = Field(description="exact_match | contains | regex | length | json | python",
+                              json_schema_extra=form("Reward", "GRPO"))
+    weight: float = Field(1.0, ge=-1000, le=1000, description="Its weight in the summed reward.",
+                          json_schema_extra=form("Weight", "GRPO"))
+    pattern: str | None = Field(None, max_length=1000, description="regex: the pattern searched in each completion.",
+                                json_schema_extra=form("Pattern", "GRPO"))
+    max_chars: int | None = Field(None, ge=1, le=1_000_000, description="length: completions up to this long are not penalised.",
+                                  json_schema_extra=form("Most characters", "GRPO"))
+    path: str | None = Field(None, max_length=4096, description="python: the .py file holding the function.",
+                             json_schema_extra=form("Reward file", "GRPO"))
+    function: str | None = Field(None, max_length=256, description="python: the function's name in that file.",
+                                 json_schema_extra=form("Reward function", "GRPO"))
 
     @field_validator("path", "function")
     @classmethod

@@ -1,14 +1,17 @@
 /**
- * The run configuration form: drawn from the field table, read into a RunConfig body,
+ * The run configuration form: drawn from the field table (config-fields.js: the server's
+ * own schema of a run), read into a RunConfig body,
  * filled from a loaded config, and annotated with per-field errors (a 422 from the
  * server, or input the page itself cannot turn into a value), every one at once, each
  * beside its field in words that name it. Past the essentials the form is folded into
  * sections (<details>) that open by themselves when a field inside has an error.
  */
 
-import {
-  ADAPTER_METHODS, ADVANCED_FIELDS, ALL_FIELDS, BASIC_FIELDS, DATA_SOURCES, METHOD_FIELDS, METHOD_SETTINGS, METHODS,
-} from "./config-fields.js";
+import { loadFieldTable } from "./config-fields.js";
+import { ADAPTER_METHODS, DATA_SOURCES, METHOD_FIELDS, METHOD_SETTINGS, METHODS } from "./config-pickers.js";
+import { notify } from "./notice.js";
+
+const NO_FIELDS = { basic: [], advanced: [], all: [] };
 
 const idFor = (name) => `f-${name.replace(/\./g, "-")}`;
 
@@ -77,26 +80,34 @@ function sourceBlock() {
 export class ConfigForm {
   constructor(form) {
     this.form = form;
+    this.fields = NO_FIELDS;
     this.generalErrors = form.querySelector("#config-errors");
-    this.#render();
     this.form.addEventListener("change", (event) => {
       if (event.target.name === "method" || event.target.name === "source") this.#syncVisibility();
     });
-    this.reset();
+    /** Settles once the form is drawn: its fields as the server's schema describes a run (config-fields.js). */
+    this.ready = loadFieldTable().catch((err) => {
+      notify(`Cannot show the run settings: ${err.message}`, "error");  // the pickers alone, saying why
+      return NO_FIELDS;
+    }).then((fields) => {
+      this.fields = fields;
+      this.#render();
+      this.reset();
+    });
   }
 
   #render() {
-    const basic = (section) => BASIC_FIELDS.filter((s) => s.section === section).map(fieldBlock);
-    const model = this.form.querySelector('[data-fields="model"]');
-    model.append(fieldBlock(BASIC_FIELDS[0]), methodBlock(), ...basic("model").slice(1));
+    const basic = (section) => this.fields.basic.filter((s) => s.section === section).map(fieldBlock);
+    const [first, ...rest] = basic("model");  // the model itself, then the method, then the rest
+    this.form.querySelector('[data-fields="model"]').append(...(first ? [first] : []), methodBlock(), ...rest);
     this.form.querySelector('[data-fields="data"]').prepend(sourceBlock(), ...basic("data"));
     this.form.querySelector('[data-fields="train"]').append(...basic("train"));
     this.form.querySelector('[data-fields="more"]').append(...basic("more"));
     // Each advanced section folds on its own, so opening "Advanced" shows a list of them.
     const advanced = this.form.querySelector('[data-fields="advanced"]');
-    const sections = [...new Set(ADVANCED_FIELDS.map((s) => s.section))];
+    const sections = [...new Set(this.fields.advanced.map((s) => s.section))];
     for (const name of sections) {
-      const set = el("div", { class: "field-group" }, ADVANCED_FIELDS.filter((s) => s.section === name).map(fieldBlock));
+      const set = el("div", { class: "field-group" }, this.fields.advanced.filter((s) => s.section === name).map(fieldBlock));
       advanced.append(el("details", { class: "form-section" }, [el("summary", { text: name }), set]));
     }
   }
@@ -123,7 +134,7 @@ export class ConfigForm {
 
   /** Back to the defaults: LoRA on local files. */
   reset() {
-    for (const spec of ALL_FIELDS) writeValue(spec, this.#input(spec.name), spec.def);
+    for (const spec of this.fields.all) writeValue(spec, this.#input(spec.name), spec.def);
     this.form.elements.method.value = "lora";
     this.form.querySelector("#f-source-local").checked = true;
     this.clearErrors();
@@ -138,7 +149,7 @@ export class ConfigForm {
     const config = { ...METHOD_SETTINGS[this.method] };
     const errors = [];
     const adapter = ADAPTER_METHODS.has(this.method);
-    for (const spec of ALL_FIELDS) {
+    for (const spec of this.fields.all) {
       if (spec.source && spec.source !== this.source) continue;
       if (spec.adapterOnly && !adapter) continue;
       const { value, error } = readValue(spec, this.#input(spec.name));
@@ -152,9 +163,9 @@ export class ConfigForm {
   /** Fill the form from a config object; returns the keys it did not recognise. */
   write(config) {
     this.reset();
-    const known = new Set([...ALL_FIELDS.map((s) => s.name.split(".")[0]), ...METHOD_FIELDS]);
+    const known = new Set([...this.fields.all.map((s) => s.name.split(".")[0]), ...METHOD_FIELDS]);
     const unknown = Object.keys(config).filter((key) => !known.has(key));
-    for (const spec of ALL_FIELDS) {
+    for (const spec of this.fields.all) {
       const value = getPath(config, spec.name);
       if (value !== undefined) writeValue(spec, this.#input(spec.name), value);
     }
@@ -213,7 +224,7 @@ export class ConfigForm {
     if (field === "dataset" && this.source !== "hub") return "Data";
     const parts = field.replace(/\[\d+\]/g, "").split(".");
     for (let n = parts.length; n > 0; n--) {
-      const spec = ALL_FIELDS.find((s) => s.name === parts.slice(0, n).join("."));
+      const spec = this.fields.all.find((s) => s.name === parts.slice(0, n).join("."));
       if (spec) return spec.label;
     }
     return field;

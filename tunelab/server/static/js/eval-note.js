@@ -1,17 +1,15 @@
 /**
  * What the empty eval-loss chart says instead of a bare "No data yet": a run whose config
  * has evaluation off names the form fields that turn it on (their labels come from
- * config-fields.js, so the words match the form); a run that evaluates but has not yet
+ * the form's field table, so the words match the form); a run that evaluates but has not yet
  * says at which step the first evaluation comes. The worker's rule is the one used here:
  * `eval_steps` 0 is off, N >= 1 every N steps, below 1 that share of all steps, rounded up
  * (worker/trainer_setup.py, worker/backends/mlx_backend.py); where the eval rows come from (a split, eval
  * files, or held-out training rows) never turns evaluation on by itself.
  */
 
-import { ALL_FIELDS } from "./config-fields.js";
+import { fieldLabel as label } from "./config-fields.js";
 import { fmtInt } from "./format.js";
-
-const label = (name) => ALL_FIELDS.find((field) => field.name === name)?.label ?? name;
 
 /** The first step that evaluates, or null while the run's length is unknown. */
 export function firstEvalStep(evalSteps, totalSteps) {

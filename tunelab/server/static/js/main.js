@@ -47,9 +47,12 @@ const queuePanel = new QueuePanel({ onChanged: () => history.refresh(), onWatch:
 const sweepsPanel = new SweepsPanel({ readBase: () => configForm.read(), onOpenRun: (id) => history.reveal(id) });
 
 setUpDatasetCheck(configForm);
-setUpMemoryEstimate(configForm);
 setUpCommandPreview(configForm);
-setUpDraft();
+// These read the form at once, so they wait for it: it is drawn when the server's schema of a run arrives.
+configForm.ready.then(() => {
+  setUpMemoryEstimate(configForm);
+  setUpDraft();
+});
 setUpConfigFile();
 setUpStart();
 setUpToken();
@@ -184,6 +187,7 @@ function setUpToken() {
 /** Who is signed in first: the panels offer only what that role may do. */
 async function load() {
   if (!(await signIn())) return;  // the token was refused: the token dialog asks again
+  await configForm.ready;  // the panels name settings by the form's labels, and the pickers fill its fields
   for (const id of ["start-run", "check-dataset", "chat-send"]) guard($(id), cannotUse());
   runPanel.start();
   queuePanel.start();
