@@ -19,7 +19,8 @@ import pytest
 from tunelab import events, families
 from tunelab.cli import demo
 from tunelab.families import tts
-from tunelab.orchestrator.prechecks import _local_files, mlx_model_problem
+from tunelab.families.local_files import local_files
+from tunelab.orchestrator.prechecks import mlx_model_problem
 
 
 def _folder(root: Path, name: str, config: object, **extra: object) -> Path:
@@ -94,7 +95,7 @@ def test_each_family_is_told_from_its_files_by_parent_and_child(models, name):
     from tunelab.worker.families import registry
 
     folder, parent, child = models[name]
-    assert families.detect(_local_files(str(folder))).name == parent
+    assert families.detect(local_files(str(folder))).name == parent
     assert registry.family_spec({"model_name": str(folder)}).name == child
     trained = type(registry.detect({"model_name": str(folder)}))
     assert trained.__name__ == {"text": "TextFamily", "vision": "VisionFamily", "speech": "SpeechFamily", "tts": "TtsFamily",
@@ -128,13 +129,13 @@ def test_precedence_decides_between_families_whose_tests_both_pass(tmp_path):
     assert families.audio_chat.config_dict_is_audio_chat({**raw, "model_type": "qwen2_audio"})  # it would pass alone
     for want, folder in cases.items():
         want = want.removesuffix("-st")
-        assert families.detect(_local_files(str(folder))).name == want, folder
+        assert families.detect(local_files(str(folder))).name == want, folder
         assert registry.family_spec({"model_name": str(folder)}).name == want, folder
 
 
 def test_an_unreadable_config_is_text_to_the_parent_and_the_mlx_check_leaves_it_to_the_worker(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
-    assert families.detect(_local_files(str(tmp_path))) is families.DEFAULT
+    assert families.detect(local_files(str(tmp_path))) is families.DEFAULT
     assert mlx_model_problem(str(tmp_path)) is None
 
 

@@ -374,7 +374,7 @@ def demo(
     rewards = demo_rewards(method, orchestrator.store, run_id)
     orchestrator.shutdown()
     print_demo_summary(outcome, console.real(), rewards)
-    print_demo_evals(outcome, modality, console.real())
+    print_demo_evals(outcome, modality, tts_family, console.real())
     raise typer.Exit(outcome.exit_code)
 
 

@@ -61,6 +61,15 @@ class FamilySpec:
     page_no_chat: str = ""      # the page's note in place of Chat
     page_no_eval: str = ""      # the page's note in place of Evaluate
     demo: str | None = None     # how `tunelab demo` names its demo (--modality, or --tts-family for tts)
+    # The tunelab.demos module whose demo_run_config(steps, backend, method) builds that demo (its
+    # DEMO_STEPS, where it has one, the default --steps; its print_demo_evals(outcome, console),
+    # where it has one, the figures after): named, not imported, so `tunelab demo` loads only its own.
+    demo_builder: str | None = None
+    # The module whose speak(request, send) speaks with it in the speak child, for a family
+    # that speaks its own way with the codec inside its weights: named, not imported, so the
+    # server never loads it. None: Orpheus's way, through the codec/ saved beside the weights.
+    speaker: str | None = None
+    export_note: str = ""       # a README line its export adds (how to run a model whose codec is inside it)
     frozen_tower: str | None = None  # the config.json sub-config loaded but not trained (memory estimate)
     settings: tuple[str, ...] = ()   # the RunConfig fields only this family reads
     build: str = ""             # how its model is built, said beside its model type where a message names it

@@ -54,4 +54,4 @@ SPEC = FamilySpec(
                   "it and load it as an automatic-speech-recognition pipeline"),
     page_no_chat=("A speech-to-text model transcribes audio rather than answering a chat: Evaluate reports its word error "
                   "rate on the eval clips, and its export loads as a speech-recognition pipeline."),
-    demo="speech", settings=("speech_language",), build="encoder-decoder")
+    demo="speech", demo_builder="tunelab.demos.speech", settings=("speech_language",), build="encoder-decoder")
