@@ -34,4 +34,5 @@ def _matches(files: ModelFiles) -> bool:
 SPEC = FamilySpec(name="csm", modality="tts", words="a Sesame CSM text-to-speech model", matches=_matches,
                   auto_class="CsmForConditionalGeneration", backends=("torch",), refusal=MLX_REFUSAL, gguf=False,
                   serves="speak", chat_refusal=SPEAK_REFUSAL, evaluates=False, demo="csm", demo_builder="tunelab.demos.csm",
+                  demo_words="a tiny Sesame CSM with its Mimi codec inside",
                   speaker="tunelab.worker.families.csm.speak", export_note=EXPORT_NOTE, settings=("tts_sample_text",))

@@ -66,4 +66,5 @@ SPEAK_REFUSAL = ("run {run_id} trained a text-to-speech model, which answers wit
 SPEC = FamilySpec(name="tts", modality="tts", words="a text-to-speech model", matches=_matches,
                   auto_class="AutoModelForCausalLM", backends=("torch",), refusal=MLX_REFUSAL, serves="speak",
                   chat_refusal=SPEAK_REFUSAL, evaluates=False, demo="orpheus", demo_builder="tunelab.demos.tts",
+                  demo_words="a tiny Orpheus-style Llama with a SNAC codec",
                   settings=("tts_codec", "tts_sample_text"))
