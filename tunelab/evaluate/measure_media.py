@@ -54,7 +54,8 @@ def loss(loaded: Any, config: dict[str, Any], raw: Any) -> dict[str, Any]:
 
     rows, collator = _eval_rows(loaded, config, raw)
     batch_size = int(config.get("batch_size") or 2)
-    # A chat model predicts each label from the tokens before it; a transcribing (speech-to-text) one's labels are its decoder's own.
+    # A chat model predicts each label from the tokens before it; a transcribing (speech-to-text)
+    # one's labels are its decoder's own.
     causal = loaded.family.serves != "transcribe"
     result: dict[str, Any] = {}
     for side, adapter in (("fine_tune", True), ("base", False)):

@@ -12,8 +12,8 @@ the eval child's process handling (`evaluate.runner.ChildProcess`). Should a tra
 claim the child's GPU meanwhile, the child is ended and the request refused, leaving the
 GPU to the run. An Orpheus-style run needs the SNAC `codec/` beside its weights (found
 before a model loads); a run of a family that speaks its own way (its spec's `speaker`, told
-from the model's config: Sesame CSM) has its codec inside. The child writes the wav into a temporary folder; its bytes come back. A cancel ends the
-child within a poll (SpeakCancelled).
+from the model's config: Sesame CSM) has its codec inside. The child writes the wav into a
+temporary folder; its bytes come back. A cancel ends the child within a poll (SpeakCancelled).
 """
 
 from __future__ import annotations

@@ -31,7 +31,9 @@ let rulesAsked = null;
 export const modalityRules = () => {
   rulesAsked ??= api.families().then(({ families }) => {
     const rules = {};
-    for (const f of families) rules[f.modality] ??= { speaks: f.serves === "speak", noChat: f.no_chat, noEval: f.no_eval, media: f.media };
+    for (const f of families) {
+      rules[f.modality] ??= { speaks: f.serves === "speak", noChat: f.no_chat, noEval: f.no_eval, media: f.media };
+    }
     return rules;
   }).catch((err) => {
     rulesAsked = null;

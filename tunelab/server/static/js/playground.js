@@ -6,8 +6,9 @@
  * of the run can answer instead of its final weights. Generation is the server's
  * OpenAI-style route (chat-stream.js); Stop closes the connections, which stops the
  * generation on the server. A run whose family reads media besides text (its spec's `media`,
- * from GET /api/models/families) takes one with a message, an image or an audio clip: the file is read here into the message as OpenAI's content
- * part (`image_url` with a data: URI, `input_audio` with base64 data), and shown in the log.
+ * from GET /api/models/families) takes one with a message, an image or an audio clip: the
+ * file is read here into the message as OpenAI's content part (`image_url` with a data:
+ * URI, `input_audio` with base64 data), and shown in the log.
  */
 
 import { api } from "./api.js";
