@@ -258,3 +258,25 @@ def test_only_the_csm_folders_and_one_line_per_registry_name_the_csm_family():
         if lines:
             found[relative] = lines
     assert {name: len(lines) for name, lines in found.items()} == CSM_REGISTRY_LINES, found
+
+
+class _Quiet:
+    def print(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+def test_tunelab_demo_builds_the_config_its_spec_names(home):
+    """`tunelab demo` asks the spec which module builds a demo: the text one (sft and the
+    objectives on it) is built for real; a demo's own default steps come from its module."""
+    from tunelab.config.run_config import ConfigError
+
+    sft = demo.demo_run_config("torch", None, "text", "sft", "orpheus", _Quiet())
+    assert sft.max_steps == demo.TEXT_DEMO_STEPS and sft.eval_holdout == 0.05 and sft.objective == "sft"
+    assert demo.demo_run_config("mlx", 7, "text", "sft", "orpheus", _Quiet()).eval_holdout == 0.0
+    dpo = demo.demo_run_config("torch", 5, "text", "dpo", "orpheus", _Quiet())
+    assert dpo.objective == "dpo" and dpo.max_steps == 5
+    assert demo.demo_run_config("torch", 5, "text", "grpo", "orpheus", _Quiet()).objective == "grpo"
+    assert importlib.import_module(families.speech.SPEC.demo_builder).DEMO_STEPS == 250
+    with pytest.raises(ConfigError) as refused:
+        demo.demo_run_config("mlx", None, "vision", "sft", "orpheus", _Quiet())
+    assert refused.value.errors[0].field == "--backend" and "trains with backend torch" in refused.value.errors[0].message
