@@ -280,3 +280,25 @@ def test_tunelab_demo_builds_the_config_its_spec_names(home):
     with pytest.raises(ConfigError) as refused:
         demo.demo_run_config("mlx", None, "vision", "sft", "orpheus", _Quiet())
     assert refused.value.errors[0].field == "--backend" and "trains with backend torch" in refused.value.errors[0].message
+
+
+def test_a_demos_own_figures_are_printed_by_the_module_its_spec_names(tmp_path):
+    """The embedding demo prints nDCG@10 and the speech demo its WER, each from the last
+    checkpoint's log; a demo without figures (text, tts, csm) prints none."""
+    from types import SimpleNamespace
+
+    from checkpoint_factory import make_checkpoint
+
+    folder = make_checkpoint(tmp_path / "run", 20)
+    log = [{"step": 10, "eval_cosine_ndcg@10": 0.25, "eval_wer": 0.75}, {"step": 20, "eval_cosine_ndcg@10": 0.5, "eval_wer": 0.5}]
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 20, "log_history": log}))
+    outcome = SimpleNamespace(run={"output_dir": str(tmp_path / "run")})
+    printed: dict[tuple[str, str], list[str]] = {}
+    for modality, tts_family in (("embedding", "orpheus"), ("speech", "orpheus"), ("text", "orpheus"), ("tts", "orpheus"),
+                                 ("tts", "csm")):
+        lines: list[str] = []
+        demo.print_demo_evals(outcome, modality, tts_family, SimpleNamespace(print=lines.append))
+        printed[(modality, tts_family)] = lines
+    assert printed[("embedding", "orpheus")] == ["nDCG@10:    0.250 (step 10) -> 0.500 (step 20) on held-out pairs"]
+    assert printed[("speech", "orpheus")][0].startswith("WER:        0.750 (step 10) -> 0.500 (step 20) on ")
+    assert not any(printed[key] for key in (("text", "orpheus"), ("tts", "orpheus"), ("tts", "csm")))
