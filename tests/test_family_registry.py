@@ -9,17 +9,23 @@ sentence-transformers' modules.json. No weights are needed to tell a family.
 
 from __future__ import annotations
 
+import importlib
+import io
 import json
+import re
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
 
+import tunelab
 from tunelab import events, families
 from tunelab.cli import demo
 from tunelab.families import tts
-from tunelab.orchestrator.prechecks import _local_files, mlx_model_problem
+from tunelab.families.local_files import local_files
+from tunelab.orchestrator.prechecks import mlx_model_problem
 
 
 def _folder(root: Path, name: str, config: object, **extra: object) -> Path:
@@ -94,7 +100,7 @@ def test_each_family_is_told_from_its_files_by_parent_and_child(models, name):
     from tunelab.worker.families import registry
 
     folder, parent, child = models[name]
-    assert families.detect(_local_files(str(folder))).name == parent
+    assert families.detect(local_files(str(folder))).name == parent
     assert registry.family_spec({"model_name": str(folder)}).name == child
     trained = type(registry.detect({"model_name": str(folder)}))
     assert trained.__name__ == {"text": "TextFamily", "vision": "VisionFamily", "speech": "SpeechFamily", "tts": "TtsFamily",
@@ -128,13 +134,13 @@ def test_precedence_decides_between_families_whose_tests_both_pass(tmp_path):
     assert families.audio_chat.config_dict_is_audio_chat({**raw, "model_type": "qwen2_audio"})  # it would pass alone
     for want, folder in cases.items():
         want = want.removesuffix("-st")
-        assert families.detect(_local_files(str(folder))).name == want, folder
+        assert families.detect(local_files(str(folder))).name == want, folder
         assert registry.family_spec({"model_name": str(folder)}).name == want, folder
 
 
 def test_an_unreadable_config_is_text_to_the_parent_and_the_mlx_check_leaves_it_to_the_worker(tmp_path):
     (tmp_path / "config.json").write_text("{not json")
-    assert families.detect(_local_files(str(tmp_path))) is families.DEFAULT
+    assert families.detect(local_files(str(tmp_path))) is families.DEFAULT
     assert mlx_model_problem(str(tmp_path)) is None
 
 
@@ -162,6 +168,13 @@ def test_every_spec_names_a_class_transformers_has_and_a_setting_the_config_has(
     for spec in families.all():
         assert hasattr(transformers, spec.auto_class), spec.name
         assert set(spec.settings) <= set(RunConfig.model_fields), spec.name
+        # The modules a spec names by dotted path (imported only where used) have what their callers call.
+        for module, members in ((spec.demo_builder, ("demo_run_config",)), (spec.processor, ("load_processor", "eval_rows")),
+                                (spec.speaker, ("speak",))):
+            assert module is None or all(hasattr(importlib.import_module(module), m) for m in members), (spec.name, module)
+        assert (spec.demo is None) == (spec.demo_builder is None), spec.name
+    assert {(m, t): demo.demo_spec(m, t).name for m, t in (("text", "orpheus"), ("tts", "orpheus"), ("tts", "csm"))} == {
+        ("text", "orpheus"): "text", ("tts", "orpheus"): "tts", ("tts", "csm"): "csm"}
 
 
 def test_the_mlx_worker_refuses_a_family_the_start_checks_could_not_tell(models):
@@ -190,3 +203,102 @@ def test_the_pages_run_rules_are_the_specs():
     assert answer["speech"].no_chat and not answer["speech"].no_eval and answer["speech"].evaluates
     assert not any(answer[name].no_chat or answer[name].no_eval for name in ("text", "vision", "audio_chat"))
     assert answer["vision"].media == "image" and answer["audio_chat"].media == "audio" and answer["text"].backends == ["torch", "mlx"]
+
+
+# Where code may name the csm family: its own folder, spec and demo, and one line in each
+# registry (the import and the entry in worker/families/registry.py; the import and the two
+# tuples in families/__init__.py). Anything else naming it is a family chain outside the family.
+CSM_OWN = ("worker/families/csm/", "families/csm.py", "demos/csm.py")
+CSM_REGISTRY_LINES = {"worker/families/registry.py": 2, "families/__init__.py": 3}
+
+
+def _words(identifier: str) -> list[str]:
+    """An identifier's words, lower-cased: CsmFamily -> csm, family; is_csm_model -> is, csm, model."""
+    return [part.lower() for part in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+", identifier)]
+
+
+def _code_naming(source: str, suffix: str, name: str = "csm") -> list[int]:
+    """The lines of `source` whose code names `name`: in Python an identifier holding it as a
+    word (any case: CsmFamily, is_csm_model; not MetricsMixin) or a string other than a docstring holding it as a
+    lower-case word ("csm", a dotted module path); in JavaScript, HTML and CSS the word outside
+    // comments. Comments, docstrings and prose ("Sesame CSM") are not code."""
+    word = re.compile(rf"\b{name}\b")
+    if suffix != ".py":
+        return [n for n, line in enumerate(source.splitlines(), 1)
+                if not line.lstrip().startswith(("*", "/*")) and word.search(line.split("//")[0])]
+    hits, previous = set(), tokenize.NEWLINE
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type in (tokenize.COMMENT, tokenize.NL):
+            continue
+        docstring = token.type == tokenize.STRING and previous in (tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
+        if (token.type == tokenize.NAME and name in _words(token.string)) or (
+                token.type == tokenize.STRING and not docstring and word.search(token.string)):
+            hits.add(token.start[0])
+        previous = token.type
+    return sorted(hits)
+
+
+def test_the_scan_finds_a_family_named_in_code_and_not_in_prose():
+    assert _code_naming('if spec.name == "csm":\n    pass\n', ".py") == [1]
+    assert _code_naming("from tunelab.worker.families.csm import speak\nx = CsmFamily\ny = MetricsMixin\n", ".py") == [1, 2]
+    assert _code_naming('"""A Sesame CSM model, or csm."""\n# csm\nx = "a Sesame CSM model"\n', ".py") == []
+    assert _code_naming('if (f === "csm") go(); // csm\n// Sesame CSM\n * csm in a block comment\n', ".js") == [1]
+
+
+def test_only_the_csm_folders_and_one_line_per_registry_name_the_csm_family():
+    """Adding (or moving) a family is its folders plus one line in each registry: the csm
+    family proves it, and this keeps it true."""
+    package = Path(tunelab.__file__).parent
+    found: dict[str, list[int]] = {}
+    for path in sorted(package.rglob("*")):
+        relative = path.relative_to(package).as_posix()
+        if path.suffix not in (".py", ".js", ".html", ".css") or relative.startswith(CSM_OWN):
+            continue
+        lines = _code_naming(path.read_text(encoding="utf-8"), path.suffix)
+        if lines:
+            found[relative] = lines
+    assert {name: len(lines) for name, lines in found.items()} == CSM_REGISTRY_LINES, found
+
+
+class _Quiet:
+    def print(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+def test_tunelab_demo_builds_the_config_its_spec_names(home):
+    """`tunelab demo` asks the spec which module builds a demo: the text one (sft and the
+    objectives on it) is built for real; a demo's own default steps come from its module."""
+    from tunelab.config.run_config import ConfigError
+
+    sft = demo.demo_run_config("torch", None, "text", "sft", "orpheus", _Quiet())
+    assert sft.max_steps == demo.TEXT_DEMO_STEPS and sft.eval_holdout == 0.05 and sft.objective == "sft"
+    assert demo.demo_run_config("mlx", 7, "text", "sft", "orpheus", _Quiet()).eval_holdout == 0.0
+    dpo = demo.demo_run_config("torch", 5, "text", "dpo", "orpheus", _Quiet())
+    assert dpo.objective == "dpo" and dpo.max_steps == 5
+    assert demo.demo_run_config("torch", 5, "text", "grpo", "orpheus", _Quiet()).objective == "grpo"
+    assert importlib.import_module(families.speech.SPEC.demo_builder).DEMO_STEPS == 250
+    with pytest.raises(ConfigError) as refused:
+        demo.demo_run_config("mlx", None, "vision", "sft", "orpheus", _Quiet())
+    assert refused.value.errors[0].field == "--backend" and "trains with backend torch" in refused.value.errors[0].message
+
+
+def test_a_demos_own_figures_are_printed_by_the_module_its_spec_names(tmp_path):
+    """The embedding demo prints nDCG@10 and the speech demo its WER, each from the last
+    checkpoint's log; a demo without figures (text, tts, csm) prints none."""
+    from types import SimpleNamespace
+
+    from checkpoint_factory import make_checkpoint
+
+    folder = make_checkpoint(tmp_path / "run", 20)
+    log = [{"step": 10, "eval_cosine_ndcg@10": 0.25, "eval_wer": 0.75}, {"step": 20, "eval_cosine_ndcg@10": 0.5, "eval_wer": 0.5}]
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": 20, "log_history": log}))
+    outcome = SimpleNamespace(run={"output_dir": str(tmp_path / "run")})
+    printed: dict[tuple[str, str], list[str]] = {}
+    for modality, tts_family in (("embedding", "orpheus"), ("speech", "orpheus"), ("text", "orpheus"), ("tts", "orpheus"),
+                                 ("tts", "csm")):
+        lines: list[str] = []
+        demo.print_demo_evals(outcome, modality, tts_family, SimpleNamespace(print=lines.append))
+        printed[(modality, tts_family)] = lines
+    assert printed[("embedding", "orpheus")] == ["nDCG@10:    0.250 (step 10) -> 0.500 (step 20) on held-out pairs"]
+    assert printed[("speech", "orpheus")][0].startswith("WER:        0.750 (step 10) -> 0.500 (step 20) on ")
+    assert not any(printed[key] for key in (("text", "orpheus"), ("tts", "orpheus"), ("tts", "csm")))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from tunelab import families
 from tunelab.cli.output import console, err_console
 from tunelab.cli.output import escaped as _escaped
 from tunelab.cli.output import fail as _fail
@@ -330,6 +331,10 @@ def fields() -> None:
     console.print(table)
 
 
+# The tts demo models --tts-family chooses between, as their specs describe them.
+_TTS_DEMOS = " or ".join(f"{spec.demo} ({spec.demo_words})" for spec in families.all() if spec.demo and spec.modality == "tts")
+
+
 @app.command()
 def demo(
     backend: str = typer.Option("torch", help="torch or mlx."),
@@ -341,8 +346,7 @@ def demo(
     method: str = typer.Option("sft", help="The text demo's objective: sft, or dpo, orpo, simpo, kto on generated preference pairs "
                                           "whose chosen answer follows a rule the rejected one breaks, or grpo on prompts with a "
                                           "checkable answer and built-in rewards."),
-    tts_family: str = typer.Option("orpheus", help="The tts demo's model: orpheus (a tiny Orpheus-style Llama with a SNAC codec) "
-                                                  "or csm (a tiny Sesame CSM with its Mimi codec inside)."),
+    tts_family: str = typer.Option("orpheus", help=f"The tts demo's model: {_TTS_DEMOS}."),
     sweep_file: Optional[Path] = typer.Option(None, "--sweep-file", help="Train nothing: write the demo's hyperparameter sweep "
                                               "(8 trials over learning rate and LoRA rank) to this file, to run with `tunelab sweep FILE`."),
 ) -> None:
@@ -374,7 +378,7 @@ def demo(
     rewards = demo_rewards(method, orchestrator.store, run_id)
     orchestrator.shutdown()
     print_demo_summary(outcome, console.real(), rewards)
-    print_demo_evals(outcome, modality, console.real())
+    print_demo_evals(outcome, modality, tts_family, console.real())
     raise typer.Exit(outcome.exit_code)
 
 

@@ -111,3 +111,11 @@ def ensure_csm_demo_assets(transcripts: Path, root: Path | None = None) -> CsmDe
 def csm_demo_config(assets: CsmDemoAssets, data: Path, *, steps: int = 60, **overrides):
     """CSM's run: the codec-token LM's recipe and checks (`tts_demo.speaking_demo_config`)."""
     return speaking_demo_config(assets, data, steps=steps, display_name="demo (text-to-speech, CSM)", **overrides)
+
+
+def demo_run_config(steps: int, backend: str, method: str):
+    """`tunelab demo --modality tts --tts-family csm` (the csm spec's `demo_builder`): the speech demo's clips."""
+    from tunelab.demos.speech import demo_speech_assets
+
+    clips = demo_speech_assets().transcripts
+    return csm_demo_config(ensure_csm_demo_assets(clips), clips, steps=steps)

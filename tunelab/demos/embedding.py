@@ -203,3 +203,15 @@ def embedding_demo_config(assets: EmbeddingDemoAssets, *, steps: int = 80, data:
         "display_name": "demo (embedding)",
         **overrides,
     })
+
+
+def demo_run_config(steps: int, backend: str, method: str):
+    """`tunelab demo --modality embedding` (the embedding spec's `demo_builder`)."""
+    return embedding_demo_config(ensure_embedding_demo_assets(), steps=steps)
+
+
+def print_demo_evals(outcome, console) -> None:
+    """nDCG@10 on the held-out pairs, first eval against last."""
+    evals = eval_history(outcome.run.get("output_dir"))
+    if evals:
+        console.print(f"nDCG@10:    {evals[0][1]:.3f} (step {evals[0][0]}) -> {evals[-1][1]:.3f} (step {evals[-1][0]}) on held-out pairs")

@@ -49,7 +49,7 @@ def write_prompt_data(path: Path, n: int = 64, conversational: bool = False) -> 
 
 def grpo_demo_config(assets: DemoAssets, steps: int, **overrides: Any) -> Any:
     """The text demo's recipe on the colour prompts, with objective grpo, the demo rewards and full fine-tuning."""
-    from tunelab.demos.text import demo_config
+    from tunelab.demos.recipe import demo_config
 
     data = assets.data_dir / "grpo_prompts.jsonl"
     if not data.is_file():

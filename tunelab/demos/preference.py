@@ -67,7 +67,7 @@ def write_preference_data(path: Path, n: int = 96, conversational: bool = False,
 
 def preference_demo_config(assets: DemoAssets, objective: str, steps: int) -> Any:
     """The text demo's recipe on the preference pairs (kept with the demo data), with `objective`."""
-    from tunelab.demos.text import demo_config
+    from tunelab.demos.recipe import demo_config
 
     data = assets.data_dir / "preference.jsonl"
     if not data.is_file():

@@ -47,7 +47,7 @@ N_SCORED = 24
 MODEL_SIZE = {"d_model": 96, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 4,
               "decoder_attention_heads": 4, "encoder_ffn_dim": 192, "decoder_ffn_dim": 192}
 # Steps `tunelab demo --modality speech` trains: the word error rate falls clearly by then.
-SPEECH_DEMO_STEPS = 250
+DEMO_STEPS = 250  # `tunelab demo --modality speech` without --steps
 # The demo's own training recipe: a random-init encoder-decoder learns fastest trained whole.
 SPEECH_DEMO_TRAINING = {"training_type": "full", "learning_rate": 1e-3, "batch_size": 8,
                         "gradient_accumulation_steps": 1, "warmup_steps": 5}
@@ -218,7 +218,7 @@ def ensure_speech_demo_assets(root: Path | None = None) -> SpeechDemoAssets:
     return SpeechDemoAssets(ensure_built(root, SPEECH_DEMO_VERSION, _build))
 
 
-def speech_demo_config(assets: SpeechDemoAssets, *, steps: int = SPEECH_DEMO_STEPS, data: Path | None = None, **overrides):
+def speech_demo_config(assets: SpeechDemoAssets, *, steps: int = DEMO_STEPS, data: Path | None = None, **overrides):
     """A run on the spoken clips that visibly learns their transcripts: every 50 steps the
     first N_SCORED training clips are transcribed, so the word error rate shows beside the loss."""
     from tunelab.config.run_config import parse_config
@@ -234,3 +234,29 @@ def speech_demo_config(assets: SpeechDemoAssets, *, steps: int = SPEECH_DEMO_STE
         "display_name": "demo (speech)",
         **overrides,
     })
+
+
+def demo_speech_assets() -> SpeechDemoAssets:
+    """The spoken clips for `tunelab demo` (the speech demo and the text-to-speech ones): a
+    missing espeak-ng is refused naming --modality."""
+    from tunelab.config.run_config import ConfigError
+
+    try:
+        return ensure_speech_demo_assets()
+    except MissingSynthesiser as exc:
+        raise ConfigError.single("--modality", str(exc)) from exc
+
+
+def demo_run_config(steps: int, backend: str, method: str):
+    """`tunelab demo --modality speech` (the speech spec's `demo_builder`)."""
+    return speech_demo_config(demo_speech_assets(), steps=steps)
+
+
+def print_demo_evals(outcome, console) -> None:
+    """The word error rate, first eval against last."""
+    from tunelab.demos.embedding import eval_history
+
+    evals = eval_history(outcome.run.get("output_dir"), "eval_wer")
+    if evals:
+        console.print(f"WER:        {evals[0][1]:.3f} (step {evals[0][0]}) -> {evals[-1][1]:.3f} (step {evals[-1][0]}) "
+                      f"on {N_SCORED} of the training clips")

@@ -8,23 +8,26 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from tunelab.config.run_config import RunConfig, parse_config
-from tunelab.demos.assets import DEMO_TRAINING, DemoAssets, build_demo_assets, ensure_demo_assets
+from tunelab.config.run_config import RunConfig
+from tunelab.demos.assets import DemoAssets, build_demo_assets, ensure_demo_assets
+from tunelab.demos.recipe import demo_config
 
-__all__ = ["DemoAssets", "build_demo_assets", "ensure_demo_assets", "demo_config", "print_demo_summary"]
+__all__ = ["DemoAssets", "build_demo_assets", "ensure_demo_assets", "demo_config", "demo_run_config", "print_demo_summary"]
 
 
-def demo_config(assets: DemoAssets, *, backend: str = "torch", steps: int = 60, **overrides) -> RunConfig:
-    """A LoRA run on the alpaca sample that visibly learns within a minute on 2 CPU cores."""
-    return parse_config({
-        "model_name": str(assets.model_dir),
-        "local_datasets": [str(assets.alpaca)],
-        **DEMO_TRAINING,
-        "backend": backend,
-        "max_steps": steps,
-        "display_name": f"demo ({backend})",
-        **overrides,
-    })
+def demo_run_config(steps: int, backend: str, method: str) -> RunConfig:
+    """`tunelab demo` (the text spec's `demo_builder`): sft, or an objective's demo on the same model."""
+    if method == "grpo":
+        from tunelab.demos.grpo import grpo_demo_config
+
+        return grpo_demo_config(ensure_demo_assets(), steps)
+    if method != "sft":
+        from tunelab.demos.preference import preference_demo_config
+
+        return preference_demo_config(ensure_demo_assets(), method, steps)
+    # 5% held out and measured at the end, so `tunelab eval` has an eval split to compare base and fine-tune on.
+    held_out = {"eval_steps": steps, "eval_holdout": 0.05} if backend == "torch" else {}
+    return demo_config(ensure_demo_assets(), backend=backend, steps=steps, **held_out)
 
 
 def print_demo_summary(outcome, console: Console, extra_lines: list[str] = ()) -> None:

@@ -82,3 +82,11 @@ def speaking_demo_config(assets: ModelAssets, data: Path, *, steps: int, display
 def tts_demo_config(assets: TtsDemoAssets, data: Path, *, steps: int = 60, **overrides):
     """The codec-token LM's run (`speaking_demo_config`)."""
     return speaking_demo_config(assets, data, steps=steps, display_name="demo (text-to-speech)", **overrides)
+
+
+def demo_run_config(steps: int, backend: str, method: str):
+    """`tunelab demo --modality tts` (the tts spec's `demo_builder`): speaking the speech demo's clips."""
+    from tunelab.demos.speech import demo_speech_assets
+
+    clips = demo_speech_assets().transcripts
+    return tts_demo_config(ensure_tts_demo_assets(clips), clips, steps=steps)

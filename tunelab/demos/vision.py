@@ -162,3 +162,8 @@ def vision_demo_config(assets: VisionDemoAssets, *, steps: int = 60, data: Path 
     """A LoRA run on the shapes data with the loss on the captions only, so what falls is
     what the model learns from the pixels (colour and shape)."""
     return chat_demo_config(assets, data or assets.messages, steps=steps, display_name="demo (vision)", **overrides)
+
+
+def demo_run_config(steps: int, backend: str, method: str):
+    """`tunelab demo --modality vision` (the vision spec's `demo_builder`)."""
+    return vision_demo_config(ensure_vision_demo_assets(), steps=steps)

@@ -45,9 +45,10 @@ def evaluate(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) ->
     progress("loading the model")
     # A speech-to-text run transcribes with the language its training set (speech_language).
     loaded = load_model({**request["target"], "speech_language": config.get("speech_language")})
-    media = loaded.family.name if loaded.family is not None else None
+    media = loaded.family  # a model read through its processor (media_models.MediaFamily), None for a text model
+    transcribes = media is not None and media.serves == "transcribe"  # a speech-to-text run's generations are transcripts
     raw = None
-    if request.get("perplexity") or (request.get("generations") and (request.get("prompts") is None or media == "speech")):
+    if request.get("perplexity") or (request.get("generations") and (request.get("prompts") is None or transcribes)):
         progress("reading the eval split")
         raw = measure.eval_data(config, Path(request["cache_dir"]))
     if request.get("perplexity"):
@@ -55,14 +56,14 @@ def evaluate(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) ->
         payload = measure_media.loss(loaded, config, raw) if media else measure.perplexity(loaded, config, raw)
         send({"type": "result", "kind": "perplexity", "payload": {**payload, "device": loaded.device}})
     max_prompts = int(request.get("max_prompts") or measure.DEFAULT_PROMPTS)
-    if request.get("generations") and media == "speech":
+    if request.get("generations") and transcribes:
         payload = measure_media.transcripts(loaded, config, raw, max_prompts, int(request["sampling"]["max_new_tokens"]), progress)
         send({"type": "result", "kind": "generations", "payload": {**payload, "sampling": request["sampling"]}})
     elif request.get("generations"):
         prompts = request.get("prompts")
         source = "file" if prompts is not None else "eval split"
-        if prompts is None and media in ("vision", "audio_chat"):
-            prompts = measure_media.media_prompts(raw, config, loaded.family.media, max_prompts)
+        if prompts is None and media is not None and media.media is not None:
+            prompts = measure_media.media_prompts(raw, config, media.media, max_prompts)
         elif prompts is None:
             prompts = measure.default_prompts(raw, config, max_prompts)
         if not prompts:

@@ -33,19 +33,7 @@ def _eval_rows(loaded: Any, config: dict[str, Any], raw: Any) -> Any:
     # (the real one batches the loss below).
     settings = {**config, "batch_size": 1,
                 "local_datasets": list(config.get("local_eval_datasets") or []) + list(config.get("local_datasets") or [])}
-    name = loaded.family.name
-    if name == "vision":
-        from tunelab.worker.families.vision.data import prepare
-
-        prepared = prepare(settings, loaded.processor, as_training)
-    elif name == "audio_chat":
-        from tunelab.worker.families.audio_chat.data import prepare
-
-        prepared = prepare(settings, loaded.processor, as_training)
-    else:
-        from tunelab.worker.families.speech.data import prepare
-
-        prepared = prepare(settings, loaded.processor, as_training, loaded.model.config)
+    prepared = loaded.family.module().eval_rows(settings, loaded.processor, loaded.model, as_training)
     if len(prepared.train) == 0:
         raise DataFormatError("eval_split", "the eval split has no rows with tokens to measure")
     return prepared.train, prepared.collator
@@ -66,7 +54,9 @@ def loss(loaded: Any, config: dict[str, Any], raw: Any) -> dict[str, Any]:
 
     rows, collator = _eval_rows(loaded, config, raw)
     batch_size = int(config.get("batch_size") or 2)
-    causal = loaded.family.name != "speech"  # a causal model predicts each label from the tokens before it
+    # A chat model predicts each label from the tokens before it; a transcribing (speech-to-text)
+    # one's labels are its decoder's own.
+    causal = loaded.family.serves != "transcribe"
     result: dict[str, Any] = {}
     for side, adapter in (("fine_tune", True), ("base", False)):
         model, context = loaded.model_for(adapter)

@@ -2,9 +2,9 @@
 
 A TTS run keeps its SNAC codec as `codec/` in its folder (`worker.tts_family`); a
 checkpoint's run folder is its parent. `carry_codec` copies it into the export and adds a
-README line saying how to decode. A Sesame CSM model carries its Mimi codec inside its
-weights (transformers' `codec_model`): `note_builtin_codec` adds the README line saying how
-it speaks. Anything else exports nothing extra. Torch-free.
+README line saying how to decode. A model whose family carries its codec inside its weights
+(its spec's `export_note`) gets that README line saying how it speaks (`note_builtin_codec`).
+Anything else exports nothing extra. Torch-free.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import shutil
 from pathlib import Path
 
-from tunelab.families.tts import config_dict_is_csm
+from tunelab import families
 from tunelab.run_facts import CODEC_FILES, CODEC_SUBFOLDER
 
 README_LINE = ("Text-to-speech model (Orpheus's layout over SNAC codes, exported by tunelab). `codec/` is the SNAC codec "
@@ -38,20 +38,15 @@ def carry_codec(source: Path, dest: Path) -> bool:
     return True
 
 
-CSM_README_LINE = ("Text-to-speech model (Sesame CSM, exported by tunelab). Its Mimi codec is inside the weights: "
-                   "`processor = AutoProcessor.from_pretrained(path)`, `model = CsmForConditionalGeneration.from_pretrained(path)`, "
-                   "`audio = model.generate(**processor('[0]Hello.', add_special_tokens=True), output_audio=True)` "
-                   "(\"[N]\" is the speaker id), then `processor.save_audio(audio, 'out.wav')`.\n")
-
-
 def note_builtin_codec(dest: Path) -> bool:
-    """The README line for a model whose codec is part of it (Sesame CSM)."""
+    """The README line of a model whose codec is part of it (its family's `export_note`)."""
     try:
         config = json.loads((Path(dest) / "config.json").read_text())
     except (OSError, ValueError):
         return False
-    if not isinstance(config, dict) or not config_dict_is_csm(config):
+    note = families.detect(families.ModelFiles(config=config)).export_note if isinstance(config, dict) else ""
+    if not note:
         return False
     with open(Path(dest) / "README.md", "a") as readme:
-        readme.write(CSM_README_LINE)
+        readme.write(note)
     return True

@@ -3,7 +3,7 @@
 `detect(files)` walks `DETECTION`, the order the families' tests are asked in; the first
 that passes names the model. The order is the precedence, and it matters:
   speech      before all: an encoder-decoder speech model can look like an audio chat one.
-  csm         before tts: a CSM config also passes the text-to-speech test.
+  csm         before tts: a CSM config carrying the text-to-speech marker passes both tests.
   tts         before the media families: only its marker or its tokenizer's audio range tell it.
   audio_chat  before vision: no vision sub-config, but a processor like one.
   vision      before embedding: a vision-language sentence-transformers folder is vision.

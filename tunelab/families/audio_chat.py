@@ -38,4 +38,5 @@ def _matches(files: ModelFiles) -> bool:
 
 SPEC = FamilySpec(name="audio_chat", modality="audio_chat", words="an audio chat model", matches=_matches,
                   auto_class="AutoModelForMultimodalLM", backends=("torch",), refusal=MLX_REFUSAL, gguf=False,
-                  media="audio", settings=("finetune_audio_layers",), build="audio tower and language model")
+                  media="audio", processor="tunelab.worker.families.audio_chat.model", settings=("finetune_audio_layers",),
+                  build="audio tower and language model")

@@ -62,4 +62,4 @@ SPEC = FamilySpec(
     page_no_chat=("An embedding model answers with vectors, not text, so it has no chat: load its folder with "
                   "sentence-transformers (SentenceTransformer(folder)) to embed with it."),
     page_no_eval="Evaluate measures text answers; an embedding run's retrieval scores are in its training metrics.",
-    demo="embedding", settings=("embedding_loss", "matryoshka_dims"))
+    demo="embedding", demo_builder="tunelab.demos.embedding", settings=("embedding_loss", "matryoshka_dims"))

@@ -61,6 +61,21 @@ class FamilySpec:
     page_no_chat: str = ""      # the page's note in place of Chat
     page_no_eval: str = ""      # the page's note in place of Evaluate
     demo: str | None = None     # how `tunelab demo` names its demo (--modality, or --tts-family for tts)
+    demo_words: str = ""        # what --tts-family's help says its demo model is (the families that option chooses between)
+    # The tunelab.demos module whose demo_run_config(steps, backend, method) builds that demo (its
+    # DEMO_STEPS, where it has one, the default --steps; its print_demo_evals(outcome, console),
+    # where it has one, the figures after): named, not imported, so `tunelab demo` loads only its own.
+    demo_builder: str | None = None
+    # The module whose speak(request, send) speaks with it in the speak child, for a family
+    # that speaks its own way with the codec inside its weights: named, not imported, so the
+    # server never loads it. None: Orpheus's way, through the codec/ saved beside the weights.
+    speaker: str | None = None
+    export_note: str = ""       # a README line its export adds (how to run a model whose codec is inside it)
+    # The worker module of a family whose model the inference and eval children read through
+    # its processor: load_processor(config) loads the one a run saved, eval_rows(config,
+    # processor, model, raw) prepares eval rows as training does. Named, not imported (the
+    # children import it). None: a text model, read through its tokenizer.
+    processor: str | None = None
     frozen_tower: str | None = None  # the config.json sub-config loaded but not trained (memory estimate)
     settings: tuple[str, ...] = ()   # the RunConfig fields only this family reads
     build: str = ""             # how its model is built, said beside its model type where a message names it

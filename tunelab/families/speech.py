@@ -48,10 +48,10 @@ def _matches(files: ModelFiles) -> bool:
 
 SPEC = FamilySpec(
     name="speech", modality="speech", words="a speech-to-text model", matches=_matches, auto_class=AUTO_CLASS,
-    backends=("torch",), refusal=MLX_REFUSAL, gguf=False, serves="transcribe",
+    backends=("torch",), refusal=MLX_REFUSAL, gguf=False, serves="transcribe", processor="tunelab.worker.families.speech.model",
     chat_refusal=("run {run_id} trained a speech-to-text model, which transcribes audio rather than answering a chat; "
                   "evaluate it for its word error rate (`tunelab eval {run_id}`, or Evaluate on the page), or export "
                   "it and load it as an automatic-speech-recognition pipeline"),
     page_no_chat=("A speech-to-text model transcribes audio rather than answering a chat: Evaluate reports its word error "
                   "rate on the eval clips, and its export loads as a speech-recognition pipeline."),
-    demo="speech", settings=("speech_language",), build="encoder-decoder")
+    demo="speech", demo_builder="tunelab.demos.speech", settings=("speech_language",), build="encoder-decoder")

@@ -15,4 +15,4 @@ def _any_model(files: ModelFiles) -> bool:
 
 
 SPEC = FamilySpec(name="text", modality="text", words="a text model", matches=_any_model,
-                  auto_class="AutoModelForCausalLM", demo="text")
+                  auto_class="AutoModelForCausalLM", demo="text", demo_builder="tunelab.demos.text")

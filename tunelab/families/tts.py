@@ -6,9 +6,8 @@ tokenizer.json holds Orpheus's whole audio range (`<custom_token_10>` through
 `<custom_token_28681>`: 7 places of a frame times 4096 codes, after 10 control tokens). The
 layout itself (frames, control tokens, ids) is `worker/families/tts/layout.py`'s; the names
 here are the ones detection needs. Such a model loads as a causal LM, speaks instead of
-chatting, and converts to a GGUF like any Llama. A Sesame CSM model is text-to-speech too,
-told by its config's model_type (`config_dict_is_csm`, the csm family's test, asked first);
-`config_dict_is_tts` says yes to both, for the callers that ask "any text-to-speech model?".
+chatting, and converts to a GGUF like any Llama. Other text-to-speech families (their specs'
+modality `tts`) have tests of their own, asked first where a model could pass both.
 """
 
 from __future__ import annotations
@@ -20,7 +19,6 @@ from typing import Any, Mapping
 from tunelab.families.spec import FamilySpec, ModelFiles
 
 MARKER = "tunelab_tts"
-CSM_MODEL_TYPE = "csm"  # transformers' Sesame CSM
 ORPHEUS_CODEBOOK_SIZE = 4096
 FRAME = 7  # tokens per frame: 1 coarse + 2 mid + 4 fine
 AUDIO_BASE = 10  # <custom_token_10> is the first audio token
@@ -47,14 +45,9 @@ def added_tokens(tokenizer_json: str | Path | None) -> set[str]:
     return {entry.get("content") for entry in data.get("added_tokens") or [] if isinstance(entry, dict)}
 
 
-def config_dict_is_csm(config: Mapping[str, Any]) -> bool:
-    return config.get("model_type") == CSM_MODEL_TYPE
-
-
 def config_dict_is_tts(config: Mapping[str, Any], tokenizer_json: str | Path | None = None) -> bool:
-    """The test on a raw config.json and (when given) the tokenizer.json beside it: Orpheus's
-    layout or Sesame CSM."""
-    if isinstance(config.get(MARKER), dict) or config_dict_is_csm(config):
+    """The test on a raw config.json and (when given) the tokenizer.json beside it: Orpheus's layout."""
+    if isinstance(config.get(MARKER), dict):
         return True
     return tokenizer_json is not None and tokens_have_orpheus_range(added_tokens(tokenizer_json))
 
@@ -62,7 +55,7 @@ def config_dict_is_tts(config: Mapping[str, Any], tokenizer_json: str | Path | N
 def _matches(files: ModelFiles) -> bool:
     # The raw config.json in parent and child alike: the marker is no transformers field.
     if config_dict_is_tts(files.config):
-        return True  # the marker (or CSM): no tokenizer to read
+        return True  # the marker: no tokenizer to read
     tokenizer = files.tokenizer_json()
     return tokenizer is not None and tokens_have_orpheus_range(added_tokens(tokenizer))
 
@@ -72,4 +65,6 @@ SPEAK_REFUSAL = ("run {run_id} trained a text-to-speech model, which answers wit
 
 SPEC = FamilySpec(name="tts", modality="tts", words="a text-to-speech model", matches=_matches,
                   auto_class="AutoModelForCausalLM", backends=("torch",), refusal=MLX_REFUSAL, serves="speak",
-                  chat_refusal=SPEAK_REFUSAL, evaluates=False, demo="orpheus", settings=("tts_codec", "tts_sample_text"))
+                  chat_refusal=SPEAK_REFUSAL, evaluates=False, demo="orpheus", demo_builder="tunelab.demos.tts",
+                  demo_words="a tiny Orpheus-style Llama with a SNAC codec",
+                  settings=("tts_codec", "tts_sample_text"))

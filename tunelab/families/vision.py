@@ -43,5 +43,6 @@ def _matches(files: ModelFiles) -> bool:
 
 
 SPEC = FamilySpec(name="vision", modality="vision", words="a vision-language model", matches=_matches,
-                  auto_class=AUTO_CLASS, backends=("torch",), refusal=MLX_REFUSAL, media="image", demo="vision",
+                  auto_class=AUTO_CLASS, backends=("torch",), refusal=MLX_REFUSAL, media="image",
+                  processor="tunelab.worker.families.vision.model", demo="vision", demo_builder="tunelab.demos.vision",
                   frozen_tower="vision_config", settings=("vision_image_size", "finetune_vision_layers"))

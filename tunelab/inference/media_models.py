@@ -3,8 +3,8 @@ chat (clips) and speech-to-text (for evaluation), each loaded with the processor
 saved beside the weights, as its training family loads it.
 
 `family_of` asks the family specs (`tunelab/families`) which family the model is, which
-auto class loads it and which media a chat part may carry; `PROCESSORS` names the worker
-module that loads each one's processor. `encode` turns chat messages in the
+auto class loads it, which media a chat part may carry and which worker module loads its
+processor (the spec's `processor`; a family without one reads only text). `encode` turns chat messages in the
 child's form (`media_input`: `{"type": "image" | "audio", "data": base64}` parts) into the
 model's inputs exactly as the family's collator builds a training row: the processor's
 chat template renders the turns with `{"type": "image"}` / `{"type": "audio"}` parts, and
@@ -15,8 +15,9 @@ the processor gets the decoded pictures (shrunk to the run's `vision_image_size`
 from __future__ import annotations
 
 import base64
+import importlib
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -24,34 +25,16 @@ class MediaFamily:
     name: str                      # the run modality (events.MODALITIES)
     media: str | None              # the chat part it reads: image, audio, or None (speech-to-text does not chat)
     auto_class: str                # the transformers class its spec names
-    load_processor: Callable[[dict[str, Any]], Any]
+    serves: str                    # chat, or transcribe (evaluated, not chatted with): its spec's
+    processor: str                 # the worker module its spec names: load_processor, eval_rows
 
     def model_class(self) -> Any:
         import transformers
 
         return getattr(transformers, self.auto_class)
 
-
-def _vision(config: dict[str, Any]) -> Any:
-    from tunelab.worker.families.vision import model as vision_model
-
-    return vision_model.load_processor(config)
-
-
-def _audio_chat(config: dict[str, Any]) -> Any:
-    from tunelab.worker.families.audio_chat import model as audio_chat_model
-
-    return audio_chat_model.load_processor(config)
-
-
-def _speech(config: dict[str, Any]) -> Any:
-    from tunelab.worker.families.speech import model as speech_model
-
-    return speech_model.load_processor(config)
-
-
-# The families whose models read more than text, by spec name: how each loads its processor.
-PROCESSORS: dict[str, Callable[[dict[str, Any]], Any]] = {"vision": _vision, "audio_chat": _audio_chat, "speech": _speech}
+    def module(self) -> Any:
+        return importlib.import_module(self.processor)
 
 
 def family_of(model_config: Any) -> MediaFamily | None:
@@ -60,16 +43,16 @@ def family_of(model_config: Any) -> MediaFamily | None:
     from tunelab import families
 
     spec = families.detect(families.ModelFiles(config=model_config.to_dict(), transformers=True, model_config=model_config))
-    if spec.name not in PROCESSORS:
+    if spec.processor is None:
         return None
-    return MediaFamily(spec.modality, spec.media, spec.auto_class, PROCESSORS[spec.name])
+    return MediaFamily(spec.modality, spec.media, spec.auto_class, spec.serves, spec.processor)
 
 
 def load_processor(family: MediaFamily, request: dict[str, Any]) -> Any:
     """The processor the run saved beside its weights (its tokenizer and chat template as trained)."""
     config = {"model_name": request["weights"], "trust_remote_code": bool(request["trust_remote_code"]),
               "speech_language": request.get("speech_language")}
-    return family.load_processor(config)
+    return family.module().load_processor(config)
 
 
 def _image(data: str, max_side: int) -> Any:

@@ -11,8 +11,9 @@ inference rules choose (`devices.choose_device`: never a GPU a training run hold
 the eval child's process handling (`child_process.ChildProcess`). Should a training run
 claim the child's GPU meanwhile, the child is ended and the request refused, leaving the
 GPU to the run. An Orpheus-style run needs the SNAC `codec/` beside its weights (found
-before a model loads); a Sesame CSM run (its config's model_type) has its codec inside. The child writes the wav into a temporary folder; its bytes come back. A cancel ends the
-child within a poll (SpeakCancelled).
+before a model loads); a run of a family that speaks its own way (its spec's `speaker`, told
+from the model's config: Sesame CSM) has its codec inside. The child writes the wav into a
+temporary folder; its bytes come back. A cancel ends the child within a poll (SpeakCancelled).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tunelab import paths
+from tunelab import families, paths
+from tunelab.families.local_files import local_files
 from tunelab.inference.devices import choose_device
 from tunelab.inference.settings import MAX_NEW_TOKENS_LIMIT, load_timeout_s, max_time_s
 from tunelab.inference.target import InferenceError, TargetInputError, TargetRefused, resolve_target
@@ -56,14 +58,6 @@ class SpeakCancelled(InferenceError):
     """The caller gave up (an HTTP client went away); the child was ended."""
 
 
-def is_csm_target(target: dict[str, Any]) -> bool:
-    """Whether the target's model is a CSM model (its config's model_type, as the worker tells it)."""
-    from tunelab.worker.families.tts.model import is_csm_model
-
-    own = Path(target["weights"]) / "config.json"  # an adapter folder has none: its base's says
-    return is_csm_model({"model_name": target["weights"] if own.is_file() else target["base_model"]})
-
-
 @dataclass(frozen=True)
 class SpeakProgress:
     """How far one speaking has come: `message` (loading, speaking on a device) and, while an
@@ -89,14 +83,21 @@ def prepare_speech(store: Any, run_id: int, options: SpeakOptions) -> PreparedSp
     if not options.text.strip():
         raise TargetInputError("text", "the text is only blanks; give the words to speak")
     target = resolve_target(store.get_run(run_id), run_id, options.checkpoint, speech=True)
-    csm = is_csm_target(target.child_request())  # its Mimi codec is inside its weights
+    own_way = target_family(target.child_request()).speaker is not None  # its codec is inside its weights
     from tunelab.export.codec import codec_beside  # here: the export package is not the server's to load at start
 
-    codec = None if csm else codec_beside(target.weights)
-    if codec is None and not csm:  # found before a model loads
+    codec = None if own_way else codec_beside(target.weights)
+    if codec is None and not own_way:  # found before a model loads
         raise TargetRefused(f"{target.weights} and its run folder hold no codec/ folder (the SNAC codec a TTS run saves "
                             "beside its weights), so its audio tokens cannot become sound")
     return PreparedSpeech(store, target, codec, options)
+
+
+def target_family(target: dict[str, Any]) -> families.FamilySpec:
+    """The family of a child request's model, from its config as the parent reads it (never
+    downloaded; an adapter folder has no config.json: its base's says)."""
+    own = Path(target["weights"]) / "config.json"
+    return families.detect(local_files(target["weights"] if own.is_file() else target["base_model"]))
 
 
 def speak_run(store: Any, run_id: int, options: SpeakOptions, progress: Callable[[SpeakProgress], None] = lambda update: None,

@@ -8,8 +8,9 @@ and the child answers with JSON lines on its real stdout:
                                                               (Orpheus-style, every half second)
   {"type": "error", "message", "refused"?}   then it exits (2: refused, 1: failed)
   {"type": "done", "seconds", "rate"}        the wav is at `dest`
-A Sesame CSM model (its config's model_type, as the worker tells it) speaks through its own
-generation and the Mimi codec inside it (`speak_csm`); any other is Orpheus-style: the weights load as chat loads them (`generate.load_model`: the adapter on its base, or the
+A model whose family speaks its own way (its spec's `speaker`, told from the model's config:
+Sesame CSM, with the Mimi codec inside it) speaks through the module that spec names; any
+other is Orpheus-style: the weights load as chat loads them (`generate.load_model`: the adapter on its base, or the
 full model); the layout comes from the model's config and tokenizer (`tts_model`), the
 codec from the `codec/` the parent found beside the weights (a checkpoint's in its run
 folder, as export finds it), and the speech is synthesised as the run's eval samples are (`tts_sample`),
@@ -19,6 +20,7 @@ Orpheus asks, by starting the text with "name: ".
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -50,13 +52,20 @@ def _codec(request: dict[str, Any]) -> Any:
 def speak(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> None:
     import soundfile
 
-    from tunelab.inference.speak import is_csm_target
-    from tunelab.inference.speak_csm import speak_csm
+    from tunelab.inference.speak import target_family
 
-    # The family is told from the model's config, as the worker tells it: CSM speaks its own way.
-    dest = speak_csm(request, send) if is_csm_target(request["target"]) else _speak_orpheus(request, send)
+    # The family is told from the model's config: one that speaks its own way names the module that does.
+    speaker = target_family(request["target"]).speaker
+    dest = _speak_own_way(speaker, request, send) if speaker else _speak_orpheus(request, send)
     info = soundfile.info(str(dest))
     send({"type": "done", "seconds": info.frames / info.samplerate, "rate": info.samplerate})
+
+
+def _speak_own_way(speaker: str, request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> Path:
+    from tunelab.inference.generate import _quiet_libraries
+
+    _quiet_libraries()  # as chat's load does, before the family's module loads its model
+    return importlib.import_module(speaker).speak(request, send)
 
 
 def _speak_orpheus(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> Path:

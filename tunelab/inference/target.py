@@ -170,7 +170,7 @@ def _check_modality(run_id: int, modality: str | None, speech: bool = False, eva
     if speech:
         if spec is None or spec.serves != "speak":
             raise TargetRefused(f"run {run_id} trained {trained(modality)}, not a text-to-speech one, so it cannot speak; "
-                                + ("chat with it instead (`tunelab chat`)" if modality in (None, "text") else
+                                + ("chat with it instead (`tunelab chat`)" if spec is families.DEFAULT else
                                    "speaking needs a run of a text-to-speech model (modality tts)"))
         return
     if spec is not None and spec.chat_refusal and not (evaluate and spec.evaluates):

@@ -15,14 +15,13 @@ A local model folder whose code is not the approved code (approved_remote_code_f
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import threading
 from pathlib import Path
 
 from tunelab import families, layout
 from tunelab.config.run_config import ConfigError, FieldError, RunConfig
-from tunelab.families import embedding
+from tunelab.families.local_files import local_files
 from tunelab.remote_code.check import RemoteCodeRefused, check_approved
 
 DATA_FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
@@ -113,31 +112,7 @@ def mlx_model_problem(name: str) -> str | None:
     on its config.json, local or in the hub cache, the tokenizer.json beside it, and a local
     folder's sentence-transformers files) the mlx backend does not train is refused, in the
     family's words, before the run exists."""
-    return families.detect(_local_files(name)).backend_refusal(name, "mlx")
-
-
-def _local_files(name: str) -> families.ModelFiles:
-    """The model's files as the parent reads them: never downloaded, an unreadable config.json read as none."""
-    path = Path(name).expanduser() / "config.json"
-    found = str(path) if path.is_file() else _cached_config(name)
-    try:
-        config = json.loads(Path(found).read_text()) if found else {}
-    except (OSError, ValueError):
-        config = {}  # the worker reports an unreadable config in its own words
-    tokenizer = Path(found).with_name("tokenizer.json") if found else None
-    return families.ModelFiles(config=config if isinstance(config, dict) else {},
-                               tokenizer_json=lambda: tokenizer if tokenizer and tokenizer.is_file() else None,
-                               sentence_transformers=lambda: embedding.folder_is_sentence_transformers(name))
-
-
-def _cached_config(repo_id: str) -> str | None:
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        found = try_to_load_from_cache(repo_id, "config.json")
-    except Exception:  # a name that is no valid repo id is simply not cached
-        return None
-    return found if isinstance(found, str) else None
+    return families.detect(local_files(name)).backend_refusal(name, "mlx")
 
 
 def _offline() -> bool:

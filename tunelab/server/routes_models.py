@@ -39,8 +39,11 @@ def list_local_models(request: Request) -> LocalModelList:
     return LocalModelList(models=[LocalModelEntry(**m.as_dict()) for m in found], truncated=truncated)
 
 
+_NAMES = [spec.name for spec in families.all()]
+
+
 class FamilyRules(BaseModel):
-    name: str = Field(description="The family: text, vision, embedding, speech, tts, csm or audio_chat.")
+    name: str = Field(description=f"The family: {', '.join(_NAMES[:-1])} or {_NAMES[-1]}.")
     modality: str = Field(description="What its runs record as their modality (a run's `modality`).")
     words: str = Field(description="How a message names one of its models, e.g. 'a vision-language model'.")
     backends: list[str] = Field(description="The backends that train it.")

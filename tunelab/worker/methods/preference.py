@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tunelab import families
 from tunelab.config.preference import OBJECTIVE_FORMATS, beta_for
 from tunelab.worker.data.prepare import PreparedData, ensure_chat_template
 from tunelab.worker.data.formats import DataFormatError
@@ -40,7 +41,7 @@ class PreferenceMethod:
     prefetches_data = False
 
     def __init__(self, family: TrainingFamily, objective: str):
-        if family.name != "text":
+        if family.name != families.DEFAULT.name:  # the text family: the one these objectives are written for
             raise DataFormatError("objective", f"objective={objective} trains text models here and {family.name} models "
                                                "are not supported yet; use a text model, or objective=sft")
         self.family = family

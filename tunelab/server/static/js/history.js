@@ -25,12 +25,15 @@ const $ = (id) => document.getElementById(id);
 export const runName = (run) => run.display_name || `Run #${run.id}`;
 // What a run of each modality can do, from the model family specs (GET /api/models/families):
 // a text-to-speech run speaks in place of chat; where a family cannot chat or be evaluated,
-// its note says why in place of the button. Asked once; asked again after a failure.
+// its note says why in place of the button; `media` is what its chat attaches (playground.js).
+// Asked once; asked again after a failure.
 let rulesAsked = null;
-const modalityRules = () => {
+export const modalityRules = () => {
   rulesAsked ??= api.families().then(({ families }) => {
     const rules = {};
-    for (const f of families) rules[f.modality] ??= { speaks: f.serves === "speak", noChat: f.no_chat, noEval: f.no_eval };
+    for (const f of families) {
+      rules[f.modality] ??= { speaks: f.serves === "speak", noChat: f.no_chat, noEval: f.no_eval, media: f.media };
+    }
     return rules;
   }).catch((err) => {
     rulesAsked = null;
@@ -57,7 +60,7 @@ export class HistoryPanel {
     this.offset = 0;
     this.total = 0;
     this.selected = new Set();
-    this.rules = {}; // modality -> { speaks, noChat, noEval } (modalityRules)
+    this.rules = {}; // modality -> { speaks, noChat, noEval, media } (modalityRules)
     $("refresh-runs").addEventListener("click", () => this.refresh());
     $("runs-newer").addEventListener("click", () => this.#page(-PAGE_SIZE));
     $("runs-older").addEventListener("click", () => this.#page(PAGE_SIZE));

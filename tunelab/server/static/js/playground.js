@@ -5,25 +5,26 @@
  * switches the adapter off for the base: one copy of the weights). Any valid checkpoint
  * of the run can answer instead of its final weights. Generation is the server's
  * OpenAI-style route (chat-stream.js); Stop closes the connections, which stops the
- * generation on the server. A vision-language run takes an image with a message, an audio
- * chat run an audio clip: the file is read here into the message as OpenAI's content
- * part (`image_url` with a data: URI, `input_audio` with base64 data), and shown in the log.
+ * generation on the server. A run whose family reads media besides text (its spec's `media`,
+ * from GET /api/models/families) takes one with a message, an image or an audio clip: the
+ * file is read here into the message as OpenAI's content part (`image_url` with a data:
+ * URI, `input_audio` with base64 data), and shown in the log.
  */
 
 import { api } from "./api.js";
 import { streamChat } from "./chat-stream.js";
-import { runName } from "./history.js";
+import { modalityRules, runName } from "./history.js";
 import { notify } from "./notice.js";
 import { el } from "./dom.js";
 import { cannotUse, guard } from "./rights.js";
 
 const $ = (id) => document.getElementById(id);
 // [input id, request field, label, lowest, highest, whole number?]; bounds as the server checks them.
-// What each run modality may attach to a message: [label, accepted files, help].
+// What a message may attach, by the media the run's family reads: [label, accepted files, help].
 const ATTACH = {
-  vision: ["Image", "image/png,image/jpeg,image/gif,image/bmp,image/webp",
+  image: ["Image", "image/png,image/jpeg,image/gif,image/bmp,image/webp",
     "Sent with your next message; the model sees it shrunk as its training images were."],
-  audio_chat: ["Audio clip", ".wav,.mp3,.flac,.ogg,audio/wav,audio/mpeg,audio/flac,audio/ogg",
+  audio: ["Audio clip", ".wav,.mp3,.flac,.ogg,audio/wav,audio/mpeg,audio/flac,audio/ogg",
     "Sent with your next message (wav, mp3, flac or ogg)."],
 };
 const AUDIO_FORMATS = ["wav", "mp3", "flac", "ogg"];
@@ -38,10 +39,10 @@ function dataUri(file) {
   });
 }
 
-/** The OpenAI content part for an attached file of a run of `modality`. */
-async function mediaPart(file, modality) {
+/** The OpenAI content part for an attached file of `media` (image or audio). */
+async function mediaPart(file, media) {
   const uri = await dataUri(file);
-  if (modality === "vision") return { type: "image_url", image_url: { url: uri } };
+  if (media === "image") return { type: "image_url", image_url: { url: uri } };
   const ext = (file.name.split(".").pop() || "").toLowerCase();
   const format = AUDIO_FORMATS.includes(ext) ? ext : (file.type.split("/")[1] || "").replace("mpeg", "mp3").replace("x-wav", "wav");
   return { type: "input_audio", input_audio: { data: uri.slice(uri.indexOf(",") + 1), format } };
@@ -58,6 +59,7 @@ export class PlaygroundPanel {
     this.run = null;
     this.target = null;
     this.sides = [];
+    this.media = null; // image or audio: what the run's family reads besides text (#attachFor)
     this.history = {};
     this.controller = null;
     $("chat-form").addEventListener("submit", (event) => {
@@ -94,7 +96,7 @@ export class PlaygroundPanel {
     const latest = this.target.step === null ? "final weights" : `saved checkpoint (step ${this.target.step})`;
     weights.replaceChildren(new Option(latest, ""), ...this.target.checkpoints.map((step) => new Option(`checkpoint ${step}`, String(step))));
     $("playground-title").textContent = compare ? `Compare ${runName(run)} with its base` : `Chat with ${runName(run)}`;
-    this.#attachFor(run.modality);
+    await this.#attachFor(run.modality);
     $("chat-side-base").hidden = !compare;
     $("chat-sides").classList.toggle("compare", compare);
     $("playground").hidden = false;
@@ -126,9 +128,12 @@ export class PlaygroundPanel {
     return true;
   }
 
-  /** Offer a file input for the media the run's model reads (none for a text model). */
-  #attachFor(modality) {
-    const attach = ATTACH[modality];
+  /** Offer a file input for the media the run's family reads (none for a text model). */
+  async #attachFor(modality) {
+    // The families' rules are the history's, asked already; unanswered, no file is offered.
+    const rules = await modalityRules().catch(() => ({}));
+    this.media = rules[modality]?.media ?? null;
+    const attach = ATTACH[this.media];
     $("chat-attach").hidden = !attach;
     $("chat-media").value = "";
     $("chat-media-error").textContent = "";
@@ -184,7 +189,7 @@ export class PlaygroundPanel {
     let content = text;
     if (file) {
       try {
-        content = [await mediaPart(file, this.run.modality), ...(text ? [{ type: "text", text }] : [])];
+        content = [await mediaPart(file, this.media), ...(text ? [{ type: "text", text }] : [])];
       } catch (err) {
         $("chat-media-error").textContent = `Cannot read ${file.name}: ${err.message}`;
         this.controller = null;

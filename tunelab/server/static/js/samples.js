@@ -8,6 +8,7 @@
  */
 
 import { api } from "./api.js";
+import { modalityRules } from "./history.js";
 
 const FOLLOW_MS = 5000;
 
@@ -18,21 +19,27 @@ export class SamplePlayer {
     this.caption = caption;
     this.runId = null;
     this.shown = null; // "<run>/<name>" of the sample in the player
+    this.asked = 0; // the latest follow(): an older one's answer from the rules is dropped
     this.url = null;
     this.timer = null;
   }
 
-  /** Follow `runId`: shown for a text-to-speech run only, refreshed while it trains. */
+  /** Follow `runId`: shown for a run whose family speaks (text-to-speech) only, refreshed while it trains. */
   follow(runId, modality, running) {
     clearTimeout(this.timer);
     if (runId !== this.runId) this.#clear();
     this.runId = runId;
-    if (runId === null || modality !== "tts") {
-      this.box.hidden = true;
-      return;
-    }
-    this.#load(runId);
-    if (running) this.timer = setTimeout(() => this.follow(runId, modality, running), FOLLOW_MS);
+    const asked = ++this.asked;
+    // Whether its family speaks is the families' rules (GET /api/models/families); unanswered, no player.
+    modalityRules().catch(() => ({})).then((rules) => {
+      if (asked !== this.asked) return; // followed again meanwhile
+      if (runId === null || !rules[modality]?.speaks) {
+        this.box.hidden = true;
+        return;
+      }
+      this.#load(runId);
+      if (running) this.timer = setTimeout(() => this.follow(runId, modality, running), FOLLOW_MS);
+    });
   }
 
   async #load(runId) {

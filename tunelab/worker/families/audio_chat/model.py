@@ -21,6 +21,14 @@ from tunelab.worker.context import RunSettingError
 from tunelab.worker.hub_config import load_auto_processor, set_up_chat_tokenizer
 
 
+def eval_rows(config: dict[str, Any], processor: Any, model: Any, raw: Any) -> Any:
+    """The eval child's rows for its loss (its spec's `processor` names this module): the
+    eval split prepared as training prepares its rows (`data.prepare`)."""
+    from tunelab.worker.families.audio_chat.data import prepare
+
+    return prepare(config, processor, raw)
+
+
 def load_processor(config: dict[str, Any]) -> Any:
     name = config["model_name"]
     processor = load_auto_processor(config, "an audio chat model",

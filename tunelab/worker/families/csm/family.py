@@ -1,6 +1,6 @@
 """The Sesame CSM family: transformers' `CsmForConditionalGeneration` trained from text to its own Mimi codes.
 
-Told apart by its config's model_type (`tts/model.is_csm_model`), never its name. It loads
+Told apart by its config's model_type (`tunelab/families/csm.py`), never its name. It loads
 with its `CsmProcessor` (tokenizer + feature extractor), which is saved beside every
 checkpoint and the final model, so a finished run or its export reloads with
 `AutoProcessor` and speaks through `generate(..., output_audio=True)`. The codec lives in

@@ -33,6 +33,14 @@ def check_trainable(config: dict[str, Any]) -> None:
                                             "(Whisper, Speech2Text, Moonshine) so far")
 
 
+def eval_rows(config: dict[str, Any], processor: Any, model: Any, raw: Any) -> Any:
+    """The eval child's rows for its loss (its spec's `processor` names this module): the
+    eval split prepared as training prepares its rows (`data.prepare`)."""
+    from tunelab.worker.families.speech.data import prepare
+
+    return prepare(config, processor, raw, model.config)
+
+
 def load_processor(config: dict[str, Any]) -> Any:
     name = config["model_name"]
     processor = load_auto_processor(config, "a speech-to-text model", "preprocessor_config.json and the tokenizer")

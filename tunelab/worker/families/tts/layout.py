@@ -21,9 +21,7 @@ send exactly the prompt half (`tts_data.prompt_ids`) and read audio up to <end_o
 A model is text-to-speech when its own files say so, never its name: its config.json
 carries a `tunelab_tts` marker (what tunelab writes: `{"codec": "snac", "codebook_size": K}`),
 or its tokenizer holds Orpheus's whole audio range (`<custom_token_10>` through
-`<custom_token_28681>`). A Sesame CSM model (transformers' `CsmForConditionalGeneration`,
-its Mimi codec inside it) is text-to-speech too, told by its config's model_type `csm`
-(`config_dict_is_csm`). Those tests, and the layout's names they read, are defined once in
+`<custom_token_28681>`). Those tests, and the layout's names they read, are defined once in
 the torch-free family spec (`tunelab/families/tts.py`) and used here under the same names.
 """
 
@@ -33,12 +31,10 @@ from typing import Any
 
 from tunelab.families.tts import (  # noqa: F401 - the layout's names, defined once beside detection
     AUDIO_BASE,
-    CSM_MODEL_TYPE,
     FRAME,
     MARKER,
     ORPHEUS_CODEBOOK_SIZE,
     added_tokens,
-    config_dict_is_csm,
     config_dict_is_tts,
     token_name,
     tokens_have_orpheus_range,

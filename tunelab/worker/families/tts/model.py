@@ -1,8 +1,8 @@
 """Telling an Orpheus-style text-to-speech model from the others, and the ids of its layout.
 
-Detection reads the model's own files (the family specs `tunelab/families/tts.py` and
-`csm.py`: the `tunelab_tts` marker in config.json, or Orpheus's audio range among the
-tokenizer's added tokens; CSM's model_type), never its name. Such a model is a causal LM:
+Detection reads the model's own files (the family spec `tunelab/families/tts.py`: the
+`tunelab_tts` marker in config.json, or Orpheus's audio range among the tokenizer's added
+tokens; every other family of modality tts by its own test), never its name. Such a model is a causal LM:
 it loads as the text family's does, with its tokenizer; `Layout` holds the ids the rows
 and the sample synthesis need.
 """
@@ -12,21 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tunelab.families import csm, tts
+from tunelab import families
+from tunelab.families import tts
 from tunelab.worker.families.model_files import model_config_dict, model_files  # noqa: F401 - model_config_dict: read here by tts callers
 from tunelab.worker.families.tts import layout as tts_layout
 from tunelab.worker.context import RunSettingError
 
 
-def is_csm_model(config: dict[str, Any]) -> bool:
-    """Whether the run's `model_name` is a Sesame CSM model (its config's model_type)."""
-    return csm.SPEC.matches(model_files(config, transformers=False))
-
-
 def is_tts_model(config: dict[str, Any]) -> bool:
-    """Whether the run's `model_name` is a text-to-speech model: Orpheus-style (its config,
-    then its tokenizer) or Sesame CSM (its config)."""
-    return tts.SPEC.matches(model_files(config, transformers=False))
+    """Whether the run's `model_name` is a text-to-speech model: one that a family of modality
+    tts claims (Orpheus-style: its config, then its tokenizer; the others by their own tests)."""
+    files = model_files(config, transformers=False)
+    return any(spec.matches(files) for spec in families.all() if spec.modality == tts.SPEC.modality)
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,14 @@ def auto_processor(config: dict[str, Any]) -> Any:
     return images_only(processor_class).from_pretrained(config["model_name"], **hub_kwargs(config))
 
 
+def eval_rows(config: dict[str, Any], processor: Any, model: Any, raw: Any) -> Any:
+    """The eval child's rows for its loss (its spec's `processor` names this module): the
+    eval split prepared as training prepares its rows (`data.prepare`)."""
+    from tunelab.worker.families.vision.data import prepare
+
+    return prepare(config, processor, raw)
+
+
 def load_processor(config: dict[str, Any]) -> Any:
     from transformers import ProcessorMixin
 

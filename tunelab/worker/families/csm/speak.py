@@ -1,9 +1,12 @@
 """Speaking with a Sesame CSM run, in the speak child: CSM's own generation and its Mimi codec.
 
+The csm spec names this module (`speaker`); the speak child imports it for a CSM target,
+after quieting the libraries as chat does, and the server never loads it.
+
 A CSM model carries its codec inside its weights, so there is no `codec/` to find: the
 model loads as `CsmForConditionalGeneration` (an adapter on its base, as chat loads one),
 its processor from the run folder the run saved it into (else the base model's), and the
-text is spoken as the run's eval samples are (`csm_trainer.write_sample`:
+text is spoken as the run's eval samples are (`csm/trainer.write_sample`:
 `generate(..., output_audio=True)`, as speaker 0 unless the text starts with "[N]").
 `max_new_tokens` counts CSM's frames, the unit of its generation.
 """
@@ -17,15 +20,13 @@ from typing import Any, Callable
 SPEAKER_TAG = re.compile(r"\[\d+\]")  # CSM's "[N]": the text names its speaker
 
 
-def speak_csm(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> Path:
+def speak(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> Path:
     import torch
     from transformers import AutoProcessor, CsmForConditionalGeneration
 
-    from tunelab.inference.generate import _quiet_libraries
     from tunelab.worker.families.csm.model import speaker_prompt
     from tunelab.worker.families.csm.trainer import write_sample
 
-    _quiet_libraries()
     target = request["target"]
     send({"type": "progress", "message": "loading the model"})
     device = "cuda" if torch.cuda.is_available() else "cpu"
