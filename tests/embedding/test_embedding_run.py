@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from orch_helpers import EventRecorder
 
+from typed_config import typed
 from tunelab import paths
 from tunelab.checkpoints import validate_checkpoint
 from tunelab.demos.embedding import embedding_demo_config, eval_history
@@ -88,7 +89,7 @@ def _output_gives_the_trained_embeddings(assets, output: Path, config: dict) -> 
     exported = SentenceTransformer(str(output), device="cpu").encode(TEXTS)
     base = SentenceTransformer(str(assets.model_dir), device="cpu")
     base_embeddings = base.encode(TEXTS)
-    trained = EmbeddingFamily().wrap(base, config, device_settings(config))
+    trained = EmbeddingFamily().wrap(base, config, device_settings(typed(config)))
     set_peft_model_state_dict(trained[0].model, load_file(str(output / f"checkpoint-{LORA_STEPS}" / "adapter_model.safetensors")))
     assert np.abs(exported - trained.encode(TEXTS)).max() < 1e-4
     assert np.abs(exported - base_embeddings).max() > 1e-3  # training changed the embeddings, so losing it would show

@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from typed_config import typed
 from tunelab.demos.csm import ensure_csm_demo_assets
 from tunelab.worker.data.formats import DataFormatError
 
@@ -56,7 +57,7 @@ def test_data_without_audio_says_what_a_csm_model_expects_and_what_it_saw(csm_as
     data.write_text("".join(json.dumps({"text": f"sentence {i}"}) + "\n" for i in range(4)))
     config = {"model_name": str(csm_assets.model_dir), "local_datasets": [str(data)], "batch_size": 2}
     with pytest.raises(DataFormatError) as caught:
-        csm_data.prepare(config, None, None, None, load_raw(config, tmp_path / "cache"), tmp_path / "out")
+        csm_data.prepare(typed(config), None, None, None, load_raw(typed(config), tmp_path / "cache"), tmp_path / "out")
     message = caught.value.message
     assert caught.value.field == "format"
     assert "text-to-speech model and trains on text with the audio that speaks it" in message  # what it expected
@@ -85,7 +86,7 @@ def test_cached_codes_give_the_loss_transformers_csm_computes_and_the_codec_neve
     processor = AutoProcessor.from_pretrained(csm_assets.model_dir)
     model = CsmForConditionalGeneration.from_pretrained(csm_assets.model_dir).eval()
     codec = codec_of(model)
-    prepared = csm_data.prepare(config, processor, model.config, codec, load_raw(config, tmp_path / "cache"), tmp_path / "out")
+    prepared = csm_data.prepare(typed(config), processor, model.config, codec, load_raw(typed(config), tmp_path / "cache"), tmp_path / "out")
     assert prepared.notes[0].startswith("Encoded 2 training clips")
     # The demo codec's seeded codebooks give varied codes, not CSM's end-of-audio frame (all 0) throughout.
     frames = prepared.train[0]["codes"]
@@ -109,11 +110,11 @@ def test_cached_codes_give_the_loss_transformers_csm_computes_and_the_codec_neve
     # A speaker that is not an integer id is refused naming the column.
     bad = {**config, "local_datasets": [str(_rows_file(tmp_path, [{**rows[0], "speaker": "tara"}] * 2, "bad.jsonl"))]}
     with pytest.raises(DataFormatError) as caught:
-        csm_data.prepare(bad, processor, model.config, codec, load_raw(bad, tmp_path / "cache2"), tmp_path / "out")
+        csm_data.prepare(typed(bad), processor, model.config, codec, load_raw(typed(bad), tmp_path / "cache2"), tmp_path / "out")
     assert caught.value.field == "speaker" and "integer ids" in caught.value.message
 
     # LoRA adapts the backbone and depth decoder only; full fine-tuning freezes the codec too.
-    family, device = CsmFamily(), model_setup.device_settings({})
+    family, device = CsmFamily(), model_setup.device_settings(typed({}))
     lora = family.wrap(CsmForConditionalGeneration.from_pretrained(csm_assets.model_dir), {"training_type": "lora"}, device)
     trainer.compute_loss(lora.train(), batch).backward()
     trained = {name for name, p in lora.named_parameters() if p.grad is not None}
@@ -149,7 +150,7 @@ def test_a_bad_csm_clip_is_refused_before_any_is_encoded_or_skipped_and_counted_
     def prepare(**settings):
         config = {"model_name": str(csm_assets.model_dir), "local_datasets": [str(data)], "batch_size": 2, "max_seq_length": 512,
                   **settings}
-        return csm_data.prepare(config, processor, model.config, codec, load_raw(config, tmp_path / "cache"), tmp_path / "out")
+        return csm_data.prepare(typed(config), processor, model.config, codec, load_raw(typed(config), tmp_path / "cache"), tmp_path / "out")
 
     with pytest.raises(DataFormatError) as caught:
         prepare()

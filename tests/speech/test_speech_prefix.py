@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from typed_config import typed
 from tunelab.worker.context import RunSettingError
 
 START, TRANSCRIBE, NO_TIMESTAMPS = "<|startoftranscript|>", "<|transcribe|>", "<|notimestamps|>"
@@ -51,7 +52,7 @@ def _prepare(model_dir: Path, data: Path, cache: Path, **settings):
     config = {"model_name": str(model_dir), "local_datasets": [str(data)], "batch_size": 2, **settings}
     processor = load_processor(config)
     model = AutoModelForSpeechSeq2Seq.from_pretrained(model_dir)
-    prepared = SpeechFamily().prepare(config, Loaded(model, processor.tokenizer, processor), load_raw(config, cache))
+    prepared = SpeechFamily().prepare(typed(config), Loaded(model, processor.tokenizer, processor), load_raw(typed(config), cache))
     return model, processor, prepared
 
 

@@ -19,6 +19,7 @@ import pytest
 import real_families
 from run_helpers import finished, recorded_orchestrator
 
+from typed_config import typed
 from tunelab import paths
 from tunelab.config.run_config import parse_config
 from tunelab.store import Store
@@ -79,7 +80,7 @@ def _batch(loaded, folder: str, data: Path, tmp_path: Path, completions: bool):
     family, model = loaded
     config = {"model_name": folder, "training_type": "lora", "lora_r": 4, "max_seq_length": 2048, "batch_size": 2,
               "local_datasets": [str(data)], "train_on_completions": completions}
-    prepared = family.prepare(config, model, load_raw(config, tmp_path / "cache"))
+    prepared = family.prepare(typed(config), model, load_raw(typed(config), tmp_path / "cache"))
     assert len(prepared.train) == ROWS
     return prepared, prepared.collator([prepared.train[i] for i in range(4)])
 

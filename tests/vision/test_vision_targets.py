@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from typed_config import typed
 from tunelab.config.run_config import ConfigError, parse_config
 from tunelab.worker.lora_targets import classify_linear_layers
 from tunelab.worker.families.registry import TextFamily, VisionFamily
@@ -28,7 +29,7 @@ def _adapted(model) -> set[str]:
 def test_each_switch_changes_exactly_the_layers_it_names(vision_assets, off):
     config = {"model_name": str(vision_assets.model_dir), "training_type": "lora", "lora_r": 4,
               **{SWITCHES[name]: False for name in off}}
-    assert is_vision_model(config)
+    assert is_vision_model(typed(config))
     model = load_model(config, CPU, model_class())
     layers = classify_linear_layers(model)
     assert {part for part, _ in layers.values()} == {"vision", "language"}
@@ -40,7 +41,7 @@ def test_each_switch_changes_exactly_the_layers_it_names(vision_assets, off):
 
 def test_a_text_model_keeps_its_default_targets_and_honours_the_kind_switches(demo_assets):
     config = {"model_name": str(demo_assets.model_dir), "training_type": "lora", "lora_r": 4}
-    assert not is_vision_model(config)
+    assert not is_vision_model(typed(config))
     family = TextFamily()
     model = load_model(config, CPU)
     assert family.targets(model, config) is None  # the text path's own defaults, unchanged
@@ -98,7 +99,7 @@ def test_each_method_takes_a_training_step_on_an_image_batch(vision_assets, proc
 
     config = {"model_name": str(vision_assets.model_dir), "training_type": "lora", "lora_r": 4, "max_seq_length": 128,
               "batch_size": 2, "local_datasets": [str(vision_assets.captions)], "train_on_completions": True, **method}
-    prepared = prepare(config, processor, load_raw(config, tmp_path / "cache"))
+    prepared = prepare(typed(config), processor, load_raw(typed(config), tmp_path / "cache"))
     batch = prepared.collator([prepared.train[0], prepared.train[1]])
     model = VisionFamily().wrap(load_model(config, CPU, model_class()), config, CPU)
     loss = model(**batch).loss
