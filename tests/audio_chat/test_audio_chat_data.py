@@ -19,9 +19,9 @@ from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.data.sources import load_raw
 
 
-def _config(assets, data: Path, **extra) -> dict:
-    return {"model_name": str(assets.model_dir), "local_datasets": [str(data)], "format": "auto", "train_split": "train",
-            "batch_size": 2, "gradient_accumulation_steps": 1, "max_seq_length": 128, "eval_steps": 0, **extra}
+def _config(assets, data: Path, **extra):
+    return typed({"model_name": str(assets.model_dir), "local_datasets": [str(data)], "format": "auto", "train_split": "train",
+            "batch_size": 2, "gradient_accumulation_steps": 1, "max_seq_length": 128, "eval_steps": 0, **extra})
 
 
 def _prepared(assets, processor, data: Path, tmp_path: Path, **extra):
@@ -50,7 +50,7 @@ def test_the_family_is_told_from_the_config_and_mlx_refuses_it(audio_chat_assets
     from tunelab.worker.families.audio_chat import model as audio_chat_model
     from tunelab.worker.families import registry as model_family
 
-    config = {"model_name": str(audio_chat_assets.model_dir)}
+    config = typed({"model_name": str(audio_chat_assets.model_dir)})
     assert model_family.detect(config).name == "audio_chat"
     raw = json.loads((audio_chat_assets.model_dir / "config.json").read_text())
     assert audio_chat_model.config_dict_is_audio_chat(raw)
@@ -113,14 +113,14 @@ def test_the_audio_tower_stays_frozen_unless_switched_on(audio_chat_assets):
     from tunelab.worker import model_setup
     from tunelab.worker.families import registry as model_family
 
-    config = {"model_name": str(audio_chat_assets.model_dir), "training_type": "lora", "backend": "torch", "precision": "fp32"}
+    config = typed({"model_name": str(audio_chat_assets.model_dir), "training_type": "lora", "backend": "torch", "precision": "fp32"})
     family = model_family.detect(config)
     device = model_setup.device_settings(typed(config))
     model = family.load(config, device).model
     outside_language = ("model.audio_tower.", "model.multi_modal_projector.")
     assert not [n for n in family.targets(model, config) if n.startswith(outside_language)]
-    assert [n for n in family.targets(model, {**config, "finetune_audio_layers": True}) if n.startswith(outside_language)]
-    full = family.wrap(model, {**config, "training_type": "full"}, device)
+    assert [n for n in family.targets(model, typed(config, finetune_audio_layers=True)) if n.startswith(outside_language)]
+    full = family.wrap(model, typed(config, training_type="full"), device)
     trainable = {n for n, p in full.named_parameters() if p.requires_grad}
     assert trainable and not [n for n in trainable if n.startswith(outside_language)]
     assert any(n.startswith("model.language_model.") for n in trainable) and "lm_head.weight" in trainable
@@ -153,8 +153,8 @@ def test_full_fine_tuning_trains_the_language_model_and_keeps_the_base_audio_tow
     from tunelab.worker.families import registry as model_family
 
     out = tmp_path / "out"
-    config = {**dict(audio_chat_demo_config(audio_chat_assets, steps=2, training_type="full", precision="fp32")),
-              "output_dir": str(out)}
+    config = typed({**dict(audio_chat_demo_config(audio_chat_assets, steps=2, training_type="full", precision="fp32")),
+              "output_dir": str(out)})
     family = model_family.detect(config)
     device = model_setup.device_settings(typed(config))
     loaded = family.load(config, device)

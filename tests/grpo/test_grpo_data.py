@@ -81,7 +81,7 @@ def test_wrong_data_for_grpo_and_prompts_for_sft_name_the_setting(preference_fre
     with pytest.raises(DataFormatError) as info:
         GRPOMethod(TextFamily()).prepare(typed(CONTAINS), LOADED, _raw(no_reference, tmp_path / "b"))
     assert info.value.field == "rewards" and "column_mapping" in info.value.message
-    assert isinstance(for_objective(typed({"objective": "grpo"}), TextFamily()), GRPOMethod)
+    assert isinstance(for_objective(typed({"objective": "grpo", "rewards": [{"name": "exact_match"}]}), TextFamily()), GRPOMethod)
 
 
 @pytest.fixture
@@ -122,11 +122,11 @@ def test_grpo_settings_pass_with_their_defaults():
     config = parse_config({**GRPO, "training_type": "qlora", "rewards": [{"name": "regex", "pattern": "^red$", "weight": 0.5}]})
     assert (config.objective, config.num_generations, config.rewards[0].weight, config.load_in_4bit) == ("grpo", None, 0.5, True)
     from tunelab.config.grpo import generation_settings
-    assert generation_settings(config.worker_payload()) == {"num_generations": 4, "max_completion_length": 64, "temperature": 1.0}
+    assert generation_settings(config) == {"num_generations": 4, "max_completion_length": 64, "temperature": 1.0}
 
 
 def _scores(rewards, completions, **columns):
-    functions, weights = reward_functions(typed({"rewards": rewards}))
+    functions, weights = reward_functions(typed({"objective": "grpo", "rewards": rewards}))
     return [f.__name__ for f in functions], weights, [f(prompts=[None] * len(completions), completions=completions, **columns)
                                                       for f in functions]
 
@@ -158,12 +158,12 @@ def test_a_user_reward_file_is_imported_and_its_faults_name_the_field(reward_fil
         ({"path": str(empty), "function": "f"}, "rewards.0.function", "defines none"),
     ]:
         with pytest.raises(RunSettingError) as info:
-            reward_functions(typed({"rewards": [{"name": "python", **spec}]}))
+            reward_functions(typed({"objective": "grpo", "rewards": [{"name": "python", **spec}]}))
         assert info.value.field == field and words in info.value.message, info.value.message
     bad = tmp_path / "syntax.py"
     bad.write_text("def f(:\n")
     with pytest.raises(RunSettingError) as info:
-        reward_functions(typed({"rewards": [{"name": "python", "path": str(bad), "function": "f"}]}))
+        reward_functions(typed({"objective": "grpo", "rewards": [{"name": "python", "path": str(bad), "function": "f"}]}))
     assert info.value.field == "rewards.0.path" and "SyntaxError" in info.value.message
 
 

@@ -21,8 +21,8 @@ from tunelab.worker.families.speech.collator import IGNORE_INDEX, decode_clip
 from tunelab.worker.families.speech.data import prepare
 
 
-def _config(assets, data: Path, **overrides) -> dict:
-    return {"model_name": str(assets.model_dir), "local_datasets": [str(data)], "batch_size": 2, **overrides}
+def _config(assets, data: Path, **overrides):
+    return typed({"model_name": str(assets.model_dir), "local_datasets": [str(data)], "batch_size": 2, **overrides})
 
 
 def _model_config(assets):
@@ -185,7 +185,7 @@ def test_a_speech_model_is_told_from_its_config(speech_assets, tmp_path):
     # Detection reads the config, never the name: the same model under a text-sounding name.
     renamed = tmp_path / "llama-chat-7b"
     shutil.copytree(speech_assets.model_dir, renamed)
-    assert isinstance(model_family.detect({"model_name": str(renamed)}), model_family.SpeechFamily)
+    assert isinstance(model_family.detect(typed({"model_name": str(renamed)})), model_family.SpeechFamily)
     assert speech_model.config_dict_is_speech(json.loads((renamed / "config.json").read_text()))
     problem = mlx_model_problem(str(renamed))
     assert problem is not None and "speech-to-text model" in problem and "backend=torch" in problem
@@ -208,6 +208,6 @@ def test_the_dataset_check_shows_each_rows_clip_and_transcript_and_counts_bad_cl
     good = str((speech_assets.data_dir / "clips" / "000.wav").resolve())
     data = _jsonl(tmp_path / "rows.jsonl", [{"audio": good, "text": "one"}] + [{"audio": f"clips/{k}.wav", "text": "two"}
                                                                              for k in ("missing", "garbage", "empty", "long")])
-    config = {"local_datasets": [str(data)], "format": "auto"}
+    config = typed({"local_datasets": [str(data)], "format": "auto"})
     counted = {model: build_preview(typed(config), 2, model, tmp_path / "cache")["bad_audio_rows"] for model in (None, str(speech_assets.model_dir))}
     assert counted == {None: 3, str(speech_assets.model_dir): 4}

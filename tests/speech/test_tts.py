@@ -38,7 +38,7 @@ def test_a_tts_model_is_told_from_its_files_and_mlx_refuses_it(tts_assets, demo_
 
     renamed = tmp_path / "whisper-small"  # the name says speech-to-text; the files say TTS
     shutil.copytree(tts_assets.model_dir, renamed)
-    assert type(model_family.detect({"model_name": str(renamed)})).__name__ == "TtsFamily"
+    assert type(model_family.detect(typed({"model_name": str(renamed)}))).__name__ == "TtsFamily"
     assert "text-to-speech" in mlx_model_problem(str(renamed)) and "backend=torch" in mlx_model_problem(str(renamed))
     # Without the marker, Orpheus's audio range in the tokenizer still says TTS ...
     config = json.loads((renamed / "config.json").read_text())
@@ -47,9 +47,9 @@ def test_a_tts_model_is_told_from_its_files_and_mlx_refuses_it(tts_assets, demo_
     tokenizer = tmp_path / "tokenizer.json"
     tokenizer.write_text(json.dumps({"added_tokens": [{"content": tts_layout.token_name(n)} for n in (10, 10 + 7 * 4096 - 1)]}))
     assert tts_layout.config_dict_is_tts(config, tokenizer) and not tts_layout.config_dict_is_tts(config, None)
-    assert type(model_family.detect({"model_name": str(renamed)})).__name__ == "TextFamily"  # 7 x 64 is not Orpheus's range
+    assert type(model_family.detect(typed({"model_name": str(renamed)}))).__name__ == "TextFamily"  # 7 x 64 is not Orpheus's range
     # ... and the plain text demo model is text.
-    assert type(model_family.detect({"model_name": str(demo_assets.model_dir)})).__name__ == "TextFamily"
+    assert type(model_family.detect(typed({"model_name": str(demo_assets.model_dir)}))).__name__ == "TextFamily"
 
 
 def test_rows_become_masked_codec_tokens_and_the_cache_is_reused(tts_assets, speech_assets, tmp_path):
@@ -63,7 +63,7 @@ def test_rows_become_masked_codec_tokens_and_the_cache_is_reused(tts_assets, spe
     rows = [{**json.loads(line), "speaker": "tara" if i == 0 else None} for i, line in enumerate(lines)]
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps({**row, "audio": str(speech_assets.data_dir / row["audio"])}) + "\n" for row in rows))
-    config = {"model_name": str(tts_assets.model_dir), "local_datasets": [str(data)], "batch_size": 2, "max_seq_length": 512}
+    config = typed({"model_name": str(tts_assets.model_dir), "local_datasets": [str(data)], "batch_size": 2, "max_seq_length": 512})
     raw = load_raw(typed(config), tmp_path / "cache")
     assert raw.format == "transcription"  # text + audio (+ speaker) columns
     tokenizer = model_setup.load_tokenizer(config)
@@ -89,14 +89,14 @@ def test_rows_become_masked_codec_tokens_and_the_cache_is_reused(tts_assets, spe
     from tunelab.worker.data.formats import DataFormatError
 
     with pytest.raises(DataFormatError) as caught:
-        prepare(typed({**config, "max_seq_length": 20}), tokenizer, layout, codec, raw, tmp_path / "out")
+        prepare(typed(config, max_seq_length=20), tokenizer, layout, codec, raw, tmp_path / "out")
     assert caught.value.field == "max_seq_length" and caught.value.message.startswith("row 0 of the training data: its text alone is ")
     # ... its cached codes, or (before encoding) its clip.
     with pytest.raises(DataFormatError) as caught:
-        prepare(typed({**config, "max_seq_length": 60}), tokenizer, layout, codec, raw, tmp_path / "out")
+        prepare(typed(config, max_seq_length=60), tokenizer, layout, codec, raw, tmp_path / "out")
     assert caught.value.field == "max_seq_length" and caught.value.message.startswith("row 0 of the training data is ")
     with pytest.raises(DataFormatError) as caught:
-        prepare(typed({**config, "max_seq_length": 60}), tokenizer, layout, codec, raw, tmp_path / "fresh")
+        prepare(typed(config, max_seq_length=60), tokenizer, layout, codec, raw, tmp_path / "fresh")
     assert caught.value.field == "local_datasets" and "max_seq_length 60 (raise it for longer clips)" in caught.value.message
     assert len(calls) == 4  # refused before a clip was encoded
 
@@ -127,7 +127,7 @@ def tts_parts(tts_assets):
     from tunelab.worker.families.tts.codec import load_codec
     from tunelab.worker.families.tts.model import layout_of, model_config_dict
 
-    config = {"model_name": str(tts_assets.model_dir)}
+    config = typed({"model_name": str(tts_assets.model_dir)})
     tokenizer = model_setup.load_tokenizer(config)
     codec = load_codec(config)
     codec.calls = []
@@ -140,7 +140,7 @@ def _prepare(tts_assets, tts_parts, data: Path, out: Path, **settings):
     from tunelab.worker.data.sources import load_raw
     from tunelab.worker.families.tts.data import prepare
 
-    config = {"model_name": str(tts_assets.model_dir), "local_datasets": [str(data)], "batch_size": 1, "max_seq_length": 512, **settings}
+    config = typed({"model_name": str(tts_assets.model_dir), "local_datasets": [str(data)], "batch_size": 1, "max_seq_length": 512, **settings})
     return prepare(typed(config), *tts_parts, load_raw(typed(config), out / "cache"), out)
 
 
@@ -192,6 +192,6 @@ def test_skip_bad_audio_leaves_out_and_counts_bad_tts_clips_also_from_the_cache(
     assert caught.value.message.startswith(f"row 0 of the eval data: audio {tmp_path / 'eval' / 'clips' / 'missing.wav'} ")
     # The dataset check counts them too: the too-long clip by the TTS model's max_seq_length and codec.
     monkeypatch.setenv("TUNELAB_DATA_ROOTS", f"{speech_assets.root}{os.pathsep}{tmp_path}")
-    config = {"local_datasets": [str(data)], "format": "auto", "max_seq_length": 512}
+    config = typed({"local_datasets": [str(data)], "format": "auto", "max_seq_length": 512})
     counted = {model: build_preview(typed(config), 2, model, tmp_path / "cache")["bad_audio_rows"] for model in (None, str(tts_assets.model_dir))}
     assert counted == {None: 3, str(tts_assets.model_dir): 4}

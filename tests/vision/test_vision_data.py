@@ -18,9 +18,9 @@ from tunelab.worker.families.vision.data import prepare
 IMAGE_TOKENS_PER_IMAGE = 16  # the demo tower: 32-pixel images in 8-pixel patches
 
 
-def _config(data: Path, **extra) -> dict:
-    return {"model_name": "unused", "local_datasets": [str(data)], "max_seq_length": 128, "batch_size": 2,
-            "vision_image_size": 512, **extra}
+def _config(data: Path, **extra):
+    return typed({"model_name": "unused", "local_datasets": [str(data)], "max_seq_length": 128, "batch_size": 2,
+            "vision_image_size": 512, **extra})
 
 
 def _prepared(data: Path, processor, tmp_path: Path, **extra):

@@ -88,15 +88,15 @@ def family_model(request, vision_assets, tmp_path_factory) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def loaded(family_model):
     name, folder = family_model
-    config = {"model_name": folder, "training_type": "lora", "lora_r": 4}
+    config = typed({"model_name": folder, "training_type": "lora", "lora_r": 4})
     family = model_family.detect(config)
     assert isinstance(family, model_family.VisionFamily), f"{name} was not detected as a vision-language model"
     return family, family.load(config, CPU)
 
 
-def _config(folder: str, data: Path, **extra) -> dict:
-    return {"model_name": folder, "training_type": "lora", "lora_r": 4, "max_seq_length": 256, "batch_size": 2,
-            "local_datasets": [str(data)], **extra}
+def _config(folder: str, data: Path, **extra):
+    return typed({"model_name": folder, "training_type": "lora", "lora_r": 4, "max_seq_length": 256, "batch_size": 2,
+            "local_datasets": [str(data)], **extra})
 
 
 def _batch(family, loaded, config, tmp_path):
@@ -189,7 +189,7 @@ def test_a_processor_that_needs_a_missing_package_is_a_setting_to_fix(tmp_path):
     train_demo_tokenizer(["a red circle"], extra_special_tokens=("[IMG]",), vocab_size=300).save_pretrained(tmp_path)
     (tmp_path / "processor_config.json").write_text(json.dumps(
         {"processor_class": "PixtralProcessor", "image_processor": {"image_processor_type": "PixtralImageProcessor"}}))
-    config = {"model_name": str(tmp_path)}
+    config = typed({"model_name": str(tmp_path)})
     assert vision_model.is_vision_model(typed(config))
     with pytest.raises(RunSettingError) as refused:
         vision_model.load_processor(config)

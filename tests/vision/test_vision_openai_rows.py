@@ -22,9 +22,9 @@ from tunelab.worker.families.vision.data import has_images, prepare
 IMAGE_TOKENS_PER_IMAGE = 16  # the demo tower: 32-pixel images in 8-pixel patches
 
 
-def _config(data: Path, tmp_path: Path, **extra) -> dict:
-    return {"model_name": "unused", "local_datasets": [str(data)], "max_seq_length": 128, "batch_size": 2,
-            "vision_image_size": 512, "output_dir": str(tmp_path / "out"), **extra}
+def _config(data: Path, tmp_path: Path, **extra):
+    return typed({"model_name": "unused", "local_datasets": [str(data)], "max_seq_length": 128, "batch_size": 2,
+            "vision_image_size": 512, "output_dir": str(tmp_path / "out"), **extra})
 
 
 def _raw(data: Path, tmp_path: Path, **extra):

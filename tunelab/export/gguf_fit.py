@@ -35,8 +35,9 @@ def _model_config(source: Path, config: dict[str, Any]) -> dict[str, Any]:
     if not name:
         return {}
     from tunelab.worker.families.tts.model import model_config_dict
+    from tunelab.worker.run_config import model_reference
 
-    return model_config_dict(config)
+    return model_config_dict(model_reference(name, trust_remote_code=bool(config.get("trust_remote_code"))))
 
 
 def _kind_of_model(model_config: dict[str, Any]) -> str | None:

@@ -20,9 +20,10 @@ SPEAKER_TAG = re.compile(r"\[\d+\]")  # CSM's "[N]": the text names its speaker
 def is_csm_target(target: dict[str, Any]) -> bool:
     """Whether the target's model is a CSM model (its config's model_type, as the worker tells it)."""
     from tunelab.worker.families.tts.model import is_csm_model
+    from tunelab.worker.run_config import model_reference
 
     own = Path(target["weights"]) / "config.json"  # an adapter folder has none: its base's says
-    return is_csm_model({"model_name": target["weights"] if own.is_file() else target["base_model"]})
+    return is_csm_model(model_reference(target["weights"] if own.is_file() else target["base_model"]))
 
 
 def speak_csm(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) -> Path:

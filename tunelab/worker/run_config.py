@@ -57,18 +57,6 @@ class WorkerConfig(RunConfig):
         file, Ray's driver), to validate again on its side."""
         return self.model_dump(mode="json")
 
-    # TRANSITION (removed once every worker module reads attributes): the mapping reads of
-    # the old plain-dict config.
-    def get(self, key: str, default: Any = None) -> Any:
-        value = getattr(self, key, default)
-        return value.model_dump() if isinstance(value, S3Source) else value
-
-    def __getitem__(self, key: str) -> Any:
-        return self.get(key)
-
-    def keys(self) -> list[str]:
-        return list(type(self).model_fields)
-
     def secret_values(self) -> list[str]:
         found = [getattr(self, k) for k in SECRET_FIELDS]
         if self.s3:
@@ -86,6 +74,20 @@ def worker_config(payload: dict[str, Any] | WorkerConfig) -> WorkerConfig:
         return WorkerConfig.model_validate(payload)
     except ValidationError as exc:
         raise ConfigError(errors_from_validation(exc)) from None
+
+
+def stored_config(stored: dict[str, Any]) -> WorkerConfig:
+    """A finished run's stored config (secrets left out, `secrets_used` noted) as worker
+    code reads it: the evaluate child measures the run's data exactly as its worker did."""
+    fields = WorkerConfig.model_fields
+    return worker_config({key: value for key, value in stored.items() if key in fields})
+
+
+def model_reference(model_name: str, **settings: Any) -> WorkerConfig:
+    """The settings a model is read with outside a run (inference, export): its name and
+    the hub or remote-code settings given. Not validated as a run: it names no data, and
+    the run-level cross-checks do not apply to a model being looked at."""
+    return WorkerConfig.model_construct(model_name=model_name, **settings)
 
 
 def payload_secrets(payload: Any) -> list[str]:

@@ -9,11 +9,14 @@ and saving stay the family's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
-def for_objective(config: dict[str, Any], family: Any) -> Any:
-    objective = config.get("objective") or "sft"
+def for_objective(config: WorkerConfig, family: Any) -> Any:
+    objective = config.objective
     if objective == "sft":
         return family
     if objective == "grpo":

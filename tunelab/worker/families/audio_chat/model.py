@@ -14,10 +14,13 @@ without those three is refused before training, saying what is missing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker.context import RunSettingError
 from tunelab.worker.hub_config import load_auto_processor, model_config_or_none, set_up_chat_tokenizer
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 # The mlx backend's answer for such a model: no maintained MLX package trains one here.
 MLX_REFUSAL = ("is an audio chat model (an audio encoder in front of a language model), and the mlx backend trains "
@@ -35,14 +38,14 @@ def is_audio_chat_config(model_config: Any) -> bool:
             and getattr(model_config, "vision_config", None) is None and not getattr(model_config, "is_encoder_decoder", False))
 
 
-def is_audio_chat_model(config: dict[str, Any]) -> bool:
+def is_audio_chat_model(config: WorkerConfig) -> bool:
     """Whether the run's `model_name` is an audio chat model (reads only its config)."""
     model_config = model_config_or_none(config)
     return model_config is not None and is_audio_chat_config(model_config)
 
 
-def load_processor(config: dict[str, Any]) -> Any:
-    name = config["model_name"]
+def load_processor(config: WorkerConfig) -> Any:
+    name = config.model_name
     processor = load_auto_processor(config, "an audio chat model",
                                     "processor_config.json or preprocessor_config.json, and the tokenizer")
     missing = [what for what, ok in (("a feature extractor", getattr(processor, "feature_extractor", None) is not None),

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 # The files a sentence-transformers folder has that no plain transformers model has.
 SENTENCE_TRANSFORMERS_FILES = ("modules.json", "config_sentence_transformers.json")
@@ -32,15 +35,15 @@ def folder_is_sentence_transformers(folder: str | Path) -> bool:
     return any((root / name).is_file() for name in SENTENCE_TRANSFORMERS_FILES)
 
 
-def is_embedding_model(config: dict[str, Any]) -> bool:
+def is_embedding_model(config: WorkerConfig) -> bool:
     """Whether the run's `model_name` is an embedding model (reads only its small files)."""
     if _has_sentence_transformers_files(config):
         return True
     from transformers import AutoConfig
 
     try:
-        model_config = AutoConfig.from_pretrained(config["model_name"], token=config.get("hf_token") or None,
-                                                  trust_remote_code=bool(config.get("trust_remote_code")))
+        model_config = AutoConfig.from_pretrained(config.model_name, token=config.hf_token or None,
+                                                  trust_remote_code=config.trust_remote_code)
     except (OSError, ValueError, KeyError):
         return False  # the model load reports the real problem, in its own words
     return is_encoder_config(model_config)
@@ -61,8 +64,8 @@ def is_encoder_config(model_config: Any) -> bool:
     return model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES or model_type not in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
 
-def _has_sentence_transformers_files(config: dict[str, Any]) -> bool:
-    name = config["model_name"]
+def _has_sentence_transformers_files(config: WorkerConfig) -> bool:
+    name = config.model_name
     if Path(name).expanduser().is_dir():
         return folder_is_sentence_transformers(name)
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
@@ -76,7 +79,7 @@ def _has_sentence_transformers_files(config: dict[str, Any]) -> bool:
     if any(os.environ.get(flag, "").upper() in _TRUE for flag in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
         return False
     try:
-        hf_hub_download(name, SENTENCE_TRANSFORMERS_FILES[0], token=config.get("hf_token") or None)
+        hf_hub_download(name, SENTENCE_TRANSFORMERS_FILES[0], token=config.hf_token or None)
     except Exception:  # not there (a plain model), or the hub is unreachable: the model load says which
         return False
     return True

@@ -16,11 +16,14 @@ is checked here, before the model loads.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker.context import RunSettingError
 from tunelab.worker.hub_config import load_auto_processor, model_config_or_none
 from tunelab.worker.families.speech.prefix import check_setting
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 # transformers 5.24's MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES (tests/speech checks it).
 SPEECH_SEQ2SEQ_TYPES = (
@@ -47,23 +50,23 @@ def is_speech_config(model_config: Any) -> bool:
             or AUTO_CLASS in (getattr(model_config, "auto_map", None) or {}))
 
 
-def is_speech_model(config: dict[str, Any]) -> bool:
+def is_speech_model(config: WorkerConfig) -> bool:
     """Whether the run's `model_name` is a speech model (reads only its config)."""
     model_config = model_config_or_none(config)
     return model_config is not None and is_speech_config(model_config)
 
 
-def check_trainable(config: dict[str, Any]) -> None:
+def check_trainable(config: WorkerConfig) -> None:
     """A speech model this path cannot train yet is refused before it loads, in its config's words."""
     model_config = model_config_or_none(config)
     if model_config is not None and not getattr(model_config, "is_encoder_decoder", False):
-        raise RunSettingError("model_name", f"{config['model_name']} is a {model_config.model_type} audio model without a separate "
+        raise RunSettingError("model_name", f"{config.model_name} is a {model_config.model_type} audio model without a separate "
                                             "encoder and decoder; tunelab trains encoder-decoder speech-to-text models "
                                             "(Whisper, Speech2Text, Moonshine) so far")
 
 
-def load_processor(config: dict[str, Any]) -> Any:
-    name = config["model_name"]
+def load_processor(config: WorkerConfig) -> Any:
+    name = config.model_name
     processor = load_auto_processor(config, "a speech-to-text model", "preprocessor_config.json and the tokenizer")
     if getattr(processor, "feature_extractor", None) is None or getattr(processor, "tokenizer", None) is None:
         raise RunSettingError("model_name", f"{name} is a speech-to-text model but ships no processor with a feature extractor and "

@@ -11,23 +11,26 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker.families.tts import layout as tts_layout
 from tunelab.worker.context import RunSettingError
 
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
-def _hub_file(config: dict[str, Any], name: str) -> str | None:
+
+def _hub_file(config: WorkerConfig, name: str) -> str | None:
     from transformers.utils import cached_file
 
     try:
-        return cached_file(config["model_name"], name, token=config.get("hf_token") or None,
+        return cached_file(config.model_name, name, token=config.hf_token or None,
                            _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
     except (OSError, ValueError):
         return None  # the model load reports the real problem, in its own words
 
 
-def model_config_dict(config: dict[str, Any]) -> dict[str, Any]:
+def model_config_dict(config: WorkerConfig) -> dict[str, Any]:
     """The model's config.json as it is on disk (the marker is not a transformers field)."""
     found = _hub_file(config, "config.json")
     try:
@@ -37,12 +40,12 @@ def model_config_dict(config: dict[str, Any]) -> dict[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
-def is_csm_model(config: dict[str, Any]) -> bool:
+def is_csm_model(config: WorkerConfig) -> bool:
     """Whether the run's `model_name` is a Sesame CSM model (its config's model_type)."""
     return tts_layout.config_dict_is_csm(model_config_dict(config))
 
 
-def is_tts_model(config: dict[str, Any]) -> bool:
+def is_tts_model(config: WorkerConfig) -> bool:
     """Whether the run's `model_name` is a text-to-speech model: Orpheus-style (its config,
     then its tokenizer) or Sesame CSM (its config)."""
     model_config = model_config_dict(config)
