@@ -73,12 +73,12 @@ def test_lora_run_evaluates_stops_saves_resumes_and_exports(embedding_assets, ho
     # The evaluator's retrieval metrics reach the Trainer's logs with each eval loss.
     history = json.loads((output / f"checkpoint-{LORA_STEPS}" / "trainer_state.json").read_text())["log_history"]
     assert all(0 <= entry["eval_cosine_ndcg@10"] <= 1 and "eval_cosine_mrr@10" in entry for entry in history if "eval_loss" in entry)
-    _output_gives_the_trained_embeddings(embedding_assets, output, config.worker_payload())
+    _output_gives_the_trained_embeddings(embedding_assets, output, typed(config.worker_payload()))
     with pytest.raises(ExportInputError, match="already is a sentence-transformers folder"):
         plan_export(row, second, "merged", None, None)
 
 
-def _output_gives_the_trained_embeddings(assets, output: Path, config: dict) -> None:
+def _output_gives_the_trained_embeddings(assets, output: Path, config) -> None:
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
     from sentence_transformers import SentenceTransformer
@@ -89,7 +89,7 @@ def _output_gives_the_trained_embeddings(assets, output: Path, config: dict) -> 
     exported = SentenceTransformer(str(output), device="cpu").encode(TEXTS)
     base = SentenceTransformer(str(assets.model_dir), device="cpu")
     base_embeddings = base.encode(TEXTS)
-    trained = EmbeddingFamily().wrap(base, config, device_settings(typed(config)))
+    trained = EmbeddingFamily().wrap(base, config, device_settings(config))
     set_peft_model_state_dict(trained[0].model, load_file(str(output / f"checkpoint-{LORA_STEPS}" / "adapter_model.safetensors")))
     assert np.abs(exported - trained.encode(TEXTS)).max() < 1e-4
     assert np.abs(exported - base_embeddings).max() > 1e-3  # training changed the embeddings, so losing it would show

@@ -32,14 +32,11 @@ next to the weights, so a finished run reloads with AutoTokenizer / AutoProcesso
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tunelab.worker import lora_targets, model_setup
 
 from tunelab.worker.data import prepare as data
-
-if TYPE_CHECKING:
-    from tunelab.worker.run_config import WorkerConfig
 
 
 @dataclass
@@ -57,10 +54,10 @@ class _Family:
     # model loads (`load_tokenizer` first, then `load` reuses that tokenizer).
     prefetches_data = False
 
-    def targets(self, model: Any, config: WorkerConfig) -> list[str] | None:
+    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
         raise NotImplementedError
 
-    def wrap(self, model: Any, config: WorkerConfig, device: Any) -> Any:
+    def wrap(self, model: Any, config: dict[str, Any], device: Any) -> Any:
         """The model ready to train: an adapter on the family's targets, or every weight the
         switches leave on for full fine-tuning."""
         model = model_setup.wrap_for_training(model, config, device, self.targets(model, config))
@@ -68,7 +65,7 @@ class _Family:
             lora_targets.freeze_switched_off(model, config)
         return model
 
-    def build_trainer(self, config: WorkerConfig, device: Any, model: Any, loaded: Loaded, prepared: Any,
+    def build_trainer(self, config: dict[str, Any], device: Any, model: Any, loaded: Loaded, prepared: Any,
                       output_dir: Any, callbacks: list[Any]) -> Any:
         from tunelab.worker.families.text.sft_trainer import build_sft_trainer
 
@@ -92,22 +89,22 @@ class TextFamily(_Family):
         # (text-to-speech, over codec tokens) needs its model before its data.
         return type(self).prepare is TextFamily.prepare
 
-    def load_tokenizer(self, config: WorkerConfig) -> Any:
+    def load_tokenizer(self, config: dict[str, Any]) -> Any:
         self._tokenizer = model_setup.load_tokenizer(config)
         return self._tokenizer
 
-    def load(self, config: WorkerConfig, device: Any) -> Loaded:
+    def load(self, config: dict[str, Any], device: Any) -> Loaded:
         tokenizer = self._tokenizer or self.load_tokenizer(config)
         padding_free = model_setup.padding_free_batches(config, device)
         return Loaded(model_setup.load_model(config, device, padding_free=padding_free), tokenizer, tokenizer)
 
-    def prepare(self, config: WorkerConfig, loaded: Loaded, raw: Any) -> data.PreparedData:
+    def prepare(self, config: dict[str, Any], loaded: Loaded, raw: Any) -> data.PreparedData:
         return data.prepare(config, loaded.tokenizer, raw)
 
     def modality(self, raw: Any) -> str:
         return "text"
 
-    def targets(self, model: Any, config: WorkerConfig) -> list[str] | None:
+    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
         # At their defaults the switches leave the text path's own default targets.
         return None if lora_targets.switches_at_default(config) else lora_targets.select_targets(model, config)
 
@@ -115,14 +112,14 @@ class TextFamily(_Family):
 class VisionFamily(_Family):
     name = "vision"
 
-    def load(self, config: WorkerConfig, device: Any) -> Loaded:
+    def load(self, config: dict[str, Any], device: Any) -> Loaded:
         from tunelab.worker.families.vision import model as vision_model
 
         processor = vision_model.load_processor(config)
         model = model_setup.load_model(config, device, vision_model.model_class())
         return Loaded(model, processor.tokenizer, processor)
 
-    def prepare(self, config: WorkerConfig, loaded: Loaded, raw: Any) -> data.PreparedData:
+    def prepare(self, config: dict[str, Any], loaded: Loaded, raw: Any) -> data.PreparedData:
         from tunelab.worker.families.vision import data as vision_data
 
         if not vision_data.has_images(raw):
@@ -137,14 +134,14 @@ class VisionFamily(_Family):
 
         return "vision" if vision_data.has_images(raw) else "text"
 
-    def targets(self, model: Any, config: WorkerConfig) -> list[str] | None:
+    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
         return lora_targets.select_targets(model, config)
 
 
 class SpeechFamily(_Family):
     name = "speech"
 
-    def load(self, config: WorkerConfig, device: Any) -> Loaded:
+    def load(self, config: dict[str, Any], device: Any) -> Loaded:
         from tunelab.worker.families.speech import model as speech_model
 
         speech_model.check_trainable(config)
@@ -152,7 +149,7 @@ class SpeechFamily(_Family):
         model = model_setup.load_model(config, device, speech_model.model_class())
         return Loaded(model, processor.tokenizer, processor)
 
-    def prepare(self, config: WorkerConfig, loaded: Loaded, raw: Any) -> data.PreparedData:
+    def prepare(self, config: dict[str, Any], loaded: Loaded, raw: Any) -> data.PreparedData:
         from tunelab.worker.families.speech import data as speech_data
 
         # The transcripts' language first: the labels are written with its prefix.
@@ -167,23 +164,23 @@ class SpeechFamily(_Family):
     def modality(self, raw: Any) -> str:
         return "speech"
 
-    def targets(self, model: Any, config: WorkerConfig) -> list[str] | None:
+    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
         # Every linear layer of the encoder and the decoder; the output head stays as it is.
         return sorted(lora_targets.classify_linear_layers(model))
 
-    def wrap(self, model: Any, config: WorkerConfig, device: Any) -> Any:
+    def wrap(self, model: Any, config: dict[str, Any], device: Any) -> Any:
         # The finetune_* switches speak of vision and language parts: nothing here to switch.
         # PEFT's plain wrapper: its SEQ_2_SEQ_LM one passes input_ids, which a speech encoder does not take.
         return model_setup.wrap_for_training(model, config, device, self.targets(model, config), task_type=None)
 
-    def build_trainer(self, config: WorkerConfig, device: Any, model: Any, loaded: Loaded, prepared: Any,
+    def build_trainer(self, config: dict[str, Any], device: Any, model: Any, loaded: Loaded, prepared: Any,
                       output_dir: Any, callbacks: list[Any]) -> Any:
         from tunelab.worker.families.speech.trainer import build_speech_trainer
 
         return build_speech_trainer(config, device, model, loaded.processing, prepared, output_dir, callbacks)
 
 
-def detect(config: WorkerConfig) -> Any:
+def detect(config: dict[str, Any]) -> Any:
     """The run's family: speech-to-text, text-to-speech, audio chat, vision-language, embedding, or (otherwise) text."""
     from tunelab.worker.families.embedding import model as embedding_model
     from tunelab.worker.families.speech import model as speech_model
