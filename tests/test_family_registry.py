@@ -19,6 +19,7 @@ import tokenize
 from pathlib import Path
 
 import pytest
+from typed_config import typed
 
 import tunelab
 from tunelab import events, families
@@ -101,8 +102,8 @@ def test_each_family_is_told_from_its_files_by_parent_and_child(models, name):
 
     folder, parent, child = models[name]
     assert families.detect(local_files(str(folder))).name == parent
-    assert registry.family_spec({"model_name": str(folder)}).name == child
-    trained = type(registry.detect({"model_name": str(folder)}))
+    assert registry.family_spec(typed({"model_name": str(folder)})).name == child
+    trained = type(registry.detect(typed({"model_name": str(folder)})))
     assert trained.__name__ == {"text": "TextFamily", "vision": "VisionFamily", "speech": "SpeechFamily", "tts": "TtsFamily",
                                 "csm": "CsmFamily", "audio_chat": "AudioChatFamily", "embedding": "EmbeddingFamily"}[child]
     # The mlx backend refuses every family but text before the run exists, in the family's words.
@@ -135,7 +136,7 @@ def test_precedence_decides_between_families_whose_tests_both_pass(tmp_path):
     for want, folder in cases.items():
         want = want.removesuffix("-st")
         assert families.detect(local_files(str(folder))).name == want, folder
-        assert registry.family_spec({"model_name": str(folder)}).name == want, folder
+        assert registry.family_spec(typed({"model_name": str(folder)})).name == want, folder
 
 
 def test_an_unreadable_config_is_text_to_the_parent_and_the_mlx_check_leaves_it_to_the_worker(tmp_path):
@@ -187,7 +188,7 @@ def test_the_mlx_worker_refuses_a_family_the_start_checks_could_not_tell(models)
     folder = models["embedding-encoder"][0]
     assert mlx_model_problem(str(folder)) is None
     with pytest.raises(RunSettingError) as refused:
-        _load_model({"model_name": str(folder)})
+        _load_model(typed({"model_name": str(folder)}))
     assert refused.value.field == "backend" and refused.value.message == f"{folder} {families.embedding.SPEC.refusal}"
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from run_helpers import built_with_espeak, use_helper_folders
 
+from typed_config import typed
 from tunelab.demos.audio_chat import AudioChatDemoAssets, ensure_audio_chat_demo_assets
 
 use_helper_folders()
@@ -22,4 +23,4 @@ def audio_chat_assets(tmp_path_factory: pytest.TempPathFactory) -> AudioChatDemo
 def audio_processor(audio_chat_assets):
     from tunelab.worker.families.audio_chat.model import load_processor
 
-    return load_processor({"model_name": str(audio_chat_assets.model_dir)})
+    return load_processor(typed({"model_name": str(audio_chat_assets.model_dir)}))

@@ -13,22 +13,23 @@ from pathlib import Path
 import pytest
 import soundfile
 
+from typed_config import typed
 from tunelab.demos.audio_chat import QUESTION
 from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.data.sources import load_raw
 
 
-def _config(assets, data: Path, **extra) -> dict:
-    return {"model_name": str(assets.model_dir), "local_datasets": [str(data)], "format": "auto", "train_split": "train",
-            "batch_size": 2, "gradient_accumulation_steps": 1, "max_seq_length": 128, "eval_steps": 0, **extra}
+def _config(assets, data: Path, **extra):
+    return typed({"model_name": str(assets.model_dir), "local_datasets": [str(data)], "format": "auto", "train_split": "train",
+            "batch_size": 2, "gradient_accumulation_steps": 1, "max_seq_length": 128, "eval_steps": 0, **extra})
 
 
 def _prepared(assets, processor, data: Path, tmp_path: Path, **extra):
     from tunelab.worker.families.audio_chat import data as audio_chat_data
 
     config = _config(assets, data, **extra)
-    raw = load_raw(config, tmp_path / "cache")
-    return audio_chat_data.prepare(config, processor, raw), raw
+    raw = load_raw(typed(config), tmp_path / "cache")
+    return audio_chat_data.prepare(typed(config), processor, raw), raw
 
 
 def _rows_with(assets, tmp_path: Path, bad: dict[int, str]) -> Path:
@@ -49,7 +50,7 @@ def test_the_family_is_told_from_the_config_and_mlx_refuses_it(audio_chat_assets
     from tunelab.families import audio_chat as audio_chat_model
     from tunelab.worker.families import registry as model_family
 
-    config = {"model_name": str(audio_chat_assets.model_dir)}
+    config = typed({"model_name": str(audio_chat_assets.model_dir)})
     assert model_family.detect(config).name == "audio_chat"
     raw = json.loads((audio_chat_assets.model_dir / "config.json").read_text())
     assert audio_chat_model.config_dict_is_audio_chat(raw)
@@ -104,7 +105,7 @@ def test_image_data_is_refused_saying_what_was_expected(audio_chat_assets, tmp_p
     data.write_text(json.dumps({"image": "a.png", "text": "A red circle."}) + "\n")
     config = _config(audio_chat_assets, data)
     with pytest.raises(DataFormatError, match=r"audio chat model and trains on chat messages with audio parts.*reads as caption") as caught:
-        check_shape(config, load_raw(config, tmp_path / "cache"))
+        check_shape(typed(config), load_raw(typed(config), tmp_path / "cache"))
     assert caught.value.field == "format" and '"type": "audio"' in str(caught.value)
 
 
@@ -112,14 +113,14 @@ def test_the_audio_tower_stays_frozen_unless_switched_on(audio_chat_assets):
     from tunelab.worker import model_setup
     from tunelab.worker.families import registry as model_family
 
-    config = {"model_name": str(audio_chat_assets.model_dir), "training_type": "lora", "backend": "torch", "precision": "fp32"}
+    config = typed({"model_name": str(audio_chat_assets.model_dir), "training_type": "lora", "backend": "torch", "precision": "fp32"})
     family = model_family.detect(config)
-    device = model_setup.device_settings(config)
+    device = model_setup.device_settings(typed(config))
     model = family.load(config, device).model
     outside_language = ("model.audio_tower.", "model.multi_modal_projector.")
     assert not [n for n in family.targets(model, config) if n.startswith(outside_language)]
-    assert [n for n in family.targets(model, {**config, "finetune_audio_layers": True}) if n.startswith(outside_language)]
-    full = family.wrap(model, {**config, "training_type": "full"}, device)
+    assert [n for n in family.targets(model, typed(config, finetune_audio_layers=True)) if n.startswith(outside_language)]
+    full = family.wrap(model, typed(config, training_type="full"), device)
     trainable = {n for n, p in full.named_parameters() if p.requires_grad}
     assert trainable and not [n for n in trainable if n.startswith(outside_language)]
     assert any(n.startswith("model.language_model.") for n in trainable) and "lm_head.weight" in trainable
@@ -133,9 +134,9 @@ def test_text_only_data_trains_an_audio_chat_model_as_a_language_model(audio_cha
     data.write_text("".join(json.dumps({"instruction": "Count to three.", "output": "one two three"}) + "\n" for _ in range(6)))
     config = _config(audio_chat_assets, data, training_type="lora", backend="torch", precision="fp32")
     family = model_family.detect(config)
-    loaded = family.load(config, model_setup.device_settings(config))
-    raw = load_raw(config, tmp_path / "cache")
-    prepared = family.prepare(config, loaded, raw)
+    loaded = family.load(config, model_setup.device_settings(typed(config)))
+    raw = load_raw(typed(config), tmp_path / "cache")
+    prepared = family.prepare(typed(config), loaded, raw)
     assert family.modality(raw) == "text" and prepared.collator is None  # the text path's rows and TRL's collator
     assert "<|im_start|>assistant" in loaded.tokenizer.decode(prepared.train[0]["input_ids"])  # rendered as the audio rows are
 
@@ -152,14 +153,14 @@ def test_full_fine_tuning_trains_the_language_model_and_keeps_the_base_audio_tow
     from tunelab.worker.families import registry as model_family
 
     out = tmp_path / "out"
-    config = {**dict(audio_chat_demo_config(audio_chat_assets, steps=2, training_type="full", precision="fp32")),
-              "output_dir": str(out)}
+    config = typed({**dict(audio_chat_demo_config(audio_chat_assets, steps=2, training_type="full", precision="fp32")),
+              "output_dir": str(out)})
     family = model_family.detect(config)
-    device = model_setup.device_settings(config)
+    device = model_setup.device_settings(typed(config))
     loaded = family.load(config, device)
-    prepared = family.prepare(config, loaded, load_raw(config, tmp_path / "cache"))
+    prepared = family.prepare(typed(config), loaded, load_raw(typed(config), tmp_path / "cache"))
     model = family.wrap(loaded.model, config, device)
-    trainer = family.build_trainer(config, device, model, loaded, prepared, out, [])
+    trainer = family.build_trainer(typed(config), device, model, loaded, prepared, out, [])
     trainer.train()
     family.save_final(trainer, loaded, out)
     assert AutoProcessor.from_pretrained(out).audio_token == "<|AUDIO|>"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from typed_config import typed
 from tunelab.worker.families.audio_chat.formats import audio_messages, has_audio
 from tunelab.worker.data.formats import DataFormatError, detect_format
 
@@ -16,7 +17,7 @@ AUDIO_THEN_QUESTION = [{"type": "audio"}, {"type": "text", "text": "What is said
 
 def _shape(row: dict) -> tuple[str, list, list]:
     fmt = detect_format(list(row), [row])
-    messages, refs = audio_messages(row, fmt, {})
+    messages, refs = audio_messages(row, fmt, typed({}))
     return fmt, messages, refs
 
 

@@ -12,6 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from typed_config import typed
 from tunelab.worker.model_setup import DeviceSettings  # noqa: E402
 from tunelab.worker.trainer_setup import training_arguments  # noqa: E402
 
@@ -26,21 +27,21 @@ def _config(**changes):
 
 def test_fsdp_checkpoints_through_its_own_config_and_not_the_trainer(tmp_path, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")  # what torchrun gives each rank
-    args = training_arguments(_config(), CHECKPOINTED, tmp_path, has_eval=False)
+    args = training_arguments(typed(_config()), CHECKPOINTED, tmp_path, has_eval=False)
     assert args["fsdp"] == "full_shard auto_wrap"
     assert args["fsdp_config"]["activation_checkpointing"] is True
     assert args["activation_checkpointing"] is False and args["activation_checkpointing_kwargs"] is None
-    off = training_arguments(_config(), PLAIN, tmp_path, has_eval=False)
+    off = training_arguments(typed(_config()), PLAIN, tmp_path, has_eval=False)
     assert off["fsdp_config"]["activation_checkpointing"] is False and off["activation_checkpointing"] is False
     # An adapter run that auto sharded (or that asked for FSDP) is the same.
-    lora = training_arguments(_config(training_type="lora", distributed="fsdp"), CHECKPOINTED, tmp_path, has_eval=False)
+    lora = training_arguments(typed(_config(training_type="lora", distributed="fsdp")), CHECKPOINTED, tmp_path, has_eval=False)
     assert lora["fsdp_config"]["activation_checkpointing"] is True and lora["activation_checkpointing"] is False
 
 
 @pytest.mark.parametrize("world_size, distributed", [("1", "auto"), ("2", "ddp")])
 def test_one_process_and_ddp_keep_the_trainers_checkpointing(tmp_path, monkeypatch, world_size, distributed):
     monkeypatch.setenv("WORLD_SIZE", world_size)
-    args = training_arguments(_config(training_type="lora", distributed=distributed), CHECKPOINTED, tmp_path, has_eval=False)
+    args = training_arguments(typed(_config(training_type="lora", distributed=distributed)), CHECKPOINTED, tmp_path, has_eval=False)
     assert "fsdp" not in args
     assert args["activation_checkpointing"] is True and args["activation_checkpointing_kwargs"] == {"use_reentrant": False}
 
@@ -58,7 +59,7 @@ def test_trl_takes_the_fsdp_arguments_without_the_redundant_all_gather_warning(t
     from trl import SFTConfig
 
     monkeypatch.setenv("WORLD_SIZE", "2")
-    args = training_arguments(_config(), CHECKPOINTED, tmp_path, has_eval=False)
+    args = training_arguments(typed(_config()), CHECKPOINTED, tmp_path, has_eval=False)
     # Built outside torchrun here: with WORLD_SIZE set, accelerate would look for its other ranks.
     monkeypatch.delenv("WORLD_SIZE")
     # transformers' loggers do not propagate to the root logger: listen on its own.

@@ -59,7 +59,8 @@ def test_the_launcher_reads_free_memory_from_nvidia_smi_and_never_touches_cuda(t
     with open(model / "model.safetensors", "wb") as weights:  # sparse: only its size is read
         weights.truncate(2**30)
     uses = tmp_path / "cuda-uses.txt"
-    config = {"model_name": str(model), "training_type": "lora", "distributed": "auto", "backend": "torch",
+    config = {"model_name": str(model), "local_datasets": [str(tmp_path / "rows.jsonl")], "training_type": "lora",
+              "distributed": "auto", "backend": "torch",
               "output_dir": str(tmp_path / "out"), "learning_rate": 2e-4}
     env = {**os.environ, "PATH": f"{tools}{os.pathsep}{os.environ['PATH']}", "CUDA_USES": str(uses),
            "CUDA_VISIBLE_DEVICES": "0,1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",

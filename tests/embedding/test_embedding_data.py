@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from typed_config import typed
 from tunelab.config.run_config import ConfigError, parse_config
 from tunelab.orchestrator.prechecks import mlx_model_problem
 from tunelab.worker.families.embedding import loss as embedding_loss
@@ -19,7 +20,7 @@ from tunelab.worker.data.sources import load_raw
 
 
 def _raw(path, tmp_path, **config):
-    return load_raw({"local_datasets": [str(path)], "format": "auto", **config}, tmp_path / "cache")
+    return load_raw(typed({"local_datasets": [str(path)], "format": "auto", **config}), tmp_path / "cache")
 
 
 @pytest.mark.parametrize(("data", "mapping", "shape", "columns"), [
@@ -33,7 +34,7 @@ def test_each_shape_is_detected_and_handed_to_the_loss_in_order(embedding_assets
     raw = _raw(getattr(embedding_assets, data), tmp_path, column_mapping=mapping or {})
     assert raw.format == shape
     family = EmbeddingFamily()
-    prepared = family.prepare({"batch_size": 4}, None, raw)
+    prepared = family.prepare(typed({"batch_size": 4}), None, raw)
     assert prepared.train.column_names == columns
     assert family.loss == {"pairs": "mnrl", "triplets": "mnrl", "scored_pairs": "cosent", "labelled_pairs": "online_contrastive"}[shape]
 
@@ -41,7 +42,7 @@ def test_each_shape_is_detected_and_handed_to_the_loss_in_order(embedding_assets
 def test_other_columns_beside_a_shape_are_dropped(tmp_path):
     data = tmp_path / "extra.jsonl"
     data.write_text("".join(json.dumps({"id": i, "anchor": f"q {i}", "positive": f"p {i}", "source": "web"}) + "\n" for i in range(6)))
-    prepared = EmbeddingFamily().prepare({"batch_size": 2}, None, _raw(data, tmp_path))
+    prepared = EmbeddingFamily().prepare(typed({"batch_size": 2}), None, _raw(data, tmp_path))
     assert prepared.train.column_names == ["anchor", "positive"]
 
 
@@ -49,7 +50,7 @@ def test_instruction_data_on_an_embedding_model_names_columns_and_shapes(tmp_pat
     data = tmp_path / "alpaca.jsonl"
     data.write_text(json.dumps({"instruction": "Add 2 and 3.", "output": "5"}) + "\n")
     with pytest.raises(RunSettingError) as caught:
-        EmbeddingFamily().prepare({"batch_size": 1}, None, _raw(data, tmp_path))
+        EmbeddingFamily().prepare(typed({"batch_size": 1}), None, _raw(data, tmp_path))
     assert caught.value.field == "format"
     message = caught.value.message
     assert "['instruction', 'output']" in message and "Add 2 and 3." in message  # the columns and a row
@@ -68,7 +69,7 @@ def test_a_row_without_text_is_named(tmp_path):
     data = tmp_path / "gap.jsonl"
     data.write_text("".join(json.dumps({"anchor": "q", "positive": p}) + "\n" for p in ("a", "b", "", "d")))
     with pytest.raises(RunSettingError, match="row 2 of the training data has no text in 'positive'"):
-        EmbeddingFamily().prepare({"batch_size": 2}, None, _raw(data, tmp_path))
+        EmbeddingFamily().prepare(typed({"batch_size": 2}), None, _raw(data, tmp_path))
 
 
 @pytest.mark.parametrize(("rows", "words"), [
@@ -79,7 +80,7 @@ def test_a_score_or_label_that_is_not_one_is_named(tmp_path, rows, words):
     data = tmp_path / "graded.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(RunSettingError, match=words):
-        EmbeddingFamily().prepare({"batch_size": 1}, None, _raw(data, tmp_path))
+        EmbeddingFamily().prepare(typed({"batch_size": 1}), None, _raw(data, tmp_path))
 
 
 def test_pair_data_on_a_generative_model_says_what_to_do(demo_assets, embedding_assets, tmp_path):
@@ -87,28 +88,28 @@ def test_pair_data_on_a_generative_model_says_what_to_do(demo_assets, embedding_
 
     raw = _raw(embedding_assets.pairs, tmp_path)
     with pytest.raises(RunSettingError) as caught:
-        data.prepare({"model_name": str(demo_assets.model_dir)}, None, raw)
+        data.prepare(typed({"model_name": str(demo_assets.model_dir)}), None, raw)
     assert caught.value.field == "model_name" and "embedding model" in caught.value.message
 
 
 def test_loss_per_shape_cached_for_large_batches_and_overridable():
-    assert embedding_loss.choose_loss("pairs", {"batch_size": 32}) == "mnrl"
-    assert embedding_loss.choose_loss("triplets", {"batch_size": 64}) == "cached_mnrl"
-    assert embedding_loss.choose_loss("scored_pairs", {"batch_size": 64}) == "cosent"
-    assert embedding_loss.choose_loss("scored_pairs", {"embedding_loss": "cosine"}) == "cosine"
-    assert embedding_loss.choose_loss("triplets", {"embedding_loss": "triplet"}) == "triplet"
+    assert embedding_loss.choose_loss("pairs", typed({"batch_size": 32})) == "mnrl"
+    assert embedding_loss.choose_loss("triplets", typed({"batch_size": 64})) == "cached_mnrl"
+    assert embedding_loss.choose_loss("scored_pairs", typed({"batch_size": 64})) == "cosent"
+    assert embedding_loss.choose_loss("scored_pairs", typed({"embedding_loss": "cosine"})) == "cosine"
+    assert embedding_loss.choose_loss("triplets", typed({"embedding_loss": "triplet"})) == "triplet"
     with pytest.raises(RunSettingError) as caught:
-        embedding_loss.choose_loss("pairs", {"embedding_loss": "cosent"})
+        embedding_loss.choose_loss("pairs", typed({"embedding_loss": "cosent"}))
     assert caught.value.field == "embedding_loss" and "'mnrl'" in caught.value.message
 
 
 def test_in_batch_negatives_need_two_rows_per_batch():
     with pytest.raises(RunSettingError) as caught:
-        embedding_loss.check_batch("mnrl", {"batch_size": 1}, train_rows=100)
+        embedding_loss.check_batch("mnrl", typed({"batch_size": 1}), train_rows=100)
     assert caught.value.field == "batch_size" and "per_device_train_batch_size" in caught.value.message
-    embedding_loss.check_batch("cosent", {"batch_size": 1}, train_rows=100)  # a pairwise loss learns from one row
+    embedding_loss.check_batch("cosent", typed({"batch_size": 1}), train_rows=100)  # a pairwise loss learns from one row
     with pytest.raises(RunSettingError, match="larger than the 10 training rows"):
-        embedding_loss.check_batch("mnrl", {"batch_size": 16}, train_rows=10)
+        embedding_loss.check_batch("mnrl", typed({"batch_size": 16}), train_rows=10)
 
 
 def test_the_loss_is_built_with_matryoshka_dims_within_the_embedding_size(embedding_assets):
@@ -116,10 +117,10 @@ def test_the_loss_is_built_with_matryoshka_dims_within_the_embedding_size(embedd
     from sentence_transformers.sentence_transformer.losses import CachedMultipleNegativesRankingLoss, MatryoshkaLoss
 
     model = SentenceTransformer(str(embedding_assets.model_dir), device="cpu")
-    built = embedding_loss.build_loss("cached_mnrl", model, {"matryoshka_dims": [64, 32, 16]})
+    built = embedding_loss.build_loss("cached_mnrl", model, typed({"matryoshka_dims": [64, 32, 16]}))
     assert isinstance(built, MatryoshkaLoss) and isinstance(built.loss, CachedMultipleNegativesRankingLoss)
     with pytest.raises(RunSettingError, match="exceed the model's embedding size 64"):
-        embedding_loss.build_loss("mnrl", model, {"matryoshka_dims": [128, 32]})
+        embedding_loss.build_loss("mnrl", model, typed({"matryoshka_dims": [128, 32]}))
 
 
 def test_config_validates_the_embedding_settings(embedding_assets):
@@ -138,9 +139,9 @@ def test_config_validates_the_embedding_settings(embedding_assets):
 
 
 def test_the_family_is_detected_from_the_model_files(embedding_assets, demo_assets):
-    assert family_spec({"model_name": str(embedding_assets.model_dir)}).name == "embedding"  # sentence-transformers folder
-    assert family_spec({"model_name": str(embedding_assets.encoder_dir)}).name == "embedding"  # plain BERT: mean pooling
-    assert family_spec({"model_name": str(demo_assets.model_dir)}).name == "text"  # a causal LM
+    assert family_spec(typed({"model_name": str(embedding_assets.model_dir)})).name == "embedding"  # sentence-transformers folder
+    assert family_spec(typed({"model_name": str(embedding_assets.encoder_dir)})).name == "embedding"  # plain BERT: mean pooling
+    assert family_spec(typed({"model_name": str(demo_assets.model_dir)})).name == "text"  # a causal LM
 
 
 def test_the_mlx_backend_refuses_an_embedding_model_up_front(embedding_assets):
@@ -156,7 +157,7 @@ def test_each_shape_gets_its_evaluator(embedding_assets, tmp_path, data, metric)
     from tunelab.worker.families.embedding.eval import HEADLINE_METRIC, build_evaluator
 
     raw = _raw(getattr(embedding_assets, data), tmp_path)
-    rows = EmbeddingFamily().prepare({"batch_size": 4}, None, raw).train.select(range(24))
+    rows = EmbeddingFamily().prepare(typed({"batch_size": 4}), None, raw).train.select(range(24))
     evaluator = build_evaluator(raw.format, rows, batch_size=8)
     scores = evaluator(SentenceTransformer(str(embedding_assets.model_dir), device="cpu"))
     assert 0.0 <= scores[metric] <= 1.0 or metric == "spearman_cosine"
@@ -176,7 +177,7 @@ def test_the_retrieval_task_keeps_each_text_once():
 def test_check_dataset_shows_each_pair_as_its_columns(embedding_assets, tmp_path):
     from tunelab.worker.preview.child import build_preview
 
-    preview = build_preview({"local_datasets": [str(embedding_assets.triplets)], "format": "auto"}, 2,
+    preview = build_preview(typed({"local_datasets": [str(embedding_assets.triplets)], "format": "auto"}), 2,
                             str(embedding_assets.model_dir), tmp_path / "cache")
     assert preview["format"] == "triplets" and preview["rendered_with"] == "raw_text" and preview["row_count"] == 216
     lines = preview["rows"][0]["text"].splitlines()

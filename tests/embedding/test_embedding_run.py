@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from orch_helpers import EventRecorder
 
+from typed_config import typed
 from tunelab import paths
 from tunelab.checkpoints import validate_checkpoint
 from tunelab.demos.embedding import embedding_demo_config, eval_history
@@ -72,12 +73,12 @@ def test_lora_run_evaluates_stops_saves_resumes_and_exports(embedding_assets, ho
     # The evaluator's retrieval metrics reach the Trainer's logs with each eval loss.
     history = json.loads((output / f"checkpoint-{LORA_STEPS}" / "trainer_state.json").read_text())["log_history"]
     assert all(0 <= entry["eval_cosine_ndcg@10"] <= 1 and "eval_cosine_mrr@10" in entry for entry in history if "eval_loss" in entry)
-    _output_gives_the_trained_embeddings(embedding_assets, output, config.worker_payload())
+    _output_gives_the_trained_embeddings(embedding_assets, output, typed(config.worker_payload()))
     with pytest.raises(ExportInputError, match="already is a sentence-transformers folder"):
         plan_export(row, second, "merged", None, None)
 
 
-def _output_gives_the_trained_embeddings(assets, output: Path, config: dict) -> None:
+def _output_gives_the_trained_embeddings(assets, output: Path, config) -> None:
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
     from sentence_transformers import SentenceTransformer

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from typed_config import typed
 from tunelab.config.run_config import ConfigError, parse_config
 from tunelab.paths import PathNotAllowed
 from tunelab.worker.context import RunSettingError
@@ -29,7 +30,7 @@ CONTAINS = {"objective": "grpo", "rewards": [{"name": "contains"}]}
 
 
 def _raw(path, tmp_path, **config):
-    return load_raw({"local_datasets": [str(path)], "format": "auto", **config}, tmp_path / "cache")
+    return load_raw(typed({"local_datasets": [str(path)], "format": "auto", **config}), tmp_path / "cache")
 
 
 def _write(path, rows):
@@ -40,7 +41,7 @@ def _write(path, rows):
 def test_string_prompts_are_detected_and_become_chat_prompts_with_their_reference(prompt_data, tmp_path):
     raw = _raw(prompt_data, tmp_path)
     assert raw.format == "prompt_only"
-    prepared = GRPOMethod(TextFamily()).prepare(CONTAINS, LOADED, raw)
+    prepared = GRPOMethod(TextFamily()).prepare(typed(CONTAINS), LOADED, raw)
     row = prepared.train[0]
     assert set(prepared.train.column_names) == {"prompt", "reference"}
     assert row["prompt"] == [{"role": "user", "content": f"Name the colour you were given.\nThe colour is {row['reference']}."}]
@@ -49,13 +50,13 @@ def test_string_prompts_are_detected_and_become_chat_prompts_with_their_referenc
 def test_message_prompts_with_an_answer_column_and_mapped_columns_are_detected(prompt_messages, tmp_path):
     raw = _raw(prompt_messages, tmp_path)
     assert raw.format == "prompt_only"
-    prepared = GRPOMethod(TextFamily()).prepare(CONTAINS, LOADED, raw)
+    prepared = GRPOMethod(TextFamily()).prepare(typed(CONTAINS), LOADED, raw)
     assert prepared.train.column_names == ["prompt", "reference"]  # `answer` is read as the reference
     assert prepared.train[0]["prompt"][0]["role"] == "user"
     renamed = _write(tmp_path / "renamed.jsonl", [{"question": "2 + 3?", "gold": "5", "topic": "sums"}] * 3)
     raw = _raw(renamed, tmp_path / "r", column_mapping={"prompt": "question", "reference": "gold"})
     assert raw.format == "prompt_only"
-    prepared = GRPOMethod(TextFamily()).prepare(CONTAINS, LOADED, raw)
+    prepared = GRPOMethod(TextFamily()).prepare(typed(CONTAINS), LOADED, raw)
     assert prepared.train[0]["reference"] == "5" and prepared.train[0]["topic"] == "sums"  # other columns reach the rewards
 
 
@@ -72,16 +73,16 @@ def test_wrong_data_for_grpo_and_prompts_for_sft_name_the_setting(preference_fre
     from tunelab.worker.data.formats import to_messages
 
     with pytest.raises(DataFormatError) as info:
-        GRPOMethod(TextFamily()).prepare(CONTAINS, LOADED, _raw(preference_free_alpaca, tmp_path))
+        GRPOMethod(TextFamily()).prepare(typed(CONTAINS), LOADED, _raw(preference_free_alpaca, tmp_path))
     assert info.value.field == "format" and "alpaca" in info.value.message and "prompt_only" in info.value.message
     with pytest.raises(DataFormatError) as info:
-        to_messages({"prompt": "p"}, "prompt_only", {"objective": "sft"})
+        to_messages({"prompt": "p"}, "prompt_only", typed({"objective": "sft"}))
     assert info.value.field == "objective" and "objective=grpo" in info.value.message
     no_reference = _write(tmp_path / "bare.jsonl", [{"prompt": "say hi"}] * 3)
     with pytest.raises(DataFormatError) as info:
-        GRPOMethod(TextFamily()).prepare(CONTAINS, LOADED, _raw(no_reference, tmp_path / "b"))
+        GRPOMethod(TextFamily()).prepare(typed(CONTAINS), LOADED, _raw(no_reference, tmp_path / "b"))
     assert info.value.field == "rewards" and "column_mapping" in info.value.message
-    assert isinstance(for_objective({"objective": "grpo"}, TextFamily()), GRPOMethod)
+    assert isinstance(for_objective(typed({"objective": "grpo", "rewards": [{"name": "exact_match"}]}), TextFamily()), GRPOMethod)
 
 
 @pytest.fixture
@@ -122,11 +123,11 @@ def test_grpo_settings_pass_with_their_defaults():
     config = parse_config({**GRPO, "training_type": "qlora", "rewards": [{"name": "regex", "pattern": "^red$", "weight": 0.5}]})
     assert (config.objective, config.num_generations, config.rewards[0].weight, config.load_in_4bit) == ("grpo", None, 0.5, True)
     from tunelab.config.grpo import generation_settings
-    assert generation_settings(config.worker_payload()) == {"num_generations": 4, "max_completion_length": 64, "temperature": 1.0}
+    assert generation_settings(config) == {"num_generations": 4, "max_completion_length": 64, "temperature": 1.0}
 
 
 def _scores(rewards, completions, **columns):
-    functions, weights = reward_functions({"rewards": rewards})
+    functions, weights = reward_functions(typed({"objective": "grpo", "rewards": rewards}))
     return [f.__name__ for f in functions], weights, [f(prompts=[None] * len(completions), completions=completions, **columns)
                                                       for f in functions]
 
@@ -158,12 +159,12 @@ def test_a_user_reward_file_is_imported_and_its_faults_name_the_field(reward_fil
         ({"path": str(empty), "function": "f"}, "rewards.0.function", "defines none"),
     ]:
         with pytest.raises(RunSettingError) as info:
-            reward_functions({"rewards": [{"name": "python", **spec}]})
+            reward_functions(typed({"objective": "grpo", "rewards": [{"name": "python", **spec}]}))
         assert info.value.field == field and words in info.value.message, info.value.message
     bad = tmp_path / "syntax.py"
     bad.write_text("def f(:\n")
     with pytest.raises(RunSettingError) as info:
-        reward_functions({"rewards": [{"name": "python", "path": str(bad), "function": "f"}]})
+        reward_functions(typed({"objective": "grpo", "rewards": [{"name": "python", "path": str(bad), "function": "f"}]}))
     assert info.value.field == "rewards.0.path" and "SyntaxError" in info.value.message
 
 
@@ -194,7 +195,7 @@ def test_over_http_a_reward_file_needs_the_opt_in_and_must_lie_in_the_data_roots
 def test_the_dataset_preview_shows_the_prompt_and_its_reference(prompt_messages, demo_assets, tmp_path):
     from tunelab.worker.preview.child import build_preview
 
-    preview = build_preview({"local_datasets": [str(prompt_messages)], "format": "auto"}, 2, str(demo_assets.model_dir), tmp_path)
+    preview = build_preview(typed({"local_datasets": [str(prompt_messages)], "format": "auto"}), 2, str(demo_assets.model_dir), tmp_path)
     first = json.loads(prompt_messages.read_text().splitlines()[0])
     assert preview["format"] == "prompt_only" and preview["rendered_with"] == "chat_template"
     assert preview["rows"][0]["text"] == f"<|user|>\n{first['prompt'][0]['content']}<|end|>\n\n[reference]\n{first['answer']}"

@@ -10,6 +10,7 @@ nn = pytest.importorskip("mlx.nn")
 import mlx.optimizers as optim  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
+from typed_config import typed
 from tunelab.worker.backends.mlx_loop import IGNORE_INDEX, BatchPlan, GradientClips, Trainer, loss_sum, make_schedule, pad_batch  # noqa: E402
 
 pytestmark = pytest.mark.mlx
@@ -115,5 +116,5 @@ def test_leaf_norm_and_value_clips_bound_what_the_optimizer_reads_and_the_logged
 
 
 def test_clips_read_from_the_config_with_empty_as_off():
-    assert GradientClips.from_config({"max_grad_norm": 1.0, "max_grad_leaf_norm": None}) == GradientClips(1.0, 0.0, 0.0)
-    assert GradientClips.from_config({"max_grad_norm": -1, "max_grad_leaf_norm": 0.5, "max_grad_value": 0.1}) == GradientClips(0.0, 0.5, 0.1)
+    assert GradientClips.from_config(typed({"max_grad_norm": 1.0, "max_grad_leaf_norm": None})) == GradientClips(1.0, 0.0, 0.0)
+    assert GradientClips.from_config(typed({"max_grad_norm": -1, "max_grad_leaf_norm": 0.5, "max_grad_value": 0.1})) == GradientClips(0.0, 0.5, 0.1)

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from typed_config import typed
 from tunelab.config.run_config import ConfigError, parse_config
 from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.methods.registry import for_objective
@@ -21,7 +22,7 @@ from tunelab.worker.data.sources import load_raw
 
 
 def _raw(path, tmp_path, **config):
-    return load_raw({"local_datasets": [str(path)], "format": "auto", **config}, tmp_path / "cache")
+    return load_raw(typed({"local_datasets": [str(path)], "format": "auto", **config}), tmp_path / "cache")
 
 
 def _write(path, rows):
@@ -33,7 +34,7 @@ def test_string_pairs_are_detected_and_become_chat_turns(preference_data, tmp_pa
     raw = _raw(preference_data, tmp_path)
     assert raw.format == "preference"
     tokenizer = type("Tok", (), {"chat_template": "{{ messages }}"})()
-    prepared = PreferenceMethod(TextFamily(), "dpo").prepare({"batch_size": 2}, Loaded(None, tokenizer, tokenizer), raw)
+    prepared = PreferenceMethod(TextFamily(), "dpo").prepare(typed({"batch_size": 2}), Loaded(None, tokenizer, tokenizer), raw)
     row = prepared.train[0]
     assert prepared.train.column_names == ["prompt", "chosen", "rejected"]
     assert row["prompt"] == [{"role": "user", "content": "Name the colour you were given.\nThe colour is " + row["chosen"][0]["content"].removeprefix("You gave me ")}]
@@ -74,21 +75,21 @@ def test_preference_data_under_sft_and_sft_data_under_dpo_name_the_setting(prefe
 
     row = {"prompt": "p", "chosen": "a", "rejected": "b"}
     with pytest.raises(DataFormatError) as info:
-        to_messages(row, "preference", {"objective": "sft"})
+        to_messages(row, "preference", typed({"objective": "sft"}))
     assert info.value.field == "objective" and "objective=dpo" in info.value.message
     raw = _raw(demo_assets.alpaca, tmp_path)
     with pytest.raises(DataFormatError) as info:
-        PreferenceMethod(TextFamily(), "dpo").prepare({"batch_size": 2}, None, raw)
+        PreferenceMethod(TextFamily(), "dpo").prepare(typed({"batch_size": 2}), None, raw)
     assert info.value.field == "format" and "alpaca" in info.value.message and "prompt, chosen, rejected" in info.value.message
 
 
 def test_objectives_compose_with_the_text_family_only():
     text = TextFamily()
-    assert for_objective({"objective": "sft"}, text) is text
-    method = for_objective({"objective": "orpo"}, text)
+    assert for_objective(typed({"objective": "sft"}), text) is text
+    method = for_objective(typed({"objective": "orpo"}), text)
     assert method.name == "text" and method.family is text and method.modality(None) == "text"  # the family's own steps
     with pytest.raises(DataFormatError) as info:
-        for_objective({"objective": "dpo"}, VisionFamily())
+        for_objective(typed({"objective": "dpo"}), VisionFamily())
     assert info.value.field == "objective"
 
 
@@ -128,13 +129,13 @@ def test_sharegpt_turns_become_chat_roles_and_unknown_turn_keys_are_refused(tmp_
     sharegpt = _write(tmp_path / "sharegpt.jsonl", [{"prompt": [{"from": "human", "value": "hi"}],
                                                      "chosen": [{"from": "gpt", "value": "hello"}],
                                                      "rejected": [{"from": "gpt", "value": "go"}]}] * 3)
-    prepared = PreferenceMethod(TextFamily(), "dpo").prepare({"batch_size": 2}, loaded, _raw(sharegpt, tmp_path / "s"))
+    prepared = PreferenceMethod(TextFamily(), "dpo").prepare(typed({"batch_size": 2}), loaded, _raw(sharegpt, tmp_path / "s"))
     assert prepared.train[0]["prompt"] == [{"role": "user", "content": "hi"}]
     assert prepared.train[0]["rejected"] == [{"role": "assistant", "content": "go"}]
     odd = _write(tmp_path / "odd_turns.jsonl", [{"prompt": "p", "chosen": [{"speaker": "bot", "text": "a"}],
                                                  "rejected": [{"speaker": "bot", "text": "b"}]}] * 3)
     with pytest.raises(DataFormatError) as info:
-        PreferenceMethod(TextFamily(), "dpo").prepare({"batch_size": 2}, loaded, _raw(odd, tmp_path / "o"))
+        PreferenceMethod(TextFamily(), "dpo").prepare(typed({"batch_size": 2}), loaded, _raw(odd, tmp_path / "o"))
     assert info.value.field == "dataset" and "row 0 of the training data, column 'chosen'" in info.value.message
     assert "'speaker': 'bot'" in info.value.message and '{"role": "assistant", "content"' in info.value.message
 
@@ -142,7 +143,7 @@ def test_sharegpt_turns_become_chat_roles_and_unknown_turn_keys_are_refused(tmp_
 def test_the_dataset_preview_shows_the_prompt_with_the_chosen_answer_and_the_rejected_one(preference_messages, demo_assets, tmp_path):
     from tunelab.worker.preview.child import build_preview
 
-    preview = build_preview({"local_datasets": [str(preference_messages)], "format": "auto"}, 2, str(demo_assets.model_dir), tmp_path)
+    preview = build_preview(typed({"local_datasets": [str(preference_messages)], "format": "auto"}), 2, str(demo_assets.model_dir), tmp_path)
     first = json.loads(preference_messages.read_text().splitlines()[0])
     assert preview["format"] == "preference" and preview["rendered_with"] == "chat_template"
     text = preview["rows"][0]["text"]
@@ -157,25 +158,25 @@ def test_unpaired_rows_are_detected_for_kto_with_their_labels_read(unpaired_data
     assert raw.format == "unpaired_preference"
     tokenizer = type("Tok", (), {"chat_template": "{{ messages }}"})()
     loaded = Loaded(None, tokenizer, tokenizer)
-    prepared = PreferenceMethod(TextFamily(), "kto").prepare({"batch_size": 2}, loaded, raw)
+    prepared = PreferenceMethod(TextFamily(), "kto").prepare(typed({"batch_size": 2}), loaded, raw)
     assert prepared.train.column_names == ["prompt", "completion", "label"]
     assert prepared.train["label"][:2] == [True, False]
     assert prepared.train[0]["completion"][0]["role"] == "assistant"
     # kto reads paired rows too (TRL splits them); dpo does not read unpaired ones.
-    assert PreferenceMethod(TextFamily(), "kto").prepare({"batch_size": 2}, loaded, _raw(preference_data, tmp_path / "p")).format == "preference"
+    assert PreferenceMethod(TextFamily(), "kto").prepare(typed({"batch_size": 2}), loaded, _raw(preference_data, tmp_path / "p")).format == "preference"
     with pytest.raises(DataFormatError) as info:
-        PreferenceMethod(TextFamily(), "dpo").prepare({"batch_size": 2}, loaded, raw)
+        PreferenceMethod(TextFamily(), "dpo").prepare(typed({"batch_size": 2}), loaded, raw)
     assert info.value.field == "format" and "unpaired_preference" in info.value.message
     odd = _write(tmp_path / "odd_labels.jsonl", [{"prompt": "p", "completion": "c", "label": "maybe"}] * 3)
     with pytest.raises(DataFormatError) as info:
-        PreferenceMethod(TextFamily(), "kto").prepare({"batch_size": 2}, loaded, _raw(odd, tmp_path / "o"))
+        PreferenceMethod(TextFamily(), "kto").prepare(typed({"batch_size": 2}), loaded, _raw(odd, tmp_path / "o"))
     assert info.value.field == "column_mapping" and "'maybe'" in info.value.message
 
 
 def test_the_dataset_preview_shows_an_unpaired_row_with_its_label(unpaired_data, tmp_path):
     from tunelab.worker.preview.child import build_preview
 
-    preview = build_preview({"local_datasets": [str(unpaired_data)], "format": "auto"}, 2, None, tmp_path)
+    preview = build_preview(typed({"local_datasets": [str(unpaired_data)], "format": "auto"}), 2, None, tmp_path)
     assert preview["format"] == "unpaired_preference" and preview["rendered_with"] == "plain"
     assert preview["rows"][0]["text"].endswith("[desirable]") and preview["rows"][1]["text"].endswith("[undesirable]")
     assert [m["role"] for m in preview["rows"][0]["messages"]] == ["user", "assistant"]

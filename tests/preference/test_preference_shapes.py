@@ -18,6 +18,7 @@ from public_shapes import (CONVERSATIONAL_EXPLICIT, CONVERSATIONAL_IMPLICIT, STA
                            ultrafeedback_row, write_json_array, write_jsonl)
 from trl.data_utils import apply_chat_template, maybe_apply_chat_template, maybe_extract_prompt
 
+from typed_config import typed
 from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.methods.preference import PreferenceMethod
 from tunelab.worker.families.protocol import Loaded
@@ -35,8 +36,8 @@ def tokenizer(demo_assets):
 def _prepared(rows, tmp_path, tokenizer, objective="dpo", array=False, **config):
     """The rows as tunelab trains them: written to a file, read with format auto, prepared."""
     path = (write_json_array if array else write_jsonl)(tmp_path / ("data.json" if array else "data.jsonl"), rows)
-    raw = load_raw({"local_datasets": [str(path)], "format": "auto", **config}, tmp_path / "cache")
-    prepared = PreferenceMethod(TextFamily(), objective).prepare({"batch_size": 1}, Loaded(None, tokenizer, tokenizer), raw)
+    raw = load_raw(typed({"local_datasets": [str(path)], "format": "auto", **config}), tmp_path / "cache")
+    prepared = PreferenceMethod(TextFamily(), objective).prepare(typed({"batch_size": 1}), Loaded(None, tokenizer, tokenizer), raw)
     return raw.format, [prepared.train[i] for i in range(len(prepared.train))]
 
 
@@ -119,7 +120,7 @@ def test_llamafactory_kto_rows_as_shipped_render_as_their_trl_row(tmp_path, toke
 def test_a_chat_dataset_with_a_numeric_label_column_stays_chat_data(tmp_path):
     rows = [{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], "label": 3}] * 2
     path = write_jsonl(tmp_path / "chat.jsonl", rows)
-    assert load_raw({"local_datasets": [str(path)], "format": "auto"}, tmp_path / "cache").format == "chatml"
+    assert load_raw(typed({"local_datasets": [str(path)], "format": "auto"}), tmp_path / "cache").format == "chatml"
 
 
 @pytest.mark.parametrize(("row", "column", "words"), [
@@ -151,7 +152,7 @@ def test_the_preview_shows_each_user_turn_once_and_no_dict_text(shape, demo_asse
         path = write_json_array(tmp_path / "dpo_en_demo.json", [llamafactory_dpo_row(question, "Eight.", "Six.")])
     else:
         path = write_json_array(tmp_path / "kto_en_demo.json", [llamafactory_kto_row(question, "Eight.", True)])
-    preview = build_preview({"local_datasets": [str(path)], "format": "auto"}, 1, str(demo_assets.model_dir), tmp_path / "p")
+    preview = build_preview(typed({"local_datasets": [str(path)], "format": "auto"}), 1, str(demo_assets.model_dir), tmp_path / "p")
     row = preview["rows"][0]
     assert preview["rendered_with"] == "chat_template"
     assert row["text"].count(question) == 1 and "{'" not in row["text"] and "'value'" not in row["text"], row["text"]

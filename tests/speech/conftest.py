@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from run_helpers import built_with_espeak, use_helper_folders
 
+from typed_config import typed
 from tunelab.demos.speech import SpeechDemoAssets, ensure_speech_demo_assets
 
 use_helper_folders()
@@ -22,4 +23,4 @@ def speech_assets(tmp_path_factory: pytest.TempPathFactory) -> SpeechDemoAssets:
 def speech_processor(speech_assets):
     from tunelab.worker.families.speech.model import load_processor
 
-    return load_processor({"model_name": str(speech_assets.model_dir)})
+    return load_processor(typed({"model_name": str(speech_assets.model_dir)}))

@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 
+from typed_config import typed
 from tunelab.demos.csm import ensure_csm_demo_assets
 from tunelab.worker.data.formats import DataFormatError
 
@@ -27,18 +28,18 @@ def test_a_csm_model_is_told_from_its_config_and_mlx_refuses_it(csm_assets, demo
 
     renamed = tmp_path / "llama-3-8b-instruct"  # the name says a text model; the config says CSM
     shutil.copytree(csm_assets.model_dir, renamed)
-    assert type(model_family.detect({"model_name": str(renamed)})).__name__ == "CsmFamily"
+    assert type(model_family.detect(typed({"model_name": str(renamed)}))).__name__ == "CsmFamily"
     assert "text-to-speech" in mlx_model_problem(str(renamed)) and "backend=torch" in mlx_model_problem(str(renamed))
     # Its codec is the one inside it: an Orpheus codec setting is refused, naming the field.
     from tunelab.worker.context import RunSettingError
     from tunelab.worker.families.csm.family import CsmFamily
 
     with pytest.raises(RunSettingError) as caught:
-        CsmFamily().load({"model_name": str(renamed), "tts_codec": str(renamed)}, None)
+        CsmFamily().load(typed({"model_name": str(renamed), "tts_codec": str(renamed)}), None)
     assert caught.value.field == "tts_codec" and "Mimi codec inside it" in caught.value.message
     named = tmp_path / "sesame-csm-1b"  # and the name alone makes nothing CSM
     shutil.copytree(demo_assets.model_dir, named)
-    assert type(model_family.detect({"model_name": str(named)})).__name__ == "TextFamily"
+    assert type(model_family.detect(typed({"model_name": str(named)}))).__name__ == "TextFamily"
     assert not tts_layout.config_dict_is_tts(json.loads((named / "config.json").read_text()))
 
 
@@ -54,9 +55,9 @@ def test_data_without_audio_says_what_a_csm_model_expects_and_what_it_saw(csm_as
 
     data = tmp_path / "text.jsonl"
     data.write_text("".join(json.dumps({"text": f"sentence {i}"}) + "\n" for i in range(4)))
-    config = {"model_name": str(csm_assets.model_dir), "local_datasets": [str(data)], "batch_size": 2}
+    config = typed({"model_name": str(csm_assets.model_dir), "local_datasets": [str(data)], "batch_size": 2})
     with pytest.raises(DataFormatError) as caught:
-        csm_data.prepare(config, None, None, None, load_raw(config, tmp_path / "cache"), tmp_path / "out")
+        csm_data.prepare(typed(config), None, None, None, load_raw(typed(config), tmp_path / "cache"), tmp_path / "out")
     message = caught.value.message
     assert caught.value.field == "format"
     assert "text-to-speech model and trains on text with the audio that speaks it" in message  # what it expected
@@ -80,12 +81,12 @@ def test_cached_codes_give_the_loss_transformers_csm_computes_and_the_codec_neve
     first = json.loads(speech_assets.transcripts.read_text().splitlines()[0])
     clip = str(speech_assets.data_dir / first["audio"])
     rows = [{"audio": clip, "text": first["text"], "speaker": "3"}, {"audio": clip, "text": first["text"], "speaker": 1}]
-    config = {"model_name": str(csm_assets.model_dir), "local_datasets": [str(_rows_file(tmp_path, rows))],
-              "batch_size": 2, "max_seq_length": 512}
+    config = typed({"model_name": str(csm_assets.model_dir), "local_datasets": [str(_rows_file(tmp_path, rows))],
+              "batch_size": 2, "max_seq_length": 512})
     processor = AutoProcessor.from_pretrained(csm_assets.model_dir)
     model = CsmForConditionalGeneration.from_pretrained(csm_assets.model_dir).eval()
     codec = codec_of(model)
-    prepared = csm_data.prepare(config, processor, model.config, codec, load_raw(config, tmp_path / "cache"), tmp_path / "out")
+    prepared = csm_data.prepare(typed(config), processor, model.config, codec, load_raw(typed(config), tmp_path / "cache"), tmp_path / "out")
     assert prepared.notes[0].startswith("Encoded 2 training clips")
     # The demo codec's seeded codebooks give varied codes, not CSM's end-of-audio frame (all 0) throughout.
     frames = prepared.train[0]["codes"]
@@ -107,18 +108,18 @@ def test_cached_codes_give_the_loss_transformers_csm_computes_and_the_codec_neve
     assert torch.allclose(ours, expected, atol=1e-5), (ours, expected)
 
     # A speaker that is not an integer id is refused naming the column.
-    bad = {**config, "local_datasets": [str(_rows_file(tmp_path, [{**rows[0], "speaker": "tara"}] * 2, "bad.jsonl"))]}
+    bad = typed(config, local_datasets=[str(_rows_file(tmp_path, [{**rows[0], "speaker": "tara"}] * 2, "bad.jsonl"))])
     with pytest.raises(DataFormatError) as caught:
-        csm_data.prepare(bad, processor, model.config, codec, load_raw(bad, tmp_path / "cache2"), tmp_path / "out")
+        csm_data.prepare(typed(bad), processor, model.config, codec, load_raw(typed(bad), tmp_path / "cache2"), tmp_path / "out")
     assert caught.value.field == "speaker" and "integer ids" in caught.value.message
 
     # LoRA adapts the backbone and depth decoder only; full fine-tuning freezes the codec too.
-    family, device = CsmFamily(), model_setup.device_settings({})
-    lora = family.wrap(CsmForConditionalGeneration.from_pretrained(csm_assets.model_dir), {"training_type": "lora"}, device)
+    family, device = CsmFamily(), model_setup.device_settings(typed({}))
+    lora = family.wrap(CsmForConditionalGeneration.from_pretrained(csm_assets.model_dir), typed({"training_type": "lora"}), device)
     trainer.compute_loss(lora.train(), batch).backward()
     trained = {name for name, p in lora.named_parameters() if p.grad is not None}
     assert trained and all("lora_" in name and "codec_model" not in name for name in trained)
-    full = family.wrap(model, {"training_type": "full"}, device)
+    full = family.wrap(model, typed({"training_type": "full"}), device)
     assert all(not p.requires_grad for p in full.codec_model.parameters())
     assert all(p.requires_grad for name, p in full.named_parameters() if not name.startswith("codec_model."))
     trainer.compute_loss(full.train(), batch).backward()
@@ -147,9 +148,9 @@ def test_a_bad_csm_clip_is_refused_before_any_is_encoded_or_skipped_and_counted_
     codec.encode = lambda samples: encoded.append(1) or real_encode(samples)  # counts the clips the codec encodes
 
     def prepare(**settings):
-        config = {"model_name": str(csm_assets.model_dir), "local_datasets": [str(data)], "batch_size": 2, "max_seq_length": 512,
-                  **settings}
-        return csm_data.prepare(config, processor, model.config, codec, load_raw(config, tmp_path / "cache"), tmp_path / "out")
+        config = typed({"model_name": str(csm_assets.model_dir), "local_datasets": [str(data)], "batch_size": 2, "max_seq_length": 512,
+                  **settings})
+        return csm_data.prepare(typed(config), processor, model.config, codec, load_raw(typed(config), tmp_path / "cache"), tmp_path / "out")
 
     with pytest.raises(DataFormatError) as caught:
         prepare()

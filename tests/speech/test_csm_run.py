@@ -13,6 +13,7 @@ import pytest
 import soundfile
 from run_helpers import finished, recorded_orchestrator, speak_to_file, stopped_at_step
 
+from typed_config import typed
 from tunelab import paths
 from tunelab.demos.csm import RATE, csm_demo_config, ensure_csm_demo_assets
 from tunelab.export.run import export_run
@@ -61,7 +62,7 @@ def _export_reloads_and_speaks(store: Store, run_id: int, tmp_path: Path) -> Non
     from tunelab.worker.families import registry as model_family
     from tunelab.worker.families.csm.trainer import NotEndFirst
 
-    assert type(model_family.detect({"model_name": str(dest)})).__name__ == "CsmFamily"
+    assert type(model_family.detect(typed({"model_name": str(dest)}))).__name__ == "CsmFamily"
     processor = AutoProcessor.from_pretrained(dest)
     model = CsmForConditionalGeneration.from_pretrained(dest).eval()
     # A barely trained model may end its audio at once; the worker's samples forbid that too.

@@ -14,14 +14,15 @@ import numpy as np
 import pytest
 import soundfile
 
+from typed_config import typed
 from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.data.sources import load_raw
 from tunelab.worker.families.speech.collator import IGNORE_INDEX, decode_clip
 from tunelab.worker.families.speech.data import prepare
 
 
-def _config(assets, data: Path, **overrides) -> dict:
-    return {"model_name": str(assets.model_dir), "local_datasets": [str(data)], "batch_size": 2, **overrides}
+def _config(assets, data: Path, **overrides):
+    return typed({"model_name": str(assets.model_dir), "local_datasets": [str(data)], "batch_size": 2, **overrides})
 
 
 def _model_config(assets):
@@ -32,7 +33,7 @@ def _model_config(assets):
 
 def _prepared(assets, processor, data: Path, cache: Path, **overrides):
     config = _config(assets, data, **overrides)
-    return prepare(config, processor, load_raw(config, cache), _model_config(assets))
+    return prepare(typed(config), processor, load_raw(typed(config), cache), _model_config(assets))
 
 
 def _jsonl(path: Path, rows: list[dict]) -> Path:
@@ -42,20 +43,20 @@ def _jsonl(path: Path, rows: list[dict]) -> Path:
 
 def test_audio_and_transcript_columns_are_detected_in_the_shapes_people_publish(speech_assets, tmp_path):
     cache = tmp_path / "cache"
-    assert load_raw(_config(speech_assets, speech_assets.transcripts), cache).format == "transcription"
+    assert load_raw(typed(_config(speech_assets, speech_assets.transcripts)), cache).format == "transcription"
     # file_name holds .wav paths, so it is the audio; sentence is the transcript.
-    assert load_raw(_config(speech_assets, speech_assets.transcripts_csv), cache).format == "transcription"
+    assert load_raw(typed(_config(speech_assets, speech_assets.transcripts_csv)), cache).format == "transcription"
     # A code dataset's path column names no audio: it stays text data.
     code = _jsonl(tmp_path / "code.jsonl", [{"path": "src/a.py", "text": "print(1)"}] * 3)
-    assert load_raw(_config(speech_assets, code), cache).format == "text"
+    assert load_raw(typed(_config(speech_assets, code)), cache).format == "text"
     # Audio without a transcript says what it expected and what it saw.
     bare = _jsonl(tmp_path / "bare.jsonl", [{"audio": "clips/000.wav", "speaker": "a"}] * 3)
     with pytest.raises(DataFormatError) as caught:
-        load_raw(_config(speech_assets, bare), cache)
+        load_raw(typed(_config(speech_assets, bare)), cache)
     assert caught.value.field == "column_mapping" and "'audio'" in str(caught.value) and "speaker" in str(caught.value)
     # column_mapping names any other transcript column.
     mapped = _jsonl(tmp_path / "mapped.jsonl", [{"audio": "x.wav", "words": "one two"}] * 3)
-    assert load_raw(_config(speech_assets, mapped, column_mapping={"text": "words"}), cache).format == "transcription"
+    assert load_raw(typed(_config(speech_assets, mapped, column_mapping={"text": "words"})), cache).format == "transcription"
 
 
 def test_a_parquet_audio_feature_is_read_as_bytes_without_decoding(speech_assets, speech_processor, tmp_path):
@@ -184,7 +185,7 @@ def test_a_speech_model_is_told_from_its_config(speech_assets, tmp_path):
     # Detection reads the config, never the name: the same model under a text-sounding name.
     renamed = tmp_path / "llama-chat-7b"
     shutil.copytree(speech_assets.model_dir, renamed)
-    assert isinstance(model_family.detect({"model_name": str(renamed)}), model_family.TRAINING["speech"])
+    assert isinstance(model_family.detect(typed({"model_name": str(renamed)})), model_family.TRAINING["speech"])
     assert speech_model.config_dict_is_speech(json.loads((renamed / "config.json").read_text()))
     problem = mlx_model_problem(str(renamed))
     assert problem is not None and "speech-to-text model" in problem and "backend=torch" in problem
@@ -196,7 +197,7 @@ def test_the_dataset_check_shows_each_rows_clip_and_transcript_and_counts_bad_cl
     # The preview serves HTTP: like training in a served run, it reads clips in the data roots only.
     monkeypatch.setenv("TUNELAB_DATA_ROOTS", f"{speech_assets.root}{os.pathsep}{tmp_path}")
 
-    preview = build_preview({"local_datasets": [str(speech_assets.transcripts_csv)], "format": "auto"}, 2, None, tmp_path / "cache")
+    preview = build_preview(typed({"local_datasets": [str(speech_assets.transcripts_csv)], "format": "auto"}), 2, None, tmp_path / "cache")
     first = speech_assets.transcripts.read_text().splitlines()[0]
     assert preview["format"] == "transcription" and preview["row_count"] == 96 and len(preview["rows"]) == 2
     assert preview["rows"][0]["text"] == f"[audio: {json.loads(first)['audio']}] {json.loads(first)['text']}"
@@ -207,6 +208,6 @@ def test_the_dataset_check_shows_each_rows_clip_and_transcript_and_counts_bad_cl
     good = str((speech_assets.data_dir / "clips" / "000.wav").resolve())
     data = _jsonl(tmp_path / "rows.jsonl", [{"audio": good, "text": "one"}] + [{"audio": f"clips/{k}.wav", "text": "two"}
                                                                              for k in ("missing", "garbage", "empty", "long")])
-    config = {"local_datasets": [str(data)], "format": "auto"}
-    counted = {model: build_preview(config, 2, model, tmp_path / "cache")["bad_audio_rows"] for model in (None, str(speech_assets.model_dir))}
+    config = typed({"local_datasets": [str(data)], "format": "auto"})
+    counted = {model: build_preview(typed(config), 2, model, tmp_path / "cache")["bad_audio_rows"] for model in (None, str(speech_assets.model_dir))}
     assert counted == {None: 3, str(speech_assets.model_dir): 4}

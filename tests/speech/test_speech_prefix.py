@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from typed_config import typed
 from tunelab.worker.context import RunSettingError
 
 START, TRANSCRIBE, NO_TIMESTAMPS = "<|startoftranscript|>", "<|transcribe|>", "<|notimestamps|>"
@@ -49,10 +50,10 @@ def _prepare(model_dir: Path, data: Path, cache: Path, **settings):
     from tunelab.worker.data.sources import load_raw
     from tunelab.worker.families.speech.model import load_processor
 
-    config = {"model_name": str(model_dir), "local_datasets": [str(data)], "batch_size": 2, **settings}
+    config = typed({"model_name": str(model_dir), "local_datasets": [str(data)], "batch_size": 2, **settings})
     processor = load_processor(config)
     model = AutoModelForSpeechSeq2Seq.from_pretrained(model_dir)
-    prepared = SpeechFamily().prepare(config, Loaded(model, processor.tokenizer, processor), load_raw(config, cache))
+    prepared = SpeechFamily().prepare(typed(config), Loaded(model, processor.tokenizer, processor), load_raw(typed(config), cache))
     return model, processor, prepared
 
 
@@ -108,7 +109,7 @@ def test_an_unknown_language_and_speech_language_on_an_english_only_model_are_re
     from tunelab.worker.families.speech.model import load_processor
 
     with pytest.raises(RunSettingError) as caught:
-        load_processor({"model_name": str(open_whisper), "speech_language": "klingon"})  # before the model loads
+        load_processor(typed({"model_name": str(open_whisper), "speech_language": "klingon"}))  # before the model loads
     assert caught.value.field == "speech_language" and "'klingon' is not a language Whisper knows" in caught.value.message
     english_only = _copy(speech_assets, tmp_path / "whisper-en", generation={"is_multilingual": False})  # its tokenizer says en
     with pytest.raises(RunSettingError) as caught:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import soundfile
 
+from typed_config import typed
 from tunelab.demos.tts import ensure_tts_demo_assets
 from tunelab.worker.families.tts import layout as tts_layout
 
@@ -37,7 +38,7 @@ def test_a_tts_model_is_told_from_its_files_and_mlx_refuses_it(tts_assets, demo_
 
     renamed = tmp_path / "whisper-small"  # the name says speech-to-text; the files say TTS
     shutil.copytree(tts_assets.model_dir, renamed)
-    assert type(model_family.detect({"model_name": str(renamed)})).__name__ == "TtsFamily"
+    assert type(model_family.detect(typed({"model_name": str(renamed)}))).__name__ == "TtsFamily"
     assert "text-to-speech" in mlx_model_problem(str(renamed)) and "backend=torch" in mlx_model_problem(str(renamed))
     # Without the marker, Orpheus's audio range in the tokenizer still says TTS ...
     config = json.loads((renamed / "config.json").read_text())
@@ -46,9 +47,9 @@ def test_a_tts_model_is_told_from_its_files_and_mlx_refuses_it(tts_assets, demo_
     tokenizer = tmp_path / "tokenizer.json"
     tokenizer.write_text(json.dumps({"added_tokens": [{"content": tts_layout.token_name(n)} for n in (10, 10 + 7 * 4096 - 1)]}))
     assert tts_layout.config_dict_is_tts(config, tokenizer) and not tts_layout.config_dict_is_tts(config, None)
-    assert type(model_family.detect({"model_name": str(renamed)})).__name__ == "TextFamily"  # 7 x 64 is not Orpheus's range
+    assert type(model_family.detect(typed({"model_name": str(renamed)}))).__name__ == "TextFamily"  # 7 x 64 is not Orpheus's range
     # ... and the plain text demo model is text.
-    assert type(model_family.detect({"model_name": str(demo_assets.model_dir)})).__name__ == "TextFamily"
+    assert type(model_family.detect(typed({"model_name": str(demo_assets.model_dir)}))).__name__ == "TextFamily"
 
 
 def test_rows_become_masked_codec_tokens_and_the_cache_is_reused(tts_assets, speech_assets, tmp_path):
@@ -62,16 +63,16 @@ def test_rows_become_masked_codec_tokens_and_the_cache_is_reused(tts_assets, spe
     rows = [{**json.loads(line), "speaker": "tara" if i == 0 else None} for i, line in enumerate(lines)]
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps({**row, "audio": str(speech_assets.data_dir / row["audio"])}) + "\n" for row in rows))
-    config = {"model_name": str(tts_assets.model_dir), "local_datasets": [str(data)], "batch_size": 2, "max_seq_length": 512}
-    raw = load_raw(config, tmp_path / "cache")
+    config = typed({"model_name": str(tts_assets.model_dir), "local_datasets": [str(data)], "batch_size": 2, "max_seq_length": 512})
+    raw = load_raw(typed(config), tmp_path / "cache")
     assert raw.format == "transcription"  # text + audio (+ speaker) columns
     tokenizer = model_setup.load_tokenizer(config)
-    layout = layout_of(tokenizer, model_config_dict(config))
+    layout = layout_of(tokenizer, model_config_dict(typed(config)))
     codec = load_codec(config)
     calls = []
     encode = codec.encode
     codec.encode = lambda samples: calls.append(1) or encode(samples)
-    first = prepare(config, tokenizer, layout, codec, raw, tmp_path / "out")
+    first = prepare(typed(config), tokenizer, layout, codec, raw, tmp_path / "out")
     assert len(calls) == 4 and first.notes[0].startswith("Encoded 4 training clips to codec tokens")
     row = first.train[0]
     # Orpheus's layout (tests/speech/test_orpheus_layout.py checks it id for id): the demo tokenizer adds no BOS itself.
@@ -81,21 +82,21 @@ def test_rows_become_masked_codec_tokens_and_the_cache_is_reused(tts_assets, spe
     audio = row["input_ids"][len(prompt):-2]
     assert audio and len(audio) % 7 == 0 and row["labels"][len(prompt):] == row["input_ids"][len(prompt):]
     assert row["input_ids"][-2:] == [layout.control["end_of_speech"], layout.control["end_of_ai"]]
-    again = prepare(config, tokenizer, layout, codec, load_raw(config, tmp_path / "cache"), tmp_path / "out")
+    again = prepare(typed(config), tokenizer, layout, codec, load_raw(typed(config), tmp_path / "cache"), tmp_path / "out")
     assert len(calls) == 4 and again.notes[0].startswith("Reused the codec tokens of 4 training clips")
     assert again.train["input_ids"] == first.train["input_ids"]
     # A row too long for max_seq_length names the row and both fixes: its text alone, ...
     from tunelab.worker.data.formats import DataFormatError
 
     with pytest.raises(DataFormatError) as caught:
-        prepare({**config, "max_seq_length": 20}, tokenizer, layout, codec, raw, tmp_path / "out")
+        prepare(typed(config, max_seq_length=20), tokenizer, layout, codec, raw, tmp_path / "out")
     assert caught.value.field == "max_seq_length" and caught.value.message.startswith("row 0 of the training data: its text alone is ")
     # ... its cached codes, or (before encoding) its clip.
     with pytest.raises(DataFormatError) as caught:
-        prepare({**config, "max_seq_length": 60}, tokenizer, layout, codec, raw, tmp_path / "out")
+        prepare(typed(config, max_seq_length=60), tokenizer, layout, codec, raw, tmp_path / "out")
     assert caught.value.field == "max_seq_length" and caught.value.message.startswith("row 0 of the training data is ")
     with pytest.raises(DataFormatError) as caught:
-        prepare({**config, "max_seq_length": 60}, tokenizer, layout, codec, raw, tmp_path / "fresh")
+        prepare(typed(config, max_seq_length=60), tokenizer, layout, codec, raw, tmp_path / "fresh")
     assert caught.value.field == "local_datasets" and "max_seq_length 60 (raise it for longer clips)" in caught.value.message
     assert len(calls) == 4  # refused before a clip was encoded
 
@@ -126,21 +127,21 @@ def tts_parts(tts_assets):
     from tunelab.worker.families.tts.codec import load_codec
     from tunelab.worker.families.tts.model import layout_of, model_config_dict
 
-    config = {"model_name": str(tts_assets.model_dir)}
+    config = typed({"model_name": str(tts_assets.model_dir)})
     tokenizer = model_setup.load_tokenizer(config)
     codec = load_codec(config)
     codec.calls = []
     encode = codec.encode
     codec.encode = lambda samples: codec.calls.append(1) or encode(samples)
-    return tokenizer, layout_of(tokenizer, model_config_dict(config)), codec
+    return tokenizer, layout_of(tokenizer, model_config_dict(typed(config))), codec
 
 
 def _prepare(tts_assets, tts_parts, data: Path, out: Path, **settings):
     from tunelab.worker.data.sources import load_raw
     from tunelab.worker.families.tts.data import prepare
 
-    config = {"model_name": str(tts_assets.model_dir), "local_datasets": [str(data)], "batch_size": 1, "max_seq_length": 512, **settings}
-    return prepare(config, *tts_parts, load_raw(config, out / "cache"), out)
+    config = typed({"model_name": str(tts_assets.model_dir), "local_datasets": [str(data)], "batch_size": 1, "max_seq_length": 512, **settings})
+    return prepare(typed(config), *tts_parts, load_raw(typed(config), out / "cache"), out)
 
 
 @pytest.mark.parametrize("kind, says", [("missing", "does not exist"), ("garbage", "cannot be read"), ("empty", "is empty"),
@@ -191,6 +192,6 @@ def test_skip_bad_audio_leaves_out_and_counts_bad_tts_clips_also_from_the_cache(
     assert caught.value.message.startswith(f"row 0 of the eval data: audio {tmp_path / 'eval' / 'clips' / 'missing.wav'} ")
     # The dataset check counts them too: the too-long clip by the TTS model's max_seq_length and codec.
     monkeypatch.setenv("TUNELAB_DATA_ROOTS", f"{speech_assets.root}{os.pathsep}{tmp_path}")
-    config = {"local_datasets": [str(data)], "format": "auto", "max_seq_length": 512}
-    counted = {model: build_preview(config, 2, model, tmp_path / "cache")["bad_audio_rows"] for model in (None, str(tts_assets.model_dir))}
+    config = typed({"local_datasets": [str(data)], "format": "auto", "max_seq_length": 512})
+    counted = {model: build_preview(typed(config), 2, model, tmp_path / "cache")["bad_audio_rows"] for model in (None, str(tts_assets.model_dir))}
     assert counted == {None: 3, str(tts_assets.model_dir): 4}

@@ -15,6 +15,7 @@ import pytest
 import soundfile
 from run_helpers import export_merged, finished, recorded_orchestrator, speak_to_file, stopped_at_step
 
+from typed_config import typed
 from tunelab import paths
 from tunelab.store import Store
 from tunelab.demos.tts import ensure_tts_demo_assets, tts_demo_config
@@ -98,4 +99,4 @@ def _export_carries_the_codec(home: Path, run_id: int) -> None:
     assert "SNAC codec" in (dest / "README.md").read_text()
     from tunelab.worker.families import registry as model_family
 
-    assert type(model_family.detect({"model_name": str(dest)})).__name__ == "TtsFamily"
+    assert type(model_family.detect(typed({"model_name": str(dest)}))).__name__ == "TtsFamily"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from run_helpers import use_helper_folders
 
+from typed_config import typed
 from tunelab.demos.vision import VisionDemoAssets, ensure_vision_demo_assets
 
 use_helper_folders()
@@ -20,4 +21,4 @@ def vision_assets(tmp_path_factory: pytest.TempPathFactory) -> VisionDemoAssets:
 def processor(vision_assets):
     from tunelab.worker.families.vision.model import load_processor
 
-    return load_processor({"model_name": str(vision_assets.model_dir)})
+    return load_processor(typed({"model_name": str(vision_assets.model_dir)}))

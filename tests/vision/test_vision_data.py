@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from typed_config import typed
 from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.data.sources import load_raw
 from tunelab.worker.families.vision.collator import IGNORE_INDEX, open_image
@@ -17,14 +18,14 @@ from tunelab.worker.families.vision.data import prepare
 IMAGE_TOKENS_PER_IMAGE = 16  # the demo tower: 32-pixel images in 8-pixel patches
 
 
-def _config(data: Path, **extra) -> dict:
-    return {"model_name": "unused", "local_datasets": [str(data)], "max_seq_length": 128, "batch_size": 2,
-            "vision_image_size": 512, **extra}
+def _config(data: Path, **extra):
+    return typed({"model_name": "unused", "local_datasets": [str(data)], "max_seq_length": 128, "batch_size": 2,
+            "vision_image_size": 512, **extra})
 
 
 def _prepared(data: Path, processor, tmp_path: Path, **extra):
     config = _config(data, **extra)
-    return prepare(config, processor, load_raw(config, tmp_path / "cache"))
+    return prepare(typed(config), processor, load_raw(typed(config), tmp_path / "cache"))
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -53,7 +54,7 @@ def test_each_shape_is_detected_and_read(vision_assets, processor, tmp_path, dat
 def test_an_unknown_image_shape_lists_the_columns_and_a_working_example(vision_assets, tmp_path):
     data = _write_jsonl(tmp_path / "odd.jsonl", [{"image": "images/000.png", "label": 3}])
     with pytest.raises(DataFormatError) as refused:
-        load_raw(_config(data), tmp_path / "cache")
+        load_raw(typed(_config(data)), tmp_path / "cache")
     assert refused.value.field == "format"
     assert "['image', 'label']" in refused.value.message and '"images": ["images/0.png"]' in refused.value.message
 
@@ -182,7 +183,7 @@ def test_skip_bad_images_drops_counts_and_names_the_bad_rows_per_split(vision_as
     train = _bad_and_good(vision_assets, tmp_path, "train.jsonl", {0: "gone.png", 3: "notes.png", 5: "cut.png"}, 8)
     held = _bad_and_good(vision_assets, tmp_path, "eval.jsonl", {1: "lost/1.png"}, 3)
     config = _config(train, skip_bad_images=True, local_eval_datasets=[str(held)], eval_steps=1)
-    prepared = prepare(config, processor, load_raw(config, tmp_path / "cache"))
+    prepared = prepare(typed(config), processor, load_raw(typed(config), tmp_path / "cache"))
     assert len(prepared.train) == 5 and len(prepared.eval) == 2
     assert all(len(row["images"]) == 1 and row["text_ids"] for row in prepared.train)
     training, held_out = prepared.notes

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 import tiny_families
+from typed_config import typed
 from tunelab.worker import lora_targets
 from tunelab.worker.families import registry as model_family
 from tunelab.worker.families.vision import model as vision_model
@@ -87,19 +88,19 @@ def family_model(request, vision_assets, tmp_path_factory) -> tuple[str, str]:
 @pytest.fixture(scope="module")
 def loaded(family_model):
     name, folder = family_model
-    config = {"model_name": folder, "training_type": "lora", "lora_r": 4}
+    config = typed({"model_name": folder, "training_type": "lora", "lora_r": 4})
     family = model_family.detect(config)
     assert isinstance(family, model_family.TRAINING["vision"]), f"{name} was not detected as a vision-language model"
     return family, family.load(config, CPU)
 
 
-def _config(folder: str, data: Path, **extra) -> dict:
-    return {"model_name": folder, "training_type": "lora", "lora_r": 4, "max_seq_length": 256, "batch_size": 2,
-            "local_datasets": [str(data)], **extra}
+def _config(folder: str, data: Path, **extra):
+    return typed({"model_name": folder, "training_type": "lora", "lora_r": 4, "max_seq_length": 256, "batch_size": 2,
+            "local_datasets": [str(data)], **extra})
 
 
 def _batch(family, loaded, config, tmp_path):
-    prepared = family.prepare(config, loaded, load_raw(config, tmp_path / "cache"))
+    prepared = family.prepare(typed(config), loaded, load_raw(typed(config), tmp_path / "cache"))
     assert len(prepared.train) == ROWS
     return prepared, prepared.collator([prepared.train[0], prepared.train[1]])
 
@@ -171,8 +172,8 @@ def test_the_switches_split_vision_from_language(family_model, loaded):
     everything = set(lora_targets.classify_linear_layers(model))
     vision = {n for n in everything if n.startswith(VISION_PARTS[name])}
     assert vision and everything - vision
-    assert lora_targets.select_targets(model, {"finetune_vision_layers": False}) == sorted(everything - vision)
-    assert lora_targets.select_targets(model, {"finetune_language_layers": False}) == sorted(vision)
+    assert lora_targets.select_targets(model, typed({"finetune_vision_layers": False})) == sorted(everything - vision)
+    assert lora_targets.select_targets(model, typed({"finetune_language_layers": False})) == sorted(vision)
     assert not any("lm_head" in n for n in everything)
 
 
@@ -188,7 +189,7 @@ def test_a_processor_that_needs_a_missing_package_is_a_setting_to_fix(tmp_path):
     train_demo_tokenizer(["a red circle"], extra_special_tokens=("[IMG]",), vocab_size=300).save_pretrained(tmp_path)
     (tmp_path / "processor_config.json").write_text(json.dumps(
         {"processor_class": "PixtralProcessor", "image_processor": {"image_processor_type": "PixtralImageProcessor"}}))
-    config = {"model_name": str(tmp_path)}
+    config = typed({"model_name": str(tmp_path)})
     assert model_family.family_spec(config).name == "vision"
     with pytest.raises(RunSettingError) as refused:
         vision_model.load_processor(config)
@@ -205,7 +206,7 @@ def test_a_text_only_dataset_trains_it_as_a_language_model(family_model, loaded,
     data.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"Name colour {i}."},
                                                      {"role": "assistant", "content": "A red circle."}]}) + "\n" for i in range(ROWS)))
     config = _config(family_model[1], data, train_on_completions=True)
-    prepared = family.prepare(config, loaded_model, load_raw(config, tmp_path / "cache"))
+    prepared = family.prepare(typed(config), loaded_model, load_raw(typed(config), tmp_path / "cache"))
     assert prepared.collator is None  # the text path's own collator, as for a text model
     rows = [{"input_ids": row["input_ids"], "labels": row["labels"]} for row in prepared.train.select(range(2))]
     batch = DataCollatorForLanguageModeling(pad_token_id=loaded_model.tokenizer.pad_token_id)(rows)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from openai_rows import data_uri, openai_row, openai_rows, write_jsonl
 
+from typed_config import typed
 from tunelab import paths
 from tunelab.worker.data import prepare as text_data
 from tunelab.worker.data.formats import DataFormatError
@@ -21,14 +22,14 @@ from tunelab.worker.families.vision.data import has_images, prepare
 IMAGE_TOKENS_PER_IMAGE = 16  # the demo tower: 32-pixel images in 8-pixel patches
 
 
-def _config(data: Path, tmp_path: Path, **extra) -> dict:
-    return {"model_name": "unused", "local_datasets": [str(data)], "max_seq_length": 128, "batch_size": 2,
-            "vision_image_size": 512, "output_dir": str(tmp_path / "out"), **extra}
+def _config(data: Path, tmp_path: Path, **extra):
+    return typed({"model_name": "unused", "local_datasets": [str(data)], "max_seq_length": 128, "batch_size": 2,
+            "vision_image_size": 512, "output_dir": str(tmp_path / "out"), **extra})
 
 
 def _raw(data: Path, tmp_path: Path, **extra):
     config = _config(data, tmp_path, **extra)
-    return config, load_raw(config, tmp_path / "cache")
+    return config, load_raw(typed(config), tmp_path / "cache")
 
 
 @pytest.mark.parametrize("answer_as_text", [False, True], ids=["reply as parts", "reply as a string"])
@@ -36,7 +37,7 @@ def test_data_uri_rows_are_image_rows_and_their_pixels_reach_the_collator(vision
     data = write_jsonl(tmp_path / "openai.jsonl", openai_rows(vision_assets, 4, answer_as_text))
     config, raw = _raw(data, tmp_path)
     assert raw.format == "chatml" and has_images(raw) and VisionFamily().modality(raw) == "vision"
-    prepared = prepare(config, processor, raw)
+    prepared = prepare(typed(config), processor, raw)
     assert len(prepared.train) == 4
     row = prepared.train[0]
     assert len(row["images"]) == 1 and row["images"][0]["bytes"] and row["images"][0]["path"] is None
@@ -54,7 +55,7 @@ def test_every_form_of_reference_in_a_part_trains_alike(vision_assets, processor
     (tmp_path / "pics" / "x.png").write_bytes(image.read_bytes())
     rows = [openai_row("pics/x.png"), openai_row((tmp_path / "pics" / "x.png").as_uri()), openai_row(data_uri(image))]
     config, raw = _raw(write_jsonl(tmp_path / "forms.jsonl", rows), tmp_path)
-    prepared = prepare(config, processor, raw)
+    prepared = prepare(typed(config), processor, raw)
     batch = prepared.collator([prepared.train[i] for i in range(3)])
     pixels = batch["pixel_values"]
     assert pixels.shape[0] == 3 and bool((pixels[0] == pixels[1]).all()) and bool((pixels[0] == pixels[2]).all())
@@ -66,7 +67,7 @@ def test_an_image_part_without_an_image_names_the_row_and_the_part(vision_assets
     config, raw = _raw(write_jsonl(tmp_path / "empty.jsonl", rows), tmp_path)
     assert has_images(raw)
     with pytest.raises(DataFormatError) as refused:
-        prepare(config, processor, raw)
+        prepare(typed(config), processor, raw)
     assert refused.value.message.startswith("row 2 of the training data: messages[0].content[1] (image_url part) holds no image")
 
 
@@ -75,7 +76,7 @@ def test_an_unreadable_data_uri_names_the_row_and_the_part(vision_assets, proces
     rows[1]["messages"][0]["content"][1]["image_url"]["url"] = "data:image/png;base64," + base64.b64encode(b"not a picture").decode()
     config, raw = _raw(write_jsonl(tmp_path / "bad.jsonl", rows), tmp_path)
     with pytest.raises(DataFormatError) as refused:
-        prepare(config, processor, raw)
+        prepare(typed(config), processor, raw)
     message = refused.value.message
     assert refused.value.field == "local_datasets"
     assert message.startswith("row 1 of the training data: image data:image/png;base64,… (")
@@ -91,7 +92,7 @@ def test_a_served_run_refuses_an_image_url_without_the_opt_in(vision_assets, pro
     monkeypatch.setenv("TUNELAB_DATA_ROOTS", str(tmp_path))
     config, raw = _raw(write_jsonl(tmp_path / "urls.jsonl", rows), tmp_path, skip_bad_images=True)
     with pytest.raises(DataFormatError) as refused:
-        prepare(config, processor, raw)
+        prepare(typed(config), processor, raw)
     message = refused.value.message
     assert message.startswith("row 1 of the training data: image in messages[0].content[1] (image_url part): ")
     assert "http://127.0.0.1:9/cat.png" in message and "tunelab serve --allow-image-urls" in message
@@ -105,7 +106,7 @@ def test_a_text_only_model_given_image_parts_names_the_row_and_the_part(vision_a
     rows = rows + openai_rows(vision_assets, 1)
     config, raw = _raw(write_jsonl(tmp_path / "mixed.jsonl", rows), tmp_path, model_name="tiny-llama")
     with pytest.raises(DataFormatError) as refused:
-        text_data.prepare(config, AutoTokenizer.from_pretrained(demo_assets.model_dir), raw)
+        text_data.prepare(typed(config), AutoTokenizer.from_pretrained(demo_assets.model_dir), raw)
     assert refused.value.field == "model_name"
     assert refused.value.message.startswith("row 3 of the training data has an image in messages[0].content[1] (image_url part), "
                                             "and tiny-llama is a text-only model")

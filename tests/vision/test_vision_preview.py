@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 
+from typed_config import typed
 from tunelab.worker.preview.child import build_preview
 
 
 def test_image_data_previews_with_counts_sizes_and_thumbnails(vision_assets, home, tmp_path, monkeypatch):
     monkeypatch.setenv("TUNELAB_DATA_ROOTS", str(vision_assets.root))
     config = {"local_datasets": [str(vision_assets.sharegpt)], "format": "auto"}
-    preview = build_preview(config, 2, str(vision_assets.model_dir), tmp_path / "cache")
+    preview = build_preview(typed(config), 2, str(vision_assets.model_dir), tmp_path / "cache")
     assert preview["format"] == "sharegpt" and preview["image_count"] == 96 and preview["row_count"] == 96
     assert preview["rendered_with"] == "chat_template"
     first = preview["rows"][0]
@@ -27,7 +28,7 @@ def test_an_image_outside_the_data_roots_is_refused_not_opened(vision_assets, ho
     data = tmp_path / "data" / "captions.jsonl"
     outside = str(vision_assets.data_dir / "images" / "000.png")  # a real image, but not in a data root
     data.write_text(json.dumps({"image": outside, "text": "A shape."}) + "\n")
-    preview = build_preview({"local_datasets": [str(data)]}, 1, None, tmp_path / "cache")
+    preview = build_preview(typed({"local_datasets": [str(data)]}), 1, None, tmp_path / "cache")
     assert preview["format"] == "caption" and preview["image_count"] == 1 and preview["rendered_with"] == "plain"
     image = preview["rows"][0]["images"][0]
     assert "thumbnail" not in image and "outside the folders tunelab may read" in image["error"]
@@ -43,10 +44,10 @@ def test_the_preview_counts_the_rows_training_would_not_take(vision_assets, home
     data = tmp_path / "data" / "captions.jsonl"
     data.write_text("".join(json.dumps({"image": name, "text": "A shape."}) + "\n"
                             for name in ("good.png", "gone.png", "notes.png", outside, "good.png")))
-    preview = build_preview({"local_datasets": [str(data)]}, 1, None, tmp_path / "cache")
+    preview = build_preview(typed({"local_datasets": [str(data)]}), 1, None, tmp_path / "cache")
     assert (preview["bad_image_rows"], preview["image_rows_checked"], preview["row_count"]) == (3, 5, 5)
     monkeypatch.setenv("TUNELAB_DATA_ROOTS", str(vision_assets.root))
-    clean = build_preview({"local_datasets": [str(vision_assets.captions)]}, 1, None, tmp_path / "cache2")
+    clean = build_preview(typed({"local_datasets": [str(vision_assets.captions)]}), 1, None, tmp_path / "cache2")
     assert (clean["bad_image_rows"], clean["image_rows_checked"]) == (0, 96)
 
 
@@ -62,7 +63,7 @@ def test_openai_image_parts_preview_as_image_rows(vision_assets, home, tmp_path,
     monkeypatch.delenv(paths.IMAGE_URLS_ENV, raising=False)
     rows = openai_rows(vision_assets, 3) + [openai_row("http://127.0.0.1:9/cat.png")]
     data = write_jsonl(tmp_path / "openai.jsonl", rows)
-    preview = build_preview({"local_datasets": [str(data)]}, 4, str(vision_assets.model_dir), tmp_path / "cache")
+    preview = build_preview(typed({"local_datasets": [str(data)]}), 4, str(vision_assets.model_dir), tmp_path / "cache")
     assert preview["format"] == "chatml" and preview["image_count"] == 4 and preview["row_count"] == 4
     assert (preview["bad_image_rows"], preview["image_rows_checked"]) == (0, 4)
     first = preview["rows"][0]

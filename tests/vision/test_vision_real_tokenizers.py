@@ -19,6 +19,7 @@ import pytest
 import real_families
 from run_helpers import finished, recorded_orchestrator
 
+from typed_config import typed
 from tunelab import paths
 from tunelab.config.run_config import parse_config
 from tunelab.store import Store
@@ -69,7 +70,7 @@ def real_model(request, tmp_path_factory) -> tuple[str, str]:
 
 @pytest.fixture(scope="module")
 def loaded(real_model):
-    config = {"model_name": real_model[1], "training_type": "lora", "lora_r": 4}
+    config = typed({"model_name": real_model[1], "training_type": "lora", "lora_r": 4})
     family = model_family.detect(config)
     assert isinstance(family, model_family.TRAINING["vision"])
     return family, family.load(config, CPU)
@@ -77,9 +78,9 @@ def loaded(real_model):
 
 def _batch(loaded, folder: str, data: Path, tmp_path: Path, completions: bool):
     family, model = loaded
-    config = {"model_name": folder, "training_type": "lora", "lora_r": 4, "max_seq_length": 2048, "batch_size": 2,
-              "local_datasets": [str(data)], "train_on_completions": completions}
-    prepared = family.prepare(config, model, load_raw(config, tmp_path / "cache"))
+    config = typed({"model_name": folder, "training_type": "lora", "lora_r": 4, "max_seq_length": 2048, "batch_size": 2,
+              "local_datasets": [str(data)], "train_on_completions": completions})
+    prepared = family.prepare(typed(config), model, load_raw(typed(config), tmp_path / "cache"))
     assert len(prepared.train) == ROWS
     return prepared, prepared.collator([prepared.train[i] for i in range(4)])
 

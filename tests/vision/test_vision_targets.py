@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from typed_config import typed
 from tunelab.config.run_config import ConfigError, parse_config
 from tunelab.worker.lora_targets import classify_linear_layers
 from tunelab.worker.families.text.family import TextFamily
@@ -28,8 +29,8 @@ def _adapted(model) -> set[str]:
 
 @pytest.mark.parametrize("off", [(), ("vision",), ("language",), ("attention",), ("mlp",), ("vision", "attention")])
 def test_each_switch_changes_exactly_the_layers_it_names(vision_assets, off):
-    config = {"model_name": str(vision_assets.model_dir), "training_type": "lora", "lora_r": 4,
-              **{SWITCHES[name]: False for name in off}}
+    config = typed({"model_name": str(vision_assets.model_dir), "training_type": "lora", "lora_r": 4,
+                    **{SWITCHES[name]: False for name in off}})
     assert family_spec(config).name == "vision"
     model = load_model(config, CPU, model_class())
     layers = classify_linear_layers(model)
@@ -41,12 +42,12 @@ def test_each_switch_changes_exactly_the_layers_it_names(vision_assets, off):
 
 
 def test_a_text_model_keeps_its_default_targets_and_honours_the_kind_switches(demo_assets):
-    config = {"model_name": str(demo_assets.model_dir), "training_type": "lora", "lora_r": 4}
+    config = typed({"model_name": str(demo_assets.model_dir), "training_type": "lora", "lora_r": 4})
     assert family_spec(config).name == "text"
     family = TextFamily()
     model = load_model(config, CPU)
     assert family.targets(model, config) is None  # the text path's own defaults, unchanged
-    attention_only = {**config, "finetune_mlp_modules": False}
+    attention_only = typed(config, finetune_mlp_modules=False)
     wrapped = wrap_for_training(model, attention_only, CPU, family.targets(model, attention_only))
     assert {name.rsplit(".", 1)[-1] for name in _adapted(wrapped)} == {"q_proj", "k_proj", "v_proj", "o_proj"}
 
@@ -64,7 +65,7 @@ def test_switches_that_train_nothing_or_fight_target_modules_are_refused(setting
 
 @pytest.mark.parametrize("off", [("vision",), ("language", "mlp"), ("attention",)])
 def test_full_fine_tuning_trains_exactly_what_the_switches_leave_on(vision_assets, off):
-    config = {"model_name": str(vision_assets.model_dir), "training_type": "full", **{SWITCHES[name]: False for name in off}}
+    config = typed({"model_name": str(vision_assets.model_dir), "training_type": "full", **{SWITCHES[name]: False for name in off}})
     model = load_model(config, CPU, model_class())
     layers = classify_linear_layers(model)
     language = {id(p) for p in model.model.language_model.parameters()} | {id(p) for p in model.lm_head.parameters()}
@@ -98,9 +99,9 @@ def test_each_method_takes_a_training_step_on_an_image_batch(vision_assets, proc
     from tunelab.worker.data.sources import load_raw
     from tunelab.worker.families.vision.data import prepare
 
-    config = {"model_name": str(vision_assets.model_dir), "training_type": "lora", "lora_r": 4, "max_seq_length": 128,
-              "batch_size": 2, "local_datasets": [str(vision_assets.captions)], "train_on_completions": True, **method}
-    prepared = prepare(config, processor, load_raw(config, tmp_path / "cache"))
+    config = typed({"model_name": str(vision_assets.model_dir), "training_type": "lora", "lora_r": 4, "max_seq_length": 128,
+              "batch_size": 2, "local_datasets": [str(vision_assets.captions)], "train_on_completions": True, **method})
+    prepared = prepare(typed(config), processor, load_raw(typed(config), tmp_path / "cache"))
     batch = prepared.collator([prepared.train[0], prepared.train[1]])
     model = VisionFamily().wrap(load_model(config, CPU, model_class()), config, CPU)
     loss = model(**batch).loss

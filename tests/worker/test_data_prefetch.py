@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
+from typed_config import typed
 from tunelab.worker.data.prepare import DataFormatError, load_raw, prepare
 from tunelab.worker.data.prefetch import DataPrefetch
 
@@ -15,15 +16,15 @@ def tokenizer(demo_assets):
     return AutoTokenizer.from_pretrained(demo_assets.model_dir)
 
 
-def _config(path, **extra) -> dict:
-    return {"local_datasets": [str(path)], "eval_steps": 0, "format": "auto", "max_seq_length": 128,
-            "training_type": "lora", **extra}
+def _config(path, **extra):
+    return typed({"local_datasets": [str(path)], "eval_steps": 0, "format": "auto", "max_seq_length": 128,
+                  "training_type": "lora", **extra})
 
 
 def test_prefetched_rows_are_the_rows_prepared_in_place(demo_assets, tokenizer, tmp_path):
     config = _config(demo_assets.chatml, train_on_completions=True)
     prefetch = DataPrefetch(config, tokenizer, tmp_path / "a")
-    in_place = prepare(config, tokenizer, load_raw(config, tmp_path / "b"))
+    in_place = prepare(typed(config), tokenizer, load_raw(config, tmp_path / "b"))
     assert len(prefetch.raw().train) == len(in_place.train) > 0
     fetched = prefetch.prepared()
     assert fetched.train["input_ids"] == in_place.train["input_ids"]

@@ -8,6 +8,7 @@ import json
 import pytest
 from transformers import AutoTokenizer
 
+from typed_config import typed
 from tunelab.worker.data.prepare import (FALLBACK_CHAT_TEMPLATE, IGNORE_INDEX, DataFormatError, load_raw, prepare, to_messages,
                                  tokenize_example)
 
@@ -17,13 +18,13 @@ def tokenizer(demo_assets):
     return AutoTokenizer.from_pretrained(demo_assets.model_dir)
 
 
-def _prepare(config: dict, tokenizer, cache_dir):
-    return prepare(config, tokenizer, load_raw(config, cache_dir))
+def _prepare(config, tokenizer, cache_dir):
+    return prepare(typed(config), tokenizer, load_raw(config, cache_dir))
 
 
-def _config(path, **extra) -> dict:
-    return {"local_datasets": [str(path)], "eval_steps": 0, "format": "auto", "max_seq_length": 256,
-            "training_type": "lora", **extra}
+def _config(path, **extra):
+    return typed({"local_datasets": [str(path)], "eval_steps": 0, "format": "auto", "max_seq_length": 256,
+                  "training_type": "lora", **extra})
 
 
 def expected_labels(ids: list[int], tokenizer) -> list[int]:
@@ -51,7 +52,7 @@ def expected_labels(ids: list[int], tokenizer) -> list[int]:
 def test_completion_mask_matches_an_independent_walk(demo_assets, tokenizer, attr, data_cache):
     config = _config(getattr(demo_assets, attr), train_on_completions=True)
     prepared = _prepare(config, tokenizer, data_cache)
-    unmasked = _prepare({**config, "train_on_completions": False}, tokenizer, data_cache)
+    unmasked = _prepare(config.model_copy(update={"train_on_completions": False}), tokenizer, data_cache)
     assert len(prepared.train) == len(unmasked.train)
     for row, plain in zip(prepared.train, unmasked.train):
         # Masking changes only the labels, never the tokens the model reads.
@@ -82,7 +83,7 @@ def test_model_without_chat_template_gets_the_fallback(demo_assets, tokenizer, d
 
 def test_masking_that_leaves_most_rows_empty_fails_with_a_reason(demo_assets, tokenizer, data_cache):
     with pytest.raises(DataFormatError) as err:
-        _prepare(_config(demo_assets.alpaca, train_on_completions=True, max_seq_length=8), tokenizer, data_cache)
+        _prepare(_config(demo_assets.chatml, train_on_completions=True, max_seq_length=16), tokenizer, data_cache)
     assert err.value.field == "train_on_completions"
     assert "max_seq_length" in str(err.value) and "rows have no tokens" in str(err.value)
 
@@ -124,8 +125,8 @@ def test_a_batch_of_rows_tokenizes_as_each_row_alone(demo_assets, tokenizer, att
     and mask are those it gets alone, in the same order."""
     config = _config(getattr(demo_assets, attr), **extra)
     raw = load_raw(config, data_cache)
-    prepared = prepare(config, tokenizer, raw)
-    alone = [tokenize_example(row, raw.format, tokenizer, config) for row in raw.train]
+    prepared = prepare(typed(config), tokenizer, raw)
+    alone = [tokenize_example(row, raw.format, tokenizer, typed(config)) for row in raw.train]
     alone = [row for row in alone if any(row["completion_mask"])]  # prepare() drops rows with nothing to learn
     assert len(alone) > 1
     assert [row["input_ids"] for row in alone] == prepared.train["input_ids"]
@@ -135,4 +136,4 @@ def test_a_batch_of_rows_tokenizes_as_each_row_alone(demo_assets, tokenizer, att
 
 def test_to_messages_keeps_a_system_column(tmp_path):
     row = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "system": "Be kind."}
-    assert to_messages(row, "chatml", {})[0] == {"role": "system", "content": "Be kind."}
+    assert to_messages(row, "chatml", typed())[0] == {"role": "system", "content": "Be kind."}

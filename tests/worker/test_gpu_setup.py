@@ -10,6 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from typed_config import typed
 from tunelab.worker.model_setup import (  # noqa: E402
     DeviceSettings,
     SetupError,
@@ -43,14 +44,14 @@ def test_loftq_on_a_local_folder_names_the_folder_peft_reads_the_weights_from(de
     # What replace_lora_weights_loftq does first: without model_path PEFT refuses a local model.
     with pytest.raises(ValueError, match="model_path"):
         _SafetensorLoader(model, None)
-    loader = _SafetensorLoader(model, loftq_weights_path(config))
+    loader = _SafetensorLoader(model, loftq_weights_path(typed(config)))
     original = loader.get_tensor("model.layers.0.self_attn.q_proj.weight")
     assert torch.equal(original, model.get_base_model().model.layers[0].self_attn.q_proj.weight.detach())
 
-    assert loftq_weights_path({"model_name": "org/hub-model"}) is None
+    assert loftq_weights_path(typed({"model_name": "org/hub-model"})) is None
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(SetupError, match="use_loftq.*safetensors"):
-        loftq_weights_path({"model_name": str(tmp_path)})
+        loftq_weights_path(typed({"model_name": str(tmp_path)}))
 
 
 @pytest.mark.parametrize("capability, flash_installed, expected", [
@@ -65,12 +66,12 @@ def test_packed_cuda_runs_get_a_varlen_attention(capability, flash_installed, ex
 
 def test_attention_follows_packing_device_and_installed_flash_attn(tmp_path, monkeypatch):
     h100 = DeviceSettings(cuda=True, precision="bf16", gradient_checkpointing=True, capability=(9, 0))
-    assert attention_for({"packing": False}, h100) == {}
+    assert attention_for(typed({"packing": False}), h100) == {}
     if importlib.util.find_spec("flash_attn") is None:  # as here: flash-attn builds only with CUDA
-        assert attention_for({"packing": True}, h100) == {"attn_implementation": "flex_attention"}
+        assert attention_for(typed({"packing": True}), h100) == {"attn_implementation": "flex_attention"}
     (tmp_path / "flash_attn").mkdir()
     (tmp_path / "flash_attn" / "__init__.py").write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert attention_for({"packing": True}, h100) == {"attn_implementation": "flash_attention_2"}
+    assert attention_for(typed({"packing": True}), h100) == {"attn_implementation": "flash_attention_2"}
     cpu = DeviceSettings(cuda=False, precision="fp32", gradient_checkpointing=False)
-    assert attention_for({"packing": True}, cpu)["attn_implementation"] not in ("flash_attention_2", "flex_attention")
+    assert attention_for(typed({"packing": True}), cpu)["attn_implementation"] not in ("flash_attention_2", "flex_attention")

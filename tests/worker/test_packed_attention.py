@@ -26,6 +26,7 @@ from transformers import (  # noqa: E402
 from trl.data_utils import pack_dataset  # noqa: E402
 from trl.trainer.sft_trainer import DataCollatorForLanguageModeling  # noqa: E402
 
+from typed_config import typed
 from tunelab.worker.families.text import packed_attention  # noqa: E402
 from tunelab.worker.model_setup import DeviceSettings, attention_for, padding_free_batches  # noqa: E402
 
@@ -163,14 +164,14 @@ def test_a_padding_free_batch_gives_the_padded_batchs_loss_and_gradients(demo_as
 
 
 def test_only_packed_or_padding_free_cpu_runs_use_it():
-    assert attention_for({"packing": True}, CPU) == {"attn_implementation": packed_attention.NAME}
-    assert attention_for({"packing": False}, CPU) == {}
-    assert attention_for({"packing": False}, CPU, padding_free=True) == {"attn_implementation": packed_attention.NAME}
+    assert attention_for(typed({"packing": True}), CPU) == {"attn_implementation": packed_attention.NAME}
+    assert attention_for(typed({"packing": False}), CPU) == {}
+    assert attention_for(typed({"packing": False}), CPU, padding_free=True) == {"attn_implementation": packed_attention.NAME}
     # Which runs go padding-free: text SFT on a CPU, unpacked, more than one row a batch.
-    assert padding_free_batches({"batch_size": 4}, CPU)
-    assert not padding_free_batches({"batch_size": 4, "packing": True}, CPU)
-    assert not padding_free_batches({"batch_size": 1}, CPU)
-    assert not padding_free_batches({"batch_size": 4, "objective": "dpo"}, CPU)
-    assert not padding_free_batches({"batch_size": 4}, DeviceSettings(cuda=True, precision="bf16", gradient_checkpointing=True))
-    cuda = attention_for({"packing": True}, DeviceSettings(cuda=True, precision="bf16", gradient_checkpointing=True))
+    assert padding_free_batches(typed({"batch_size": 4}), CPU)
+    assert not padding_free_batches(typed({"batch_size": 4, "packing": True}), CPU)
+    assert not padding_free_batches(typed({"batch_size": 1}), CPU)
+    assert not padding_free_batches(typed({"batch_size": 4, "objective": "dpo"}), CPU)
+    assert not padding_free_batches(typed({"batch_size": 4}), DeviceSettings(cuda=True, precision="bf16", gradient_checkpointing=True))
+    cuda = attention_for(typed({"packing": True}), DeviceSettings(cuda=True, precision="bf16", gradient_checkpointing=True))
     assert cuda["attn_implementation"] in ("flash_attention_2", "flex_attention")  # CUDA's own varlen kernels

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from spawned_worker import demo_config, run_to_end
 
+from typed_config import typed
 from tunelab import events as ev
 from tunelab.export.plan import ExportInputError, plan_export
 from tunelab.inference.generate import LoadRefused, load_model
@@ -88,9 +89,12 @@ def test_trust_remote_code_on_a_model_without_code_is_a_note_not_an_error(demo_a
 
     from tunelab.worker.context import WorkerContext
     from tunelab.worker.entry import check_remote_code
+    from tunelab.worker.run_config import worker_config
 
     events: queue.Queue = queue.Queue()
-    check_remote_code({"model_name": str(demo_assets.model_dir), "trust_remote_code": True}, WorkerContext(events))
+    config = worker_config({"model_name": str(demo_assets.model_dir), "trust_remote_code": True,
+                            "local_datasets": [str(demo_assets.alpaca)]})
+    check_remote_code(typed(config), WorkerContext(events))
     note = events.get_nowait()
     assert note["type"] == ev.STATUS and note["message"].startswith("note: trust_remote_code:")
     assert "changes nothing" in note["message"]

@@ -10,7 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from typed_config import typed
 from tunelab.config.run_config import parse_config  # noqa: E402
+from tunelab.worker.run_config import worker_config  # noqa: E402
 from tunelab.worker import model_setup  # noqa: E402
 from tunelab.worker.data.prepare import load_raw, prepare  # noqa: E402
 from tunelab.worker.families.text.sft_trainer import build_sft_trainer  # noqa: E402
@@ -28,17 +30,17 @@ def _batches(trainer, count: int = 3) -> list[dict]:
 
 @pytest.mark.parametrize("completions, padding_free", [(False, False), (True, True), (False, True)])
 def test_skipping_trls_pass_feeds_the_same_batches(demo_assets, tmp_path, completions, padding_free):
-    config = parse_config({"model_name": str(demo_assets.model_dir), "local_datasets": [str(demo_assets.sharegpt)], "format": "auto",
+    config = worker_config(parse_config({"model_name": str(demo_assets.model_dir), "local_datasets": [str(demo_assets.sharegpt)], "format": "auto",
               "max_seq_length": 48, "training_type": "lora", "batch_size": 2, "max_steps": 3, "eval_steps": 0,
-              "train_on_completions": completions, "seed": 5, "save_steps": 0, "logging_steps": 1}).worker_payload()
+              "train_on_completions": completions, "seed": 5, "save_steps": 0, "logging_steps": 1}).worker_payload())
     device = model_setup.DeviceSettings(cuda=False, precision="fp32", gradient_checkpointing=False)
     tokenizer = model_setup.load_tokenizer(config)
     model = model_setup.load_model(config, device, padding_free=padding_free)
-    ready = prepare(config, tokenizer, load_raw(config, tmp_path / "cache"))
+    ready = prepare(typed(config), tokenizer, load_raw(config, tmp_path / "cache"))
     assert ready.trainer_ready
 
     def trainer(prepared, name):
-        return build_sft_trainer({**config, "output_dir": str(tmp_path / name)}, device, model, tokenizer, prepared,
+        return build_sft_trainer(typed(config.model_copy(update={"output_dir": str(tmp_path / name)})), device, model, tokenizer, prepared,
                                  tmp_path / name, [], padding_free)
 
     skipped = trainer(ready, "skip")

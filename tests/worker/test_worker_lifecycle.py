@@ -139,11 +139,11 @@ def test_worker_exits_when_its_parent_dies(demo_assets, tmp_path):
             middleman.kill()
 
 
-def test_a_failure_is_reported_even_when_explaining_it_fails(demo_assets, tmp_path):
-    """The worker's last word must arrive: with an output folder too long to look up,
-    checking whether the folder caused the failure raises too (ENAMETOOLONG), and the
-    run still ends with an `error` event naming the original failure."""
+def test_a_payload_that_does_not_validate_is_reported_field_by_field(demo_assets, tmp_path):
+    """The worker's last word must arrive even when its payload is not a valid run config
+    (an unknown backend, an output folder name too long for the filesystem): the worker
+    validates it once at its entry and ends with an `error` event naming each field."""
     config = demo_config(demo_assets, tmp_path / ("o" * 300), backend="no-such-backend")
     final, _ = run_to_end(config)
     assert final["type"] == ev.ERROR
-    assert "no-such-backend" in final["error"]
+    assert "backend: must be one of" in final["error"] and "output_dir: has a part of 300 bytes" in final["error"]

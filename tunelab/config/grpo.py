@@ -91,11 +91,12 @@ def _get(spec: Any, key: str) -> Any:
     return spec.get(key) if isinstance(spec, dict) else getattr(spec, key, None)
 
 
-def generation_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """num_generations, max_completion_length and temperature with their defaults filled in."""
-    return {"num_generations": int(config.get("num_generations") or DEFAULT_NUM_GENERATIONS),
-            "max_completion_length": int(config.get("max_completion_length") or DEFAULT_MAX_COMPLETION_LENGTH),
-            "temperature": float(DEFAULT_TEMPERATURE if config.get("temperature") is None else config["temperature"])}
+def generation_settings(config: Any) -> dict[str, Any]:
+    """num_generations, max_completion_length and temperature of a run config, where it
+    left them out (None) the GRPO defaults."""
+    return {"num_generations": config.num_generations or DEFAULT_NUM_GENERATIONS,
+            "max_completion_length": config.max_completion_length or DEFAULT_MAX_COMPLETION_LENGTH,
+            "temperature": DEFAULT_TEMPERATURE if config.temperature is None else config.temperature}
 
 
 def grpo_errors(cfg: Any) -> list[tuple[str, str]]:

@@ -35,9 +35,9 @@ BETA_HELP = ("Preference objectives only: how strongly the preference term count
              "adapter-off base as reference and kl streamed). Empty: 0.1 for dpo, orpo and kto, 2.0 for simpo, 0 for grpo (no reference, no KL).")
 
 
-def beta_for(config: dict[str, Any]) -> float:
-    beta = config.get("beta")
-    return float(DEFAULT_BETA[config["objective"]] if beta is None else beta)
+def beta_for(config: Any) -> float:
+    """The run config's beta, or its objective's default where it left beta out."""
+    return DEFAULT_BETA[config.objective] if config.beta is None else config.beta
 
 
 def objective_errors(cfg: Any) -> list[tuple[str, str]]:

@@ -31,11 +31,12 @@ def evaluate(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) ->
     from tunelab.evaluate import measure, measure_media
     from tunelab.inference.generate import load_model
     from tunelab.worker.data.formats import DataFormatError
+    from tunelab.worker.run_config import stored_config
 
     def progress(message: str) -> None:
         send({"type": "progress", "message": message})
 
-    config = request["config"]
+    config = stored_config(request["config"])  # the run's stored config, read as its worker read it
     manager = None
     if request.get("tasks"):
         from tunelab.evaluate.harness import find_tasks
@@ -44,7 +45,7 @@ def evaluate(request: dict[str, Any], send: Callable[[dict[str, Any]], None]) ->
         manager = find_tasks(request["tasks"], request.get("task_path"))  # a misspelt task fails before the model loads
     progress("loading the model")
     # A speech-to-text run transcribes with the language its training set (speech_language).
-    loaded = load_model({**request["target"], "speech_language": config.get("speech_language")})
+    loaded = load_model({**request["target"], "speech_language": config.speech_language})
     media = loaded.family  # a model read through its processor (media_models.MediaFamily), None for a text model
     transcribes = media is not None and media.serves == "transcribe"  # a speech-to-text run's generations are transcripts
     raw = None

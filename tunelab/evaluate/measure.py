@@ -15,9 +15,12 @@ from __future__ import annotations
 import math
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tunelab.worker.data.formats import DataFormatError
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 # Rows of the eval split that become the default prompt set.
 DEFAULT_PROMPTS = 5
@@ -27,7 +30,7 @@ class NoEvalSplit(DataFormatError):
     """The run's config builds no eval split."""
 
 
-def eval_data(config: dict[str, Any], cache_dir: Path) -> Any:
+def eval_data(config: WorkerConfig, cache_dir: Path) -> Any:
     """The run's raw eval rows and format (`sources.RawData`), as training chose them."""
     from tunelab.worker.data.sources import load_raw
 
@@ -37,7 +40,7 @@ def eval_data(config: dict[str, Any], cache_dir: Path) -> Any:
     return raw
 
 
-def token_rows(raw: Any, config: dict[str, Any], tokenizer: Any) -> list[dict[str, list[int]]]:
+def token_rows(raw: Any, config: WorkerConfig, tokenizer: Any) -> list[dict[str, list[int]]]:
     """The eval rows as training tokenized them; rows with no labelled token are dropped, as there."""
     from tunelab.worker.data.tokenization import ensure_chat_template, tokenize_example, uses_raw_text
 
@@ -79,10 +82,10 @@ def mean_loss(model: Any, rows: list[dict[str, list[int]]], batch_size: int, dev
     return {"loss": loss, "perplexity": math.exp(loss) if loss < 700 else None, "rows": counted, "tokens": tokens}
 
 
-def perplexity(loaded: Any, config: dict[str, Any], raw: Any) -> dict[str, Any]:
+def perplexity(loaded: Any, config: WorkerConfig, raw: Any) -> dict[str, Any]:
     """Loss and perplexity of the fine-tune and of its base on the eval rows."""
     rows = token_rows(raw, config, loaded.tokenizer)
-    batch_size = int(config.get("batch_size") or 2)
+    batch_size = config.batch_size
     tokenizer = loaded.tokenizer
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (tokenizer.eos_token_id or 0)
     result: dict[str, Any] = {}
@@ -96,7 +99,7 @@ def perplexity(loaded: Any, config: dict[str, Any], raw: Any) -> dict[str, Any]:
     return result
 
 
-def default_prompts(raw: Any, config: dict[str, Any], count: int = DEFAULT_PROMPTS) -> list[dict[str, Any]]:
+def default_prompts(raw: Any, config: WorkerConfig, count: int = DEFAULT_PROMPTS) -> list[dict[str, Any]]:
     """Prompts from the first eval rows: a conversation up to its last assistant turn (that
     turn is the reference answer), or the first half of a raw text (the rest is the reference)."""
     from tunelab.worker.data.formats import to_messages, to_plain_text

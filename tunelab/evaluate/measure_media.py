@@ -17,22 +17,24 @@ from __future__ import annotations
 import base64
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tunelab.worker.data.formats import DataFormatError
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 IGNORE_INDEX = -100
 
 
-def _eval_rows(loaded: Any, config: dict[str, Any], raw: Any) -> Any:
+def _eval_rows(loaded: Any, config: WorkerConfig, raw: Any) -> Any:
     """The eval split prepared as the family prepares training rows: (rows, collator)."""
     from tunelab.worker.data.sources import RawData
 
     as_training = RawData(train=raw.eval, eval=None, format=raw.format)
     # Relative media paths resolve against the eval files' folders too; any batch size fits
     # (the real one batches the loss below).
-    settings = {**config, "batch_size": 1,
-                "local_datasets": list(config.get("local_eval_datasets") or []) + list(config.get("local_datasets") or [])}
+    settings = config.model_copy(update={"batch_size": 1, "local_datasets": config.local_eval_datasets + config.local_datasets})
     prepared = loaded.family.module().eval_rows(settings, loaded.processor, loaded.model, as_training)
     if len(prepared.train) == 0:
         raise DataFormatError("eval_split", "the eval split has no rows with tokens to measure")
@@ -48,12 +50,12 @@ def _batches(rows: Any, collator: Any, batch_size: int, device: str, dtype: Any)
                for key, value in batch.items()}
 
 
-def loss(loaded: Any, config: dict[str, Any], raw: Any) -> dict[str, Any]:
+def loss(loaded: Any, config: WorkerConfig, raw: Any) -> dict[str, Any]:
     """Loss and perplexity of the fine-tune and of its base on the eval rows (the perplexity payload)."""
     import torch
 
     rows, collator = _eval_rows(loaded, config, raw)
-    batch_size = int(config.get("batch_size") or 2)
+    batch_size = config.batch_size
     # A chat model predicts each label from the tokens before it; a transcribing (speech-to-text)
     # one's labels are its decoder's own.
     causal = loaded.family.serves != "transcribe"
@@ -76,7 +78,7 @@ def loss(loaded: Any, config: dict[str, Any], raw: Any) -> dict[str, Any]:
     return result
 
 
-def _media_file(kind: str, ref: Any, index: int, config: dict[str, Any]) -> bytes:
+def _media_file(kind: str, ref: Any, index: int, config: WorkerConfig) -> bytes:
     """The bytes of eval row `index`'s image or clip, read as training read it (relative to the
     data files; in a server's evaluation only inside the data roots), or a DataFormatError naming the row."""
     if kind == "audio":
@@ -98,7 +100,7 @@ def _media_file(kind: str, ref: Any, index: int, config: dict[str, Any]) -> byte
     return found["bytes"] or Path(found["path"]).read_bytes()
 
 
-def media_prompts(raw: Any, config: dict[str, Any], kind: str, count: int) -> list[dict[str, Any]]:
+def media_prompts(raw: Any, config: WorkerConfig, kind: str, count: int) -> list[dict[str, Any]]:
     """Prompts from the first eval rows of a vision (`kind` image) or audio chat (audio) run:
     the conversation up to its last assistant turn, its media inline (the child's form),
     that turn's text the reference."""
@@ -138,7 +140,7 @@ def without_media_data(item: dict[str, Any]) -> dict[str, Any]:
     return {**item, "messages": messages}
 
 
-def transcripts(loaded: Any, config: dict[str, Any], raw: Any, max_items: int, max_new_tokens: int,
+def transcripts(loaded: Any, config: WorkerConfig, raw: Any, max_items: int, max_new_tokens: int,
                 progress: Callable[[str], None]) -> dict[str, Any]:
     """Every eval clip transcribed by the base and by the fine-tune, and each side's word
     error rate against the transcripts (the generations payload of a speech-to-text run)."""
@@ -149,7 +151,7 @@ def transcripts(loaded: Any, config: dict[str, Any], raw: Any, max_items: int, m
 
     rows, collator = _eval_rows(loaded, config, raw)
     tokenizer = loaded.tokenizer
-    batch_size = int(config.get("batch_size") or 2)
+    batch_size = config.batch_size
     references = [tokenizer.decode(list(rows[i]["labels"]), skip_special_tokens=True).strip() for i in range(len(rows))]
     # The decoder's window holds the transcript's prefix (Whisper: <sot><lang><task><notimestamps>) and the words.
     window = getattr(loaded.model.config, "max_target_positions", None) or getattr(loaded.model.config, "max_position_embeddings", None)

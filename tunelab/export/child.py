@@ -106,9 +106,10 @@ def _processing(source: str, remote_code: bool) -> Any:
     from transformers import AutoTokenizer
 
     from tunelab.worker.families.vision.model import auto_processor
+    from tunelab.worker.run_config import model_reference
 
     if any((Path(source) / name).is_file() for name in ("processor_config.json", "preprocessor_config.json")):
-        return auto_processor({"model_name": source, "trust_remote_code": remote_code})
+        return auto_processor(model_reference(source, trust_remote_code=remote_code))
     return AutoTokenizer.from_pretrained(source, trust_remote_code=remote_code)
 
 

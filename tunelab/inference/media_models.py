@@ -50,9 +50,10 @@ def family_of(model_config: Any) -> MediaFamily | None:
 
 def load_processor(family: MediaFamily, request: dict[str, Any]) -> Any:
     """The processor the run saved beside its weights (its tokenizer and chat template as trained)."""
-    config = {"model_name": request["weights"], "trust_remote_code": bool(request["trust_remote_code"]),
-              "speech_language": request.get("speech_language")}
-    return family.module().load_processor(config)
+    from tunelab.worker.run_config import model_reference
+
+    return family.module().load_processor(model_reference(request["weights"], trust_remote_code=bool(request["trust_remote_code"]),
+                                                          speech_language=request.get("speech_language")))
 
 
 def _image(data: str, max_side: int) -> Any:

@@ -42,9 +42,10 @@ class Refused(Exception):
 def _codec(request: dict[str, Any]) -> Any:
     from tunelab.worker.context import RunSettingError
     from tunelab.worker.families.tts.codec import load_codec
+    from tunelab.worker.run_config import model_reference
 
     try:
-        return load_codec({"model_name": request["target"]["base_model"], "tts_codec": request["codec"]})
+        return load_codec(model_reference(request["target"]["base_model"], tts_codec=request["codec"]))
     except RunSettingError as exc:
         raise Refused(exc.message) from exc
 
@@ -74,13 +75,14 @@ def _speak_orpheus(request: dict[str, Any], send: Callable[[dict[str, Any]], Non
     from tunelab.worker.families.tts.data import prompt_ids
     from tunelab.worker.families.tts.model import check_codec_matches, layout_of, model_config_dict
     from tunelab.worker.families.tts.sample import write_sample
+    from tunelab.worker.run_config import model_reference
 
     target = request["target"]
     send({"type": "progress", "message": "loading the model"})
     loaded = load_model(target)
     # An adapter folder has no config.json: the layout's codebook size is its base's.
     own = Path(target["weights"]) / "config.json"
-    model_config = model_config_dict({"model_name": target["weights"] if own.is_file() else target["base_model"]})
+    model_config = model_config_dict(model_reference(target["weights"] if own.is_file() else target["base_model"]))
     try:
         layout = layout_of(loaded.tokenizer, model_config)
         codec = _codec(request)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import cached_property
 from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any, Callable
@@ -361,9 +362,10 @@ class ActiveRun:
                     world_size=self.world_size)
         return data
 
-    @property
+    @cached_property
     def world_size(self) -> int:
-        """How many training processes the run spans (all nodes together)."""
+        """How many training processes the run spans (all nodes together): planned once,
+        its payload and devices are fixed."""
         return layout.plan(self._payload, layout.visible_gpu_count(self._env)).world_size
 
     def progress_after(self, step: int) -> list[dict[str, Any]]:

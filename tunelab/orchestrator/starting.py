@@ -135,7 +135,7 @@ class RunStarter:
                    "resume_from": str(plan.resume_from) if plan.resume_from else None,
                    "resumed_from_run_id": plan.resumed_from}
         if plan.resume_from is not None:  # the world size is known only now, from the GPUs just chosen
-            check_world_size(plan.resume_from, layout.plan(payload, layout.visible_gpu_count(env)).world_size)
+            check_world_size(plan.resume_from, planned.world_size)  # memory fitting leaves the layout as planned
         devices = devices_for(chosen)
         # Before the row is running: a refused start leaves nothing behind, and a row is
         # never `running` without its owner holding the lock that says so.

@@ -1,6 +1,6 @@
 """What a backend gets from the worker entry: an event sender and the stop state.
 
-Every backend is a module with `run(config: dict, ctx: WorkerContext) -> None`. It
+Every backend is a module with `run(config: WorkerConfig, ctx: WorkerContext) -> None`. It
 announces each stage with `ctx.stage(...)` (which ends the run early, by raising
 `StopRequested`, when a stop arrived before training began), sends its events through
 `ctx.emit`, watches `ctx.stop` at step boundaries, and ends by sending exactly one

@@ -1,8 +1,9 @@
 """The spawn target of every run: `run_worker(config, events, stops)`.
 
 It sets up what every backend shares — quiet libraries, the stop-queue reader, a
-watchdog that ends the process when its parent dies — then runs the backend named by
-`config["backend"]` (`torch_backend`, or `mlx`, imported only when chosen). A backend
+watchdog that ends the process when its parent dies — then validates the payload into
+the typed `WorkerConfig` (once: everything below reads its attributes) and runs the
+backend it names (`torch_backend`, or `mlx`, imported only when chosen). A backend
 exception becomes an `error{error, stack}` event with secrets scrubbed out (out of GPU
 memory and an unwritable output folder are worded as the settings to change). After the
 last event the queue is flushed and the process leaves through `os._exit(0)`: a normal
@@ -14,7 +15,6 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-import platform
 import signal
 import sys
 import threading
@@ -23,12 +23,12 @@ import traceback
 from typing import Any
 
 from tunelab import events as ev
-from tunelab import layout
 from tunelab.remote_code import check as remote_code_check
 from tunelab.worker.data import tokenizer_threads
 from tunelab.worker.context import RunSettingError, StopRequested, WorkerContext
 from tunelab.worker.out_of_memory import explain_out_of_memory
 from tunelab.worker.output_checks import explain_output_failure
+from tunelab.worker.run_config import WorkerConfig, payload_secrets, worker_config
 
 PARENT_POLL_SECONDS = 1.0
 # A supervisor that signals every process of a job (Slurm's scancel and time limit,
@@ -53,7 +53,8 @@ QUIET_ENVIRONMENT = {
 
 
 def run_worker(config: dict[str, Any], events: Any, stops: Any) -> None:
-    """Run one training job in this (spawned) process and exit when it is over."""
+    """Run one training job in this (spawned) process and exit when it is over.
+    `config`: the parent's payload, validated in `run_in_context`."""
     prepare_process()
     ctx = WorkerContext(events)
     ctx.read_stops(stops)
@@ -80,19 +81,22 @@ def prepare_process() -> None:
     watch_parent()
 
 
-def _backend_module(config: dict[str, Any]) -> str:
+def _backend_module(config: WorkerConfig) -> str:
     """The module that trains this run: a backend in this process, or the launcher that
     starts several ranks (through torchrun or Ray) and relays their events."""
-    name = _backend_name(config)
-    if name == "torch" and layout.plan(config, layout.visible_gpu_count(os.environ)).engine != "single":
+    name = config.resolved_backend
+    if name == "torch" and config.layout.engine != "single":
         return LAUNCHER
     return BACKENDS[name]
 
 
-def run_in_context(config: dict[str, Any], ctx: WorkerContext, module: str | None = None) -> bool:
-    """Run `module.run(config, ctx)` (by default the module the config chooses); every way
-    it ends becomes exactly one final event. Returns False when it failed."""
+def run_in_context(payload: dict[str, Any] | WorkerConfig, ctx: WorkerContext, module: str | None = None) -> bool:
+    """Validate the payload into the typed config, then run `module.run(config, ctx)` (by
+    default the module the config chooses); every way it ends becomes exactly one final
+    event. Returns False when it failed."""
+    config: WorkerConfig | None = None
     try:
+        config = worker_config(payload)
         check_remote_code(config, ctx)
         backend = importlib.import_module(module or _backend_module(config))
         backend.run(config, ctx)
@@ -103,16 +107,16 @@ def run_in_context(config: dict[str, Any], ctx: WorkerContext, module: str | Non
         ctx.complete(None, f"stopped before training started{note}")
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the parent as an event
         if not ctx.finished:  # after `complete` the parent has its answer; a late failure changes nothing
-            report_failure(ctx, config, exc)
+            report_failure(ctx, config, exc, payload_secrets(payload))
         return False
     return True
 
 
-def check_remote_code(config: dict[str, Any], ctx: WorkerContext) -> None:
+def check_remote_code(config: WorkerConfig, ctx: WorkerContext) -> None:
     """With trust_remote_code, the model's code must be the approved code (if a fingerprint
     is set) before anything can import it; a model with no code of its own gets a note."""
     try:
-        code = remote_code_check.check_approved(config)
+        code = remote_code_check.check_approved(config.model_dump())
     except remote_code_check.RemoteCodeRefused as exc:
         raise RunSettingError(exc.field, str(exc)) from None
     if code is not None and code.fingerprint is None:
@@ -147,11 +151,13 @@ def stop_and_save_on_sigterm(ctx: WorkerContext, repeat_window_s: float = 0.0) -
     signal.signal(signal.SIGTERM, on_sigterm)
 
 
-def report_failure(ctx: WorkerContext, config: dict[str, Any], exc: BaseException) -> None:
+def report_failure(ctx: WorkerContext, config: WorkerConfig | None, exc: BaseException,
+                   secrets: list[str] | None = None) -> None:
     """Send the run's `error` event. This is the last word the parent gets, so it must
     not fail itself: if explaining the failure fails, the plain failure is sent; if even
-    sending fails, the process exits non-zero with the reason on stderr."""
-    message, stack = describe_failure(config, exc)
+    sending fails, the process exits non-zero with the reason on stderr. `config` is None
+    where the payload did not validate; `secrets` are then the payload's own."""
+    message, stack = describe_failure(config, exc, secrets)
     try:
         ctx.emit(ev.error(message, stack))
     except BaseException:  # noqa: BLE001 - the queue is broken: say so where the parent's log sees it
@@ -159,14 +165,16 @@ def report_failure(ctx: WorkerContext, config: dict[str, Any], exc: BaseExceptio
         os._exit(1)
 
 
-def describe_failure(config: dict[str, Any], exc: BaseException) -> tuple[str, str]:
+def describe_failure(config: WorkerConfig | None, exc: BaseException,
+                     secrets: list[str] | None = None) -> tuple[str, str]:
     """(message, stack) of a failure being handled, worded as the settings to change
     where it is a known one, with the run's secrets scrubbed out."""
-    secrets = _secrets(config)
+    secrets = (config.secret_values() if config is not None else []) + (secrets or [])
     stack = traceback.format_exc()
     try:
-        message = (explain_out_of_memory(config, exc) or explain_output_failure(config.get("output_dir"), exc)
-                   or _describe(exc))
+        known = None if config is None else (explain_out_of_memory(config, exc)
+                                             or explain_output_failure(config.output_dir, exc))
+        message = known or _describe(exc)
     except BaseException as explaining:  # noqa: BLE001 - fall back to the failure as it is
         message = f"{_describe(exc)} (looking into the output folder failed too: {_describe(explaining)})"
     return _scrub(message, secrets), _scrub(stack, secrets)
@@ -180,14 +188,6 @@ def _thread_lock_for_tqdm() -> None:
 
     tqdm.set_lock(threading.RLock())
 
-
-def _backend_name(config: dict[str, Any]) -> str:
-    name = config.get("backend") or "auto"
-    if name == "auto":
-        name = "mlx" if platform.system() == "Darwin" and platform.machine() == "arm64" else "torch"
-    if name not in BACKENDS:
-        raise ValueError(f"backend: unknown backend {name!r}; use one of {sorted(BACKENDS)}")
-    return name
 
 
 def watch_parent(poll_seconds: float = PARENT_POLL_SECONDS) -> threading.Thread:
@@ -213,12 +213,6 @@ def _describe(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
-
-def _secrets(config: dict[str, Any]) -> list[str]:
-    found = [config.get("hf_token"), config.get("wandb_token")]
-    s3 = config.get("s3") or {}
-    found += [s3.get(k) for k in ("access_key_id", "secret_access_key", "session_token")]
-    return [s for s in found if isinstance(s, str) and s]
 
 
 def _scrub(text: str, secrets: list[str]) -> str:

@@ -17,30 +17,33 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab import events
 from tunelab.worker.context import WorkerContext
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 # A failure's reason, kept to what reads well in one line of a run's message.
 REASON_MAX_CHARS = 600
 
 
-def export_after_training(ctx: WorkerContext, config: dict[str, Any], trainer: Any, output_dir: Path) -> str:
-    """Export as `config["export_after"]` asks; the note for the completion message
+def export_after_training(ctx: WorkerContext, config: WorkerConfig, trainer: Any, output_dir: Path) -> str:
+    """Export as `config.export_after` asks; the note for the completion message
     ("; exported merged to <dest>", "; merged export failed: <why>"), or "" when none was asked."""
-    fmt = config.get("export_after")
+    fmt = config.export_after
     if not fmt:
         return ""
     if ctx.stop is not None:  # a stop that arrived as training ended: the user wants the process to end
         return _not_exported(ctx, fmt, "skipped", "a stop was requested; run `tunelab export` once the run is recorded")
-    if config.get("run_id") is None:  # the orchestrator adds it to the payload; a bare worker has none
+    if config.run_id is None:  # the orchestrator adds it to the payload; a bare worker has none
         return _not_exported(ctx, fmt, "skipped", "this worker was not told its run id; run `tunelab export` instead")
     from tunelab.export.plan import ExportError, plan_export
     from tunelab.export.run import carry_out_in_process
 
     try:
-        plan = plan_export(_run_record(config, output_dir), config.get("run_id"), fmt, None, None)
+        plan = plan_export(_run_record(config, output_dir), config.run_id, fmt, None, None)
         ctx.stage("exporting", f"Exporting {fmt} to {plan.dest}")
         _free_training_memory(trainer)
         result = carry_out_in_process(plan)
@@ -51,11 +54,11 @@ def export_after_training(ctx: WorkerContext, config: dict[str, Any], trainer: A
     return f"; exported {fmt} to {result.plan.dest}"
 
 
-def _run_record(config: dict[str, Any], output_dir: Path) -> dict[str, Any]:
+def _run_record(config: WorkerConfig, output_dir: Path) -> dict[str, Any]:
     """What `plan_export` reads of the store's row, as the run will be recorded: completed,
     with its folder and config (the row itself is written by the parent after this process ends)."""
-    return {"id": config.get("run_id"), "status": "completed", "output_dir": str(output_dir), "config": config,
-            "model_name": config.get("model_name"), "resumed_from_run_id": config.get("resumed_from_run_id")}
+    return {"id": config.run_id, "status": "completed", "output_dir": str(output_dir), "config": config.model_dump(mode="json"),
+            "model_name": config.model_name, "resumed_from_run_id": config.resumed_from_run_id}
 
 
 def _free_training_memory(trainer: Any) -> None:

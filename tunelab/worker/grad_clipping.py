@@ -15,10 +15,13 @@ when it unscales, before this callback, and still skips that step.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import TrainerCallback
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 class GradientClipper(TrainerCallback):
@@ -37,7 +40,7 @@ class GradientClipper(TrainerCallback):
             torch.nn.utils.clip_grad_value_(params, self.value)
 
 
-def gradient_clipper(config: dict[str, Any]) -> list[GradientClipper]:
+def gradient_clipper(config: WorkerConfig) -> list[GradientClipper]:
     """The callback when the run asks for either clip, else none (nothing to do per step)."""
-    leaf_norm, value = config.get("max_grad_leaf_norm"), config.get("max_grad_value")
+    leaf_norm, value = config.max_grad_leaf_norm, config.max_grad_value
     return [GradientClipper(leaf_norm, value)] if leaf_norm or value else []

@@ -8,33 +8,36 @@ missing files, and the tokenizer set-up the media chat collators rely on live he
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker.context import RunSettingError
 
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
-def hub_kwargs(config: dict[str, Any]) -> dict[str, Any]:
+
+def hub_kwargs(config: WorkerConfig) -> dict[str, Any]:
     """The `from_pretrained` arguments a run's settings give: its hub token and remote-code choice."""
-    return {"token": config.get("hf_token") or None, "trust_remote_code": bool(config.get("trust_remote_code"))}
+    return {"token": config.hf_token or None, "trust_remote_code": config.trust_remote_code}
 
 
-def model_config_or_none(config: dict[str, Any]) -> Any:
+def model_config_or_none(config: WorkerConfig) -> Any:
     """The run's model config, or None where it does not load (the model load reports the
     real problem, in its own words)."""
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(config["model_name"], **hub_kwargs(config))
+        return AutoConfig.from_pretrained(config.model_name, **hub_kwargs(config))
     except (OSError, ValueError, KeyError):
         return None
 
 
-def load_auto_processor(config: dict[str, Any], kind: str, files: str) -> Any:
+def load_auto_processor(config: WorkerConfig, kind: str, files: str) -> Any:
     """`AutoProcessor` for the run's model; one that does not load is a `model_name` error
     saying the model is a `kind` whose folder needs `files`."""
     from transformers import AutoProcessor
 
-    name = config["model_name"]
+    name = config.model_name
     try:
         return AutoProcessor.from_pretrained(name, **hub_kwargs(config))
     except (OSError, ValueError) as exc:

@@ -17,15 +17,14 @@ language), a kind switched off freezes that kind's linear layers.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tunelab.config.run_config import FINETUNE_SWITCHES
 
-
-def _on(config: dict[str, Any], name: str) -> bool:
-    return config.get(name, True) is not False
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 def _language_model(model: Any) -> Any:
@@ -54,24 +53,24 @@ def classify_linear_layers(model: Any) -> dict[str, tuple[str, str]]:
     return found
 
 
-def switches_at_default(config: dict[str, Any]) -> bool:
-    return all(config.get(name, True) is not False for name in FINETUNE_SWITCHES)
+def switches_at_default(config: WorkerConfig) -> bool:
+    return all(getattr(config, name) for name in FINETUNE_SWITCHES)  # every switch is on by default
 
 
-def select_targets(model: Any, config: dict[str, Any]) -> list[str]:
+def select_targets(model: Any, config: WorkerConfig) -> list[str]:
     """Full names of the linear layers the switches choose (config validation makes sure
     at least one part and one kind are on)."""
     parts, kinds = _chosen(config)
     return sorted(name for name, (part, kind) in classify_linear_layers(model).items() if part in parts and kind in kinds)
 
 
-def _chosen(config: dict[str, Any]) -> tuple[set[str], set[str]]:
-    parts = {part for part in ("vision", "language") if _on(config, f"finetune_{part}_layers")}
-    kinds = {kind for kind in ("attention", "mlp") if _on(config, f"finetune_{kind}_modules")}
+def _chosen(config: WorkerConfig) -> tuple[set[str], set[str]]:
+    parts = {part for part, on in (("vision", config.finetune_vision_layers), ("language", config.finetune_language_layers)) if on}
+    kinds = {kind for kind, on in (("attention", config.finetune_attention_modules), ("mlp", config.finetune_mlp_modules)) if on}
     return parts, kinds
 
 
-def freeze_switched_off(model: Any, config: dict[str, Any]) -> None:
+def freeze_switched_off(model: Any, config: WorkerConfig) -> None:
     """Full fine-tuning: freeze the parameters the switches turn off (the rest stay trainable)."""
     parts, kinds = _chosen(config)
     language = {id(p) for p in _language_model(model).parameters()}

@@ -16,12 +16,15 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from tunelab.config.run_config import DEFAULT_TARGET_MODULES
 from tunelab.worker.context import RunSettingError
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 # Narrowest hidden size at which bf16 autocast beats fp32 on a bf16-capable CPU (measured:
@@ -53,14 +56,14 @@ def cuda_precision(capability: tuple[int, int]) -> str:
     return "bf16" if capability >= (8, 0) else "fp16"
 
 
-def device_settings(config: dict[str, Any]) -> DeviceSettings:
+def device_settings(config: WorkerConfig) -> DeviceSettings:
     cuda = torch.cuda.is_available()
-    precision = config.get("precision") or "auto"
+    precision = config.precision
     if precision == "auto":
         precision = cuda_precision(tuple(torch.cuda.get_device_capability())) if cuda else "fp32"
     if precision == "fp16" and not cuda:
         raise SetupError("precision", "fp16 training needs a CUDA GPU; use precision=fp32 (or bf16) on this machine")
-    checkpointing = config.get("gradient_checkpointing")
+    checkpointing = config.gradient_checkpointing
     return DeviceSettings(cuda=cuda, precision=precision, gradient_checkpointing=cuda if checkpointing is None else bool(checkpointing),
                           capability=tuple(torch.cuda.get_device_capability()) if cuda else None)
 
@@ -71,10 +74,10 @@ def native_cpu_bf16() -> bool:
     return any(getattr(torch.cpu, probe, lambda: False)() for probe in probes)
 
 
-def settle_cpu_precision(config: dict[str, Any], device: DeviceSettings, model: Any) -> DeviceSettings:
+def settle_cpu_precision(config: WorkerConfig, device: DeviceSettings, model: Any) -> DeviceSettings:
     """The automatic CPU precision, once the model is known: bf16 autocast where the CPU
     and the model's width make it pay (the weights stay as loaded, in fp32), else fp32."""
-    if device.cuda or (config.get("precision") or "auto") != "auto":
+    if device.cuda or config.precision != "auto":
         return device
     model_config = getattr(model, "config", None)
     # A vision-language model's width is its language model's (the text sub-config).
@@ -85,11 +88,11 @@ def settle_cpu_precision(config: dict[str, Any], device: DeviceSettings, model: 
     return device
 
 
-def load_tokenizer(config: dict[str, Any]) -> Any:
+def load_tokenizer(config: WorkerConfig) -> Any:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(
-        config["model_name"], token=config.get("hf_token") or None, trust_remote_code=bool(config.get("trust_remote_code"))
+        config.model_name, token=config.hf_token or None, trust_remote_code=config.trust_remote_code
     )
     if tokenizer.pad_token is None:
         # Padding positions are masked out of the loss, so any known token can stand in.
@@ -100,7 +103,7 @@ def load_tokenizer(config: dict[str, Any]) -> Any:
     return tokenizer
 
 
-def load_model(config: dict[str, Any], device: DeviceSettings, auto_class: Any = None, padding_free: bool = False) -> Any:
+def load_model(config: WorkerConfig, device: DeviceSettings, auto_class: Any = None, padding_free: bool = False) -> Any:
     """The model through `auto_class` (AutoModelForCausalLM unless a family names another);
     `padding_free`: it will train on padding-free batches (see `padding_free_batches`)."""
     from transformers import AutoModelForCausalLM
@@ -108,11 +111,11 @@ def load_model(config: dict[str, Any], device: DeviceSettings, auto_class: Any =
     auto_class = auto_class or AutoModelForCausalLM
 
     kwargs: dict[str, Any] = {
-        "token": config.get("hf_token") or None,
-        "trust_remote_code": bool(config.get("trust_remote_code")),
-        "dtype": device.load_dtype if config.get("training_type") in ("lora", "qlora") else torch.float32,
+        "token": config.hf_token or None,
+        "trust_remote_code": config.trust_remote_code,
+        "dtype": device.load_dtype if config.training_type in ("lora", "qlora") else torch.float32,
     }
-    if config.get("load_in_4bit"):
+    if config.load_in_4bit:
         if not device.cuda:
             raise SetupError("load_in_4bit", "4-bit loading (QLoRA) needs a CUDA GPU and none is visible; use training_type=lora with load_in_4bit=false")
         from transformers import BitsAndBytesConfig
@@ -124,33 +127,33 @@ def load_model(config: dict[str, Any], device: DeviceSettings, auto_class: Any =
         kwargs["device_map"] = {"": torch.cuda.current_device()}  # each rank its own GPU (rank_entry sets it)
     attention = attention_for(config, device, padding_free)
     try:
-        model = auto_class.from_pretrained(config["model_name"], **kwargs, **attention)
+        model = auto_class.from_pretrained(config.model_name, **kwargs, **attention)
     except ValueError:
         if not attention:
             raise
         # A model class without pluggable attention (some remote code): its own default it is.
-        model = auto_class.from_pretrained(config["model_name"], **kwargs)
+        model = auto_class.from_pretrained(config.model_name, **kwargs)
     # The KV cache is useless while training and warns with gradient checkpointing.
     model.config.use_cache = False
     return model
 
 
-def padding_free_batches(config: dict[str, Any], device: DeviceSettings) -> bool:
+def padding_free_batches(config: WorkerConfig, device: DeviceSettings) -> bool:
     """Whether a text SFT run's micro-batches go without padding: on a CPU without packing,
     each micro-batch's rows are laid end to end (TRL's `padding_free`) and `packed_attention`
     keeps every row to itself. The same rows, labels and loss as a padded batch, without
     the compute spent on padding (half or more of a batch of chat rows of mixed lengths).
     On CUDA padded batches stay (dense kernels are cheap there; packing is the choice)."""
-    return (not device.cuda and not config.get("packing") and (config.get("objective") or "sft") == "sft"
-            and int(config.get("batch_size") or 2) > 1)
+    return (not device.cuda and not config.packing and config.objective == "sft"
+            and config.batch_size > 1)
 
 
-def attention_for(config: dict[str, Any], device: DeviceSettings, padding_free: bool = False) -> dict[str, Any]:
+def attention_for(config: WorkerConfig, device: DeviceSettings, padding_free: bool = False) -> dict[str, Any]:
     """Packed (and padding-free) runs attend per example without a dense mask over the
     flattened batch (which sdpa builds: quadratic in batch x length, and no flash kernel):
     on CPU through `packed_attention`, on CUDA through `cuda_packed_attention`. Everything
     else keeps the library's default attention."""
-    if not config.get("packing") and not padding_free:
+    if not config.packing and not padding_free:
         return {}
     if device.cuda:
         flash_installed = importlib.util.find_spec("flash_attn") is not None
@@ -175,44 +178,44 @@ def default_target_modules(model: Any) -> list[str] | str:
     return present or "all-linear"
 
 
-def wrap_for_training(model: Any, config: dict[str, Any], device: DeviceSettings, targets: list[str] | None = None,
+def wrap_for_training(model: Any, config: WorkerConfig, device: DeviceSettings, targets: list[str] | None = None,
                       task_type: str | None = "CAUSAL_LM") -> Any:
     """LoRA-family adapters for lora/qlora; full fine-tuning and continued pretraining train every weight.
     `targets` (the family's choice from the finetune_* switches) stands in for the default
     targets; an explicit `target_modules` overrides both. `task_type` picks PEFT's wrapper
     (None: the plain one, which passes every input through to the model unchanged)."""
-    if config.get("training_type") not in ("lora", "qlora"):
+    if config.training_type not in ("lora", "qlora"):
         for parameter in model.parameters():
             parameter.requires_grad_(True)
         return model
     from peft import LoftQConfig, LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
-    quantized = bool(config.get("load_in_4bit"))
+    quantized = config.load_in_4bit
     if quantized:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=device.gradient_checkpointing,
                                                 gradient_checkpointing_kwargs={"use_reentrant": False})
     elif device.gradient_checkpointing:
         # Checkpointed blocks need an input that requires grad, or the frozen base cuts the graph.
         model.enable_input_require_grads()
-    loftq = bool(config.get("use_loftq"))
+    loftq = config.use_loftq
     if loftq and not device.cuda:
         raise SetupError("use_loftq", "PEFT's LoftQ initialisation runs its quantisation on a CUDA GPU and none is visible; remove use_loftq on this machine")
-    targets = config.get("target_modules") or targets or default_target_modules(model)
+    targets = config.target_modules or targets or default_target_modules(model)
     whole = {}
-    if config.get("embedding_learning_rate") is not None:
+    if config.embedding_learning_rate is not None:
         from tunelab.worker.families.embedding.rate import modules_to_save, ties_embeddings
 
         # The embeddings and head train whole beside the adapter, at their own rate.
         whole = {"modules_to_save": modules_to_save(model), "ensure_weight_tying": ties_embeddings(model)}
     lora = LoraConfig(
         task_type=task_type,
-        r=int(config.get("lora_r") or 16),
-        lora_alpha=float(config.get("lora_alpha") or 16),
-        lora_dropout=float(config.get("lora_dropout") or 0.0),
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
         target_modules=targets,
         bias="none",
-        use_rslora=bool(config.get("use_rslora")),
-        use_dora=bool(config.get("use_dora")),
+        use_rslora=config.use_rslora,
+        use_dora=config.use_dora,
         **whole,
         # LoftQ on an unquantized model quantizes inside PEFT; a 4-bit model gets it below.
         **({"init_lora_weights": "loftq", "loftq_config": LoftQConfig(loftq_bits=4)} if loftq and not quantized else {}),
@@ -228,11 +231,11 @@ def wrap_for_training(model: Any, config: dict[str, Any], device: DeviceSettings
     return model
 
 
-def loftq_weights_path(config: dict[str, Any]) -> str | None:
+def loftq_weights_path(config: WorkerConfig) -> str | None:
     """Where PEFT's LoftQ replacement reads the unquantised weights: a local model folder
     must be named (PEFT finds only hub downloads by itself), and must hold safetensors,
     the only format PEFT can read lazily; None for a hub id."""
-    folder = Path(config["model_name"]).expanduser()
+    folder = Path(config.model_name).expanduser()
     if not folder.is_dir():
         return None
     if not any(folder.glob("*.safetensors")):

@@ -10,9 +10,12 @@ checkpoint, the way to continue from it with them — a run keeps only what it s
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tunelab.checkpoints import latest_valid_checkpoint
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -23,22 +26,22 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
 
 
-def explain_out_of_memory(config: dict[str, Any], exc: BaseException) -> str | None:
+def explain_out_of_memory(config: "WorkerConfig", exc: BaseException) -> str | None:
     """The error message for an out-of-memory failure, or None for any other failure."""
     if not is_out_of_memory(exc):
         return None
     first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    batch, accumulation = config.get("batch_size") or 2, config.get("gradient_accumulation_steps") or 1
+    batch, accumulation = config.batch_size, config.gradient_accumulation_steps
     changes = [
         f"lower batch_size (now {batch}) and raise gradient_accumulation_steps (now {accumulation}) to keep the effective batch",
-        f"lower max_seq_length (now {config.get('max_seq_length') or 2048})",
+        f"lower max_seq_length (now {config.max_seq_length})",
     ]
-    if config.get("gradient_checkpointing") is False:  # None is on wherever CUDA is
+    if config.gradient_checkpointing is False:  # None is on wherever CUDA is
         changes.append("set gradient_checkpointing=true")
-    if config.get("training_type") != "qlora":
+    if config.training_type != "qlora":
         changes.append("use training_type=qlora (a 4-bit base)")
     changes.append("or use a GPU with more free memory (several GPUs per run need multi-GPU runs)")
-    checkpoint = latest_valid_checkpoint(config.get("output_dir"))
+    checkpoint = latest_valid_checkpoint(config.output_dir)
     if checkpoint is not None:
         after = (f"{checkpoint.name} was kept: start again with resume_from={checkpoint} and the changed settings "
                  "(or resume this run as it is)")

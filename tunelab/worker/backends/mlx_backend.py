@@ -19,7 +19,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if sys.platform != "darwin":
     # MLX's CPU build compiles fused kernels with g++ on first use (~34 s per fresh temp
@@ -43,14 +43,17 @@ from tunelab.worker.backends.mlx_checkpoint import (
 )
 from tunelab.worker.backends.mlx_loop import BatchPlan, GradientClips, StepResult, Trainer, make_optimizer, warmup_steps_for
 
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
-def run(config: dict[str, Any], ctx: WorkerContext) -> None:
-    output_dir = Path(config["output_dir"])
+
+def run(config: WorkerConfig, ctx: WorkerContext) -> None:
+    output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     ctx.emit(events.make(events.OUTPUT_DIR, output_dir=str(output_dir)))
-    seed = int(config.get("seed") or 0)
+    seed = config.seed
 
-    ctx.stage("loading_model", f"Loading model {config['model_name']} with MLX")
+    ctx.stage("loading_model", f"Loading model {config.model_name} with MLX")
     ctx.emit(events.make(events.MODEL_LOAD_STARTED))
     with _stall_watch(config, ctx):
         model, tokenizer, model_config = _load_model(config)
@@ -68,13 +71,13 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     ctx.stage("configuring", _describe_method(config))
     mx.random.seed(seed)  # adapter initialisation draws from MLX's global generator
     adapter_config = _configure_training(model, config)
-    plan = BatchPlan(len(train_rows), int(config["batch_size"]), int(config["gradient_accumulation_steps"]), seed)
-    total_steps = plan.total_steps(int(config.get("max_steps") or 0), float(config.get("num_epochs") or 0))
+    plan = BatchPlan(len(train_rows), config.batch_size, config.gradient_accumulation_steps, seed)
+    total_steps = plan.total_steps(config.max_steps, config.num_epochs)
     optimizer = make_optimizer(config, total_steps)
     start_step, history, tokens_before = 0, [], 0
-    if config.get("resume_from"):
+    if config.resume_from:
         try:
-            state = load_checkpoint(Path(config["resume_from"]), model, optimizer, adapter_config)
+            state = load_checkpoint(Path(config.resume_from), model, optimizer, adapter_config)
         except CheckpointMismatch as exc:
             raise RunSettingError("resume_from", str(exc)) from exc
         start_step, history, tokens_before = int(state["global_step"]), list(state.get("log_history") or []), int(state.get("num_tokens") or 0)
@@ -84,7 +87,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     trainer = Trainer(model, optimizer, train_rows, eval_rows, plan, _pad_id(hf_tokenizer),
                       GradientClips.from_config(config), seed)
     run_state = _RunState(config, plan, total_steps, output_dir, adapter_config, history, tokens_before,
-                          {"lr_scheduler_type": config.get("lr_scheduler_type") or "linear",
+                          {"lr_scheduler_type": config.lr_scheduler_type,
                            "warmup_steps": warmup_steps_for(config, total_steps), "total_steps": total_steps})
 
     ctx.stage("training", f"Training from step {start_step}" if start_step else "Training")
@@ -113,7 +116,7 @@ def _finish(ctx: WorkerContext, run_state: "_RunState", trainer: Trainer, tokeni
 class _RunState:
     """Bookkeeping around the trainer: progress events, logging history, periodic saves."""
 
-    def __init__(self, config: dict[str, Any], plan: BatchPlan, total_steps: int, output_dir: Path,
+    def __init__(self, config: WorkerConfig, plan: BatchPlan, total_steps: int, output_dir: Path,
                  adapter_config: dict[str, Any], history: list[dict[str, Any]], tokens_before: int, scheduler: dict[str, Any]):
         self.config = config
         self.plan = plan
@@ -126,8 +129,8 @@ class _RunState:
 
     def train(self, ctx: WorkerContext, trainer: Trainer, start_step: int, eval_every: int) -> int:
         """Train until the last step or a stop; return the step reached."""
-        logging_steps = max(1, int(self.config.get("logging_steps") or 1))
-        save_steps = int(self.config.get("save_steps") or 0)
+        logging_steps = max(1, self.config.logging_steps)
+        save_steps = self.config.save_steps
         started, step, pending = time.monotonic(), start_step, []
         for step, result in trainer.steps(start_step + 1, self.total_steps, lambda: ctx.stop is not None):
             self.num_tokens += result.input_tokens
@@ -172,22 +175,22 @@ class _RunState:
             {"epoch": self.plan.epoch_of(step), "max_steps": self.total_steps, "num_tokens": self.num_tokens,
              "log_history": self.history, "backend": "mlx"},
         )
-        rotate_checkpoints(self.output_dir, self.config.get("save_total_limit"))
+        rotate_checkpoints(self.output_dir, self.config.save_total_limit)
         return folder
 
 
-def _stall_watch(config: dict[str, Any], ctx: WorkerContext) -> Any:
-    if Path(config["model_name"]).expanduser().exists():
+def _stall_watch(config: WorkerConfig, ctx: WorkerContext) -> Any:
+    if Path(config.model_name).expanduser().exists():
         return nullcontext()  # a local folder downloads nothing
     from tunelab.worker.stall import DownloadStallWatch, hub_cache_folders
 
     # mlx-lm downloads through huggingface_hub into the same cache as transformers.
-    return DownloadStallWatch(ctx, hub_cache_folders(config["model_name"]))
+    return DownloadStallWatch(ctx, hub_cache_folders(config.model_name))
 
 
-def _describe_method(config: dict[str, Any]) -> str:
-    method = config["training_type"]
-    extras = [name.removeprefix("use_") for name in ("use_dora", "use_rslora") if config.get(name)]
+def _describe_method(config: WorkerConfig) -> str:
+    method = config.training_type
+    extras = [name for name, on in (("dora", config.use_dora), ("rslora", config.use_rslora)) if on]
     device = "Metal GPU" if mx.metal.is_available() else "CPU"
     return f"Setting up {method}{' (' + ', '.join(extras) + ')' if extras else ''} with MLX on {device}"
 
@@ -200,50 +203,50 @@ def _peak_memory_gb() -> float:
     return peak * (1 if sys.platform == "darwin" else 1024) / 2**30  # bytes on macOS, KiB on Linux
 
 
-def _load_model(config: dict[str, Any]) -> tuple[nn.Module, Any, dict[str, Any]]:
-    if config.get("hf_token"):
+def _load_model(config: WorkerConfig) -> tuple[nn.Module, Any, dict[str, Any]]:
+    if config.hf_token:
         # mlx-lm downloads through huggingface_hub, which reads the token from here.
-        os.environ["HF_TOKEN"] = config["hf_token"]
+        os.environ["HF_TOKEN"] = config.hf_token
     from mlx_lm import load
 
     from tunelab import families
     from tunelab.worker.families.model_files import model_files  # torch-free, as MLX runs without torch
 
     # The start checks catch most; a hub model not yet cached, or a plain encoder, lands here.
-    refusal = families.detect(model_files(config)).backend_refusal(config["model_name"], "mlx")
+    refusal = families.detect(model_files(config)).backend_refusal(config.model_name, "mlx")
     if refusal:
         raise RunSettingError("backend", refusal)
-    model, tokenizer, model_config = load(config["model_name"], return_config=True,
-                                          trust_remote_code=bool(config.get("trust_remote_code")))
-    precision = config.get("precision") or "auto"
+    model, tokenizer, model_config = load(config.model_name, return_config=True,
+                                          trust_remote_code=config.trust_remote_code)
+    precision = config.precision
     if precision != "auto":
         # "auto" trains in the dtype the weights were saved in, as mlx-lm does.
         model.set_dtype({"fp32": mx.float32, "bf16": mx.bfloat16, "fp16": mx.float16}[precision])
     return model, tokenizer, model_config
 
 
-def _configure_training(model: nn.Module, config: dict[str, Any]) -> dict[str, Any]:
+def _configure_training(model: nn.Module, config: WorkerConfig) -> dict[str, Any]:
     """Make the right weights trainable; return the adapter description saved with the run."""
     layers = len(model.layers)
-    if config.get("gradient_checkpointing"):
+    if config.gradient_checkpointing:
         from mlx_lm.tuner.trainer import grad_checkpoint
 
         grad_checkpoint(model.layers[0])
-    if config["training_type"] not in ("lora", "qlora"):
+    if config.training_type not in ("lora", "qlora"):
         model.unfreeze()
         return {"fine_tune_type": "full", "num_layers": layers, "lora_parameters": None, "backend": "mlx",
-                "base_model_name_or_path": config["model_name"]}
+                "base_model_name_or_path": config.model_name}
     from mlx_lm.tuner.utils import linear_to_lora_layers
 
-    rank, alpha = int(config["lora_r"]), float(config["lora_alpha"])
+    rank, alpha = config.lora_r, config.lora_alpha
     # rsLoRA differs from LoRA only in its scale: alpha / sqrt(r) instead of alpha / r.
-    scale = alpha / math.sqrt(rank) if config.get("use_rslora") else alpha / rank
-    keys = _lora_keys(model, config.get("target_modules") or list(DEFAULT_TARGET_MODULES), explicit=bool(config.get("target_modules")))
-    lora_parameters = {"rank": rank, "scale": scale, "dropout": float(config.get("lora_dropout") or 0.0), "keys": keys}
+    scale = alpha / math.sqrt(rank) if config.use_rslora else alpha / rank
+    keys = _lora_keys(model, config.target_modules or list(DEFAULT_TARGET_MODULES), explicit=bool(config.target_modules))
+    lora_parameters = {"rank": rank, "scale": scale, "dropout": config.lora_dropout, "keys": keys}
     model.freeze()
-    linear_to_lora_layers(model, layers, lora_parameters, use_dora=bool(config.get("use_dora")))
-    return {"fine_tune_type": "dora" if config.get("use_dora") else "lora", "num_layers": layers,
-            "lora_parameters": lora_parameters, "backend": "mlx", "base_model_name_or_path": config["model_name"]}
+    linear_to_lora_layers(model, layers, lora_parameters, use_dora=config.use_dora)
+    return {"fine_tune_type": "dora" if config.use_dora else "lora", "num_layers": layers,
+            "lora_parameters": lora_parameters, "backend": "mlx", "base_model_name_or_path": config.model_name}
 
 
 def _lora_keys(model: nn.Module, targets: list[str], explicit: bool) -> list[str]:
@@ -259,9 +262,9 @@ def _lora_keys(model: nn.Module, targets: list[str], explicit: bool) -> list[str
     return keys
 
 
-def _eval_interval(config: dict[str, Any], total_steps: int) -> int:
+def _eval_interval(config: WorkerConfig, total_steps: int) -> int:
     """Steps between evaluations: eval_steps >= 1 is a count, < 1 a share of the run."""
-    every = float(config.get("eval_steps") or 0)
+    every = config.eval_steps
     if every <= 0:
         return 0
     return max(1, math.ceil(every * total_steps)) if every < 1 else int(every)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -24,6 +24,10 @@ from mlx.utils import tree_map
 
 from tunelab.config.run_config import MLX_LR_SCHEDULERS
 from tunelab.worker.data.prepare import IGNORE_INDEX
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
+
 
 Row = dict[str, list[int]]  # one tokenized example: input_ids and labels
 
@@ -98,11 +102,11 @@ def loss_sum(model: nn.Module, inputs: mx.array, labels: mx.array) -> tuple[mx.a
     return ce.astype(mx.float32).sum(), mask.sum()
 
 
-def warmup_steps_for(config: dict[str, Any], total_steps: int) -> int:
-    if config.get("warmup_steps") is not None:
-        return int(config["warmup_steps"])
-    if config.get("warmup_ratio") is not None:
-        return math.ceil(float(config["warmup_ratio"]) * total_steps)
+def warmup_steps_for(config: WorkerConfig, total_steps: int) -> int:
+    if config.warmup_steps is not None:
+        return int(config.warmup_steps)
+    if config.warmup_ratio is not None:
+        return math.ceil(float(config.warmup_ratio) * total_steps)
     return 0
 
 
@@ -127,15 +131,15 @@ def make_schedule(kind: str, base_lr: float, warmup: int, total: int) -> Callabl
     return schedule
 
 
-def make_optimizer(config: dict[str, Any], total_steps: int) -> optim.AdamW:
+def make_optimizer(config: WorkerConfig, total_steps: int) -> optim.AdamW:
     schedule = make_schedule(
-        config.get("lr_scheduler_type") or "linear",
-        float(config["learning_rate"]),
+        config.lr_scheduler_type,
+        config.learning_rate,
         warmup_steps_for(config, total_steps),
         total_steps,
     )
     # bias_correction matches torch's AdamW, which the other backend uses.
-    return optim.AdamW(learning_rate=schedule, weight_decay=float(config.get("weight_decay") or 0.0), bias_correction=True)
+    return optim.AdamW(learning_rate=schedule, weight_decay=config.weight_decay, bias_correction=True)
 
 
 @dataclass
@@ -158,8 +162,9 @@ class GradientClips:
     value: float = 0.0
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> "GradientClips":
-        return cls(*(max(0.0, float(config.get(name) or 0.0)) for name in ("max_grad_norm", "max_grad_leaf_norm", "max_grad_value")))
+    def from_config(cls, config: WorkerConfig) -> "GradientClips":
+        bounds = (config.max_grad_norm, config.max_grad_leaf_norm, config.max_grad_value)
+        return cls(*(max(0.0, bound or 0.0) for bound in bounds))  # None (the two optional ones) and 0 are off
 
     def apply(self, grads: Any) -> tuple[Any, mx.array]:
         grads, norm = optim.clip_grad_norm(grads, self.total_norm if self.total_norm > 0 else math.inf)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab import events, families, paths
 from tunelab.run_facts import write_run_facts
@@ -29,6 +29,9 @@ from tunelab.worker.data import prepare as data
 from tunelab.worker.context import WorkerContext
 from tunelab.worker.families.protocol import TrainingFamily
 from tunelab.worker.stall import DownloadStallWatch, hub_cache_folders
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 def _family_words(family: str) -> str:
@@ -42,12 +45,12 @@ def _family_words(family: str) -> str:
         return f" of a {family} model"
 
 
-def run(config: dict[str, Any], ctx: WorkerContext) -> None:
-    output_dir = Path(config["output_dir"])
+def run(config: WorkerConfig, ctx: WorkerContext) -> None:
+    output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     ctx.emit(events.make(events.OUTPUT_DIR, output_dir=str(output_dir)))
 
-    ctx.stage("loading_model", f"Loading model {config['model_name']}")
+    ctx.stage("loading_model", f"Loading model {config.model_name}")
     # The heavy imports (~6 s) come after the first stop check, so an early stop is quick.
     from tunelab.worker.bnb_import import import_bitsandbytes
 
@@ -59,7 +62,6 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     from tunelab.worker.families import registry as families
     from tunelab.worker.launch import ranks
     from tunelab.worker.methods.registry import for_objective
-    from tunelab.worker.trainer_setup import seed_of
 
     device = model_setup.device_settings(config)
     ctx.emit(events.make(events.MODEL_LOAD_STARTED))
@@ -84,9 +86,9 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     ctx.stage("configuring", _describe_method(config, device, model, family.name))
     # Adapter weights are drawn from the global generator: seed it, or two runs with the
     # same seed start from different adapters (the Trainer seeds only later).
-    transformers.set_seed(seed_of(config))
+    transformers.set_seed(config.seed)
     model = family.wrap(model, config, device)
-    if config.get("use_loftq"):
+    if config.use_loftq:
         from tunelab.worker.loftq_base import save_loftq_base
 
         save_loftq_base(model, output_dir)
@@ -94,7 +96,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     if prepared.eval is not None and trainer.args.eval_strategy != "no":
         ctx.emit(events.make(events.EVAL_CONFIGURED, eval_rows=len(prepared.eval)))
 
-    resume = config.get("resume_from")
+    resume = config.resume_from
     # The memory held before the first step, against which a memory estimate's training
     # terms (gradients, optimizer state, activations, logits) are measured.
     from tunelab.worker.callbacks import memory_now_gb, peak_memory_gb
@@ -105,7 +107,7 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
     _finish(ctx, config, trainer, stopper, family, loaded, output_dir)
 
 
-def _prefetch_data(config: dict[str, Any], family: TrainingFamily, output_dir: Path) -> Any:
+def _prefetch_data(config: WorkerConfig, family: TrainingFamily, output_dir: Path) -> Any:
     """For a family that prefetches (a `PrefetchingFamily`: the text family's own sft run): its
     tokenizer now, and the data loading and tokenizing on a thread while the model loads (see
     data/prefetch.py); else None."""
@@ -140,22 +142,22 @@ def _quiet_libraries() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-def _stall_watch(config: dict[str, Any], ctx: WorkerContext) -> Any:
+def _stall_watch(config: WorkerConfig, ctx: WorkerContext) -> Any:
     from contextlib import nullcontext
 
-    if Path(config["model_name"]).expanduser().exists():
+    if Path(config.model_name).expanduser().exists():
         return nullcontext()  # a local folder downloads nothing
-    return DownloadStallWatch(ctx, hub_cache_folders(config["model_name"]))
+    return DownloadStallWatch(ctx, hub_cache_folders(config.model_name))
 
 
-def _describe_method(config: dict[str, Any], device: Any, model: Any, family: str = "text") -> str:
-    method = config.get("training_type", "lora")
-    extras = [name.removeprefix("use_") for name in ("use_dora", "use_rslora", "use_loftq") if config.get(name)]
+def _describe_method(config: WorkerConfig, device: Any, model: Any, family: str = "text") -> str:
+    method = config.training_type
+    extras = [name for name, on in (("dora", config.use_dora), ("rslora", config.use_rslora), ("loftq", config.use_loftq)) if on]
     where = "CUDA" if device.cuda else "CPU"
     attention = getattr(getattr(model, "config", None), "_attn_implementation", None) or "default"
     kind = _family_words(family)
     return (f"Setting up {method}{' (' + ', '.join(extras) + ')' if extras else ''}{kind} on {where} in {device.precision}, "
-            f"{'packed, ' if config.get('packing') else ''}{attention} attention")
+            f"{'packed, ' if config.packing else ''}{attention} attention")
 
 
 def _build_trainer(config, ctx, device, model, family, loaded, prepared, output_dir) -> tuple[Any, Any]:
@@ -179,7 +181,7 @@ def _step_of(checkpoint: str) -> str:
     return Path(checkpoint).name.removeprefix("checkpoint-")
 
 
-def _finish(ctx: WorkerContext, config: dict[str, Any], trainer: Any, stopper: Any, family: Any, loaded: Any,
+def _finish(ctx: WorkerContext, config: WorkerConfig, trainer: Any, stopper: Any, family: Any, loaded: Any,
             output_dir: Path) -> None:
     from tunelab.worker.launch import ranks
 

@@ -24,7 +24,7 @@ columns through `column_mapping` first). Torch-free.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker.data.rows import CONVERSATION_COLUMNS, DataFormatError, _alpaca_messages, _map_role, _text, conversation_column, image_column
 from tunelab.worker.methods import preference_formats
@@ -32,6 +32,9 @@ from tunelab.worker.methods import prompt_formats
 from tunelab.worker.families.embedding.formats import EMBEDDING_FORMATS, describe_shapes, detect_embedding_format, missing_columns
 from tunelab.worker.families.speech.formats import TRANSCRIPTION, audio_column, transcript_column, transcription_shape
 from tunelab.worker.families.vision.formats import unknown_image_shape
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 FORMATS = ("alpaca", "sharegpt", "chatml", "text", "caption", *EMBEDDING_FORMATS, TRANSCRIPTION,
            preference_formats.PREFERENCE_FORMAT, preference_formats.UNPAIRED_FORMAT, prompt_formats.PROMPT_FORMAT)
@@ -158,32 +161,32 @@ def _conversation_messages(row: dict[str, Any], fmt: str, role_mapping: dict[str
     return messages
 
 
-def to_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> list[dict[str, str]] | str:
+def to_messages(row: dict[str, Any], fmt: str, config: WorkerConfig) -> list[dict[str, str]] | str:
     """Chat messages for a row (`{"role", "content"}` dicts), or the raw text for `text` data."""
     if fmt == "text":
         return _text(row.get("text"), "text")
     if fmt == "alpaca":
         return _alpaca_messages(row)
     if fmt in ("sharegpt", "chatml"):
-        return _conversation_messages(row, fmt, config.get("role_mapping") or {})
+        return _conversation_messages(row, fmt, config.role_mapping)
     if fmt == "caption":
         raise DataFormatError("model_name", "caption data pairs images with text; train it on an image-text-to-text model")
     if fmt in EMBEDDING_FORMATS:
-        raise DataFormatError("model_name", f"{fmt} data trains an embedding model and {config.get('model_name')} is a generative "
+        raise DataFormatError("model_name", f"{fmt} data trains an embedding model and {config.model_name} is a generative "
                                             "model; point model_name at an encoder or a sentence-transformers model")
     if fmt == "transcription":
         raise DataFormatError("model_name", "transcription data pairs audio with its transcript; train it on a speech-to-text model (e.g. Whisper)")
     if fmt in (preference_formats.PREFERENCE_FORMAT, preference_formats.UNPAIRED_FORMAT):
         raise DataFormatError("objective", f"{fmt} data ({'/'.join(preference_formats.UNPAIRED_COLUMNS if fmt == preference_formats.UNPAIRED_FORMAT else preference_formats.PREFERENCE_COLUMNS)}) trains a preference objective and this run's objective is "
-                                           f"{config.get('objective') or 'sft'}; set objective={'kto' if fmt == preference_formats.UNPAIRED_FORMAT else 'dpo (or orpo, simpo, kto)'}, or give instruction or chat data")
+                                           f"{config.objective}; set objective={'kto' if fmt == preference_formats.UNPAIRED_FORMAT else 'dpo (or orpo, simpo, kto)'}, or give instruction or chat data")
     if fmt == prompt_formats.PROMPT_FORMAT:
         raise DataFormatError("objective", f"prompt_only data (a prompt column without answers) trains objective=grpo and this run's "
-                                           f"objective is {config.get('objective') or 'sft'}; set objective=grpo with rewards, or give "
+                                           f"objective is {config.objective}; set objective=grpo with rewards, or give "
                                            "instruction or chat data")
     raise DataFormatError("format", f"unknown format '{fmt}'; use one of {list(FORMATS)}")
 
 
-def to_plain_text(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> str:
+def to_plain_text(row: dict[str, Any], fmt: str, config: WorkerConfig) -> str:
     """A row as raw text without any chat markup (continued pretraining reads this; a
     dataset preview shows an embedding row as one `column: value` line per column)."""
     if fmt in EMBEDDING_FORMATS:

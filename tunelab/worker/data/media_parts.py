@@ -10,9 +10,12 @@ row's media references in the order the media parts appear. What differs per med
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker.data.rows import DataFormatError, _map_role, conversation_column
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 def as_list(value: Any) -> list[Any]:
@@ -74,7 +77,7 @@ class MediaParts:
                 raise DataFormatError("format", f"unknown content part {part!r}{self.unknown_part_hint}")
         return parts
 
-    def chat_turns(self, row: dict[str, Any], fmt: str, config: dict[str, Any], inline_refs: list[Any],
+    def chat_turns(self, row: dict[str, Any], fmt: str, config: WorkerConfig, inline_refs: list[Any],
                    places: list[str] | None = None) -> list[dict[str, Any]]:
         """A chatml / sharegpt row's turns as messages with parts; inline references go to
         `inline_refs` (and where each sits, e.g. `messages[0].content[1] (image_url part)`, to `places`)."""
@@ -83,7 +86,7 @@ class MediaParts:
         if not isinstance(turns, list):
             raise DataFormatError("format", f"a row has no conversation list (columns: {sorted(row)})")
         role_key, content_key = ("from", "value") if fmt == "sharegpt" else ("role", "content")
-        role_mapping = config.get("role_mapping") or {}
+        role_mapping = config.role_mapping
         messages = []
         for number, turn in enumerate(turns):
             if not isinstance(turn, dict) or turn.get(role_key) is None:

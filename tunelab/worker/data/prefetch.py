@@ -15,13 +15,16 @@ from __future__ import annotations
 import threading
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker.data import prepare as data
 
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
+
 
 class DataPrefetch:
-    def __init__(self, config: dict[str, Any], tokenizer: Any, cache: Path):
+    def __init__(self, config: WorkerConfig, tokenizer: Any, cache: Path):
         self._config, self._tokenizer, self._cache = config, tokenizer, cache
         self._raw: Future = Future()
         self._prepared: Future = Future()

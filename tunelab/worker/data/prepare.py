@@ -10,7 +10,7 @@ here because this module is the interface the backends use. Torch-free.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker.data import tokenizer_threads
 from tunelab.worker.families.embedding.formats import EMBEDDING_FORMATS
@@ -24,6 +24,9 @@ from tunelab.worker.data.tokenization import (
     tokenize_rows,
     uses_raw_text,
 )
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 __all__ = [
     "DataFormatError", "FALLBACK_CHAT_TEMPLATE", "IGNORE_INDEX", "PreparedData", "RawData",
@@ -50,19 +53,19 @@ class PreparedData:
     trainer_ready: bool = False
 
 
-def prepare(config: dict[str, Any], tokenizer: Any, raw: RawData) -> PreparedData:
+def prepare(config: WorkerConfig, tokenizer: Any, raw: RawData) -> PreparedData:
     """Render and tokenize the run's data (loaded by `load_raw`; the token rows are cached
     next to its Arrow files)."""
     if image_column(raw.train.column_names):
         raise DataFormatError("model_name", f"the dataset has images (column '{image_column(raw.train.column_names)}') and "
-                                            f"{config.get('model_name')} is a text-only model; use an image-text-to-text model, or drop the image column")
+                                            f"{config.model_name} is a text-only model; use an image-text-to-text model, or drop the image column")
     _refuse_image_parts(raw, config)
     if raw.format in EMBEDDING_FORMATS:
         raise DataFormatError("model_name", f"{raw.format} data (columns {raw.train.column_names}) trains an embedding model and "
-                                            f"{config.get('model_name')} is a generative model; point model_name at an encoder "
+                                            f"{config.model_name} is a generative model; point model_name at an encoder "
                                             "or a sentence-transformers model, or give instruction or chat data")
     if raw.format == "transcription":
-        raise DataFormatError("model_name", f"the dataset is audio with transcripts and {config.get('model_name')} is not a speech-to-text "
+        raise DataFormatError("model_name", f"the dataset is audio with transcripts and {config.model_name} is not a speech-to-text "
                                             "model; use a speech-to-text model (e.g. Whisper), or give text data")
     _check_masking_applies(raw.format, config)
     if not uses_raw_text(raw.format, config):
@@ -73,7 +76,7 @@ def prepare(config: dict[str, Any], tokenizer: Any, raw: RawData) -> PreparedDat
     return PreparedData(train=train, eval=eval_set, format=raw.format, trainer_ready=True)
 
 
-def _refuse_image_parts(raw: RawData, config: dict[str, Any]) -> None:
+def _refuse_image_parts(raw: RawData, config: WorkerConfig) -> None:
     """Image parts (an OpenAI `image_url` part, say) in a text-only model's data: an error
     naming the first such row and part, never a run that trains on them as text."""
     from tunelab.worker.families.vision.formats import first_image_part
@@ -82,29 +85,29 @@ def _refuse_image_parts(raw: RawData, config: dict[str, Any]) -> None:
         found = first_image_part(rows) if rows is not None else None
         if found:
             raise DataFormatError("model_name", f"row {found.row} of the {what} data has an image in {found.place}, and "
-                                                f"{config.get('model_name')} is a text-only model; use an image-text-to-text "
+                                                f"{config.model_name} is a text-only model; use an image-text-to-text "
                                                 "model, or remove the image parts from the data")
 
 
-def _check_batch_fits(rows: int, config: dict[str, Any]) -> None:
+def _check_batch_fits(rows: int, config: WorkerConfig) -> None:
     """A batch can never be larger than the data; say so instead of training on a
     fraction of one batch (or allocating for rows that do not exist)."""
-    batch = int(config.get("batch_size") or 1)
+    batch = config.batch_size
     if batch > rows:
         raise DataFormatError("batch_size", f"batch_size {batch} is larger than the {rows} training rows; "
                                             f"set batch_size to {rows} or less, or add data")
 
 
-def _check_masking_applies(fmt: str, config: dict[str, Any]) -> None:
-    if not config.get("train_on_completions"):
+def _check_masking_applies(fmt: str, config: WorkerConfig) -> None:
+    if not config.train_on_completions:
         return
-    if config.get("training_type") == "continued_pretraining":
+    if config.training_type == "continued_pretraining":
         raise DataFormatError("train_on_completions", "continued pretraining takes the loss on every token; set train_on_completions=false")
     if fmt == "text":
         raise DataFormatError("train_on_completions", "raw text has no assistant replies to train on; set train_on_completions=false or use chat/instruction data")
 
 
-def _tokenize(rows: Any, fmt: str, tokenizer: Any, config: dict[str, Any], what: str) -> Any:
+def _tokenize(rows: Any, fmt: str, tokenizer: Any, config: WorkerConfig, what: str) -> Any:
     def tokenize(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
         columns = list(batch)
         encoded = tokenize_rows([dict(zip(columns, values)) for values in zip(*batch.values())], fmt, tokenizer, config)
@@ -119,13 +122,13 @@ def _tokenize(rows: Any, fmt: str, tokenizer: Any, config: dict[str, Any], what:
     unlabelled = sum(1 for n in counts if n == 0)
     if counts and unlabelled > MAX_UNLABELLED_SHARE * len(counts):
         raise DataFormatError(
-            "train_on_completions" if config.get("train_on_completions") else "max_seq_length",
+            "train_on_completions" if config.train_on_completions else "max_seq_length",
             f"{unlabelled} of {len(counts)} {what} rows have no tokens to learn from. "
             + (
                 "With train_on_completions only assistant replies are trained: check that replies map to "
                 "the 'assistant' role (role_mapping) and that max_seq_length "
-                f"({config.get('max_seq_length')}) leaves room for them after the prompt, or set train_on_completions=false"
-                if config.get("train_on_completions")
+                f"({config.max_seq_length}) leaves room for them after the prompt, or set train_on_completions=false"
+                if config.train_on_completions
                 else "The rows are empty; check the data and column_mapping"
             ),
         )

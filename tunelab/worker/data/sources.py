@@ -19,10 +19,13 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker.data.formats import DataFormatError, detect_format, required_columns
 from tunelab.worker.families.speech.formats import undecoded_audio
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig, WorkerS3Source
 
 # File suffix -> `datasets` builder name.
 DATA_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -40,21 +43,21 @@ class RawData:
     format: str
 
 
-def load_raw(config: dict[str, Any], cache_dir: Path) -> RawData:
+def load_raw(config: WorkerConfig, cache_dir: Path) -> RawData:
     """Load, slice, map columns, detect the format and choose the eval set."""
     splits = _load_splits(config, cache_dir)
-    train_name = config.get("train_split") or "train"
+    train_name = config.train_split
     if train_name not in splits:
         raise DataFormatError("train_split", f"the dataset has no split '{train_name}'; it has {sorted(splits)}")
     # A streamed split was already cut to the slice while reading it.
-    train = splits[train_name] if config.get("streaming") else _slice(splits[train_name], config)
+    train = splits[train_name] if config.streaming else _slice(splits[train_name], config)
     eval_set = _choose_eval(splits, train_name, config, cache_dir)
     train, eval_set = undecoded_audio(train), undecoded_audio(eval_set) if eval_set is not None else None
     if eval_set is None and _wants_eval(config):
         train, eval_set = _hold_out(train, config)
 
-    train = _apply_column_mapping(train, config.get("column_mapping") or {}, "training data")
-    fmt = config.get("format") or "auto"
+    train = _apply_column_mapping(train, config.column_mapping, "training data")
+    fmt = config.format
     if fmt == "auto":
         fmt = detect_format(train.column_names, _sample(train))
     train = _name_text_column(train, fmt)
@@ -62,32 +65,33 @@ def load_raw(config: dict[str, Any], cache_dir: Path) -> RawData:
     if missing:
         raise DataFormatError("column_mapping", f"format {fmt} needs columns {missing}; the data has {train.column_names}. Map them, e.g. column_mapping: {{{missing[0]}: your_column}}")
     if eval_set is not None:
-        eval_set = _name_text_column(_apply_column_mapping(eval_set, config.get("column_mapping") or {}, "eval data"), fmt)
+        eval_set = _name_text_column(_apply_column_mapping(eval_set, config.column_mapping, "eval data"), fmt)
         missing = required_columns(fmt, eval_set.column_names, _sample(eval_set))
         if missing:
-            field = "local_eval_datasets" if config.get("local_eval_datasets") else "eval_split"
+            field = "local_eval_datasets" if config.local_eval_datasets else "eval_split"
             raise DataFormatError(field, f"the eval data lacks columns {missing} that the training data ({fmt}) has; its columns are {eval_set.column_names}")
     return RawData(train=train, eval=eval_set, format=fmt)
 
 
-def _wants_eval(config: dict[str, Any]) -> bool:
-    return float(config.get("eval_steps") or 0) > 0
+def _wants_eval(config: WorkerConfig) -> bool:
+    return config.eval_steps > 0
 
 
-def _sources(config: dict[str, Any]) -> list[str]:
-    return [name for name in ("dataset", "local_datasets", "s3") if config.get(name)]
+def _sources(config: WorkerConfig) -> list[str]:
+    given = {"dataset": config.dataset, "local_datasets": config.local_datasets, "s3": config.s3}
+    return [name for name, value in given.items() if value]
 
 
-def _load_splits(config: dict[str, Any], cache_dir: Path) -> dict[str, Any]:
+def _load_splits(config: WorkerConfig, cache_dir: Path) -> dict[str, Any]:
     chosen = _sources(config)
     if not chosen:
         raise DataFormatError("dataset", "no training data: set dataset (hub id), local_datasets (file paths) or s3")
     if len(chosen) > 1:
         raise DataFormatError(chosen[1], f"{' and '.join(chosen)} are both set; give exactly one data source")
-    if config.get("streaming") and chosen[0] != "dataset":
+    if config.streaming and chosen[0] != "dataset":
         raise DataFormatError("streaming", "streaming works with hub datasets only; set streaming=false for local or S3 data")
     if chosen[0] == "local_datasets":
-        return {"train": load_local_files(config["local_datasets"], "local_datasets", cache_dir)}
+        return {"train": load_local_files(config.local_datasets, "local_datasets", cache_dir)}
     if chosen[0] == "s3":
         return _load_s3(config, cache_dir)
     return _load_hub(config, cache_dir)
@@ -127,35 +131,35 @@ def _concatenate(parts: list[Any], names: list[str], field: str) -> Any:
         raise DataFormatError(field, f"the files cannot be combined: {exc}") from exc
 
 
-def _load_hub(config: dict[str, Any], cache_dir: Path) -> dict[str, Any]:
+def _load_hub(config: WorkerConfig, cache_dir: Path) -> dict[str, Any]:
     import datasets
 
-    name = config["dataset"]
+    name = config.dataset
     # `trust_remote_code` is not passed: `datasets` no longer runs loading scripts at all.
     try:
-        loaded = datasets.load_dataset(name, config.get("subset"), token=config.get("hf_token") or None,
-                                       streaming=bool(config.get("streaming")), cache_dir=str(cache_dir))
+        loaded = datasets.load_dataset(name, config.subset, token=config.hf_token or None,
+                                       streaming=config.streaming, cache_dir=str(cache_dir))
     except Exception as exc:  # network, auth, missing dataset or subset: all end the run here
         raise DataFormatError("dataset", f"cannot load '{name}' from the hub: {exc}") from exc
     splits = dict(loaded) if isinstance(loaded, dict) else {"train": loaded}
-    if config.get("streaming"):
+    if config.streaming:
         return _materialise_stream(splits, config)
     return splits
 
 
-def _materialise_stream(splits: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+def _materialise_stream(splits: dict[str, Any], config: WorkerConfig) -> dict[str, Any]:
     """Read only the rows a run needs from a streamed dataset, as ordinary Datasets."""
     import datasets
 
-    if config.get("slice_end") is None:
+    if config.slice_end is None:
         raise DataFormatError("slice_end", "streaming reads only a slice of the dataset; set slice_end (and optionally slice_start) to the rows to train on")
-    start, end = int(config.get("slice_start") or 0), int(config["slice_end"])
-    train_name = config.get("train_split") or "train"
+    start, end = int(config.slice_start or 0), int(config.slice_end)
+    train_name = config.train_split
     out = {}
     for name, stream in splits.items():
         if name == train_name:
             rows = list(itertools.islice(stream, start, end))
-        elif _wants_eval(config) and name in ({config.get("eval_split")} | set(EVAL_SPLIT_NAMES)):
+        elif _wants_eval(config) and name in ({config.eval_split} | set(EVAL_SPLIT_NAMES)):
             rows = list(itertools.islice(stream, STREAMED_EVAL_ROWS))
         else:
             continue
@@ -165,29 +169,29 @@ def _materialise_stream(splits: dict[str, Any], config: dict[str, Any]) -> dict[
     return out
 
 
-def _load_s3(config: dict[str, Any], cache_dir: Path) -> dict[str, Any]:
+def _load_s3(config: WorkerConfig, cache_dir: Path) -> dict[str, Any]:
     """Download the prefix's data files into a temp folder and load them as local data."""
     folder = Path(tempfile.mkdtemp(prefix="tunelab-s3-"))
     try:
-        download_s3_prefix(config["s3"], folder)
+        download_s3_prefix(config.s3, folder)
         # `datasets` copies the rows into its own Arrow cache, so the download can go.
         return load_folder(folder, "s3", cache_dir)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def download_s3_prefix(s3: dict[str, Any], folder: Path) -> list[Path]:
+def download_s3_prefix(s3: WorkerS3Source, folder: Path) -> list[Path]:
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, prefix = s3["bucket"], s3.get("prefix") or ""
+    bucket, prefix = s3.bucket, s3.prefix
     fetched, skipped = [], []
     try:
         # Inside the try: building the client can refuse the settings too (credentials, region).
         client = boto3.client(
-            "s3", region_name=s3.get("region"), endpoint_url=s3.get("endpoint_url"),
-            aws_access_key_id=s3.get("access_key_id"), aws_secret_access_key=s3.get("secret_access_key"),
-            aws_session_token=s3.get("session_token"),
+            "s3", region_name=s3.region, endpoint_url=s3.endpoint_url,
+            aws_access_key_id=s3.access_key_id, aws_secret_access_key=s3.secret_access_key,
+            aws_session_token=s3.session_token,
         )
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
             for obj in page.get("Contents", []):
@@ -224,40 +228,40 @@ def load_folder(folder: Path, field: str, cache_dir: Path) -> dict[str, Any]:
         raise DataFormatError(field, f"cannot load the data files: {exc}") from exc
 
 
-def _slice(train: Any, config: dict[str, Any]) -> Any:
-    start, end = config.get("slice_start"), config.get("slice_end")
+def _slice(train: Any, config: WorkerConfig) -> Any:
+    start, end = config.slice_start, config.slice_end
     if start is None and end is None:
         return train
     start = int(start or 0)
     end = len(train) if end is None else min(int(end), len(train))
     if start >= end:
-        raise DataFormatError("slice_start", f"slice {start}:{config.get('slice_end')} selects no rows; the training split has {len(train)} rows")
+        raise DataFormatError("slice_start", f"slice {start}:{config.slice_end} selects no rows; the training split has {len(train)} rows")
     return train.select(range(start, end))
 
 
-def _choose_eval(splits: dict[str, Any], train_name: str, config: dict[str, Any], cache_dir: Path) -> Any | None:
+def _choose_eval(splits: dict[str, Any], train_name: str, config: WorkerConfig, cache_dir: Path) -> Any | None:
     if not _wants_eval(config):
         return None
-    wanted = config.get("eval_split")
+    wanted = config.eval_split
     if wanted:
         if wanted not in splits:
-            hint = " (local files have one split; use local_eval_datasets for eval files)" if config.get("local_datasets") else ""
+            hint = " (local files have one split; use local_eval_datasets for eval files)" if config.local_datasets else ""
             raise DataFormatError("eval_split", f"the dataset has no split '{wanted}'; it has {sorted(splits)}{hint}")
         return splits[wanted]
-    if config.get("local_eval_datasets"):
-        return load_local_files(config["local_eval_datasets"], "local_eval_datasets", cache_dir)
+    if config.local_eval_datasets:
+        return load_local_files(config.local_eval_datasets, "local_eval_datasets", cache_dir)
     for name in EVAL_SPLIT_NAMES:
         if name in splits and name != train_name:
             return splits[name]
     return None
 
 
-def _hold_out(train: Any, config: dict[str, Any]) -> tuple[Any, Any]:
-    share = float(config.get("eval_holdout") or 0) or DEFAULT_HOLDOUT
+def _hold_out(train: Any, config: WorkerConfig) -> tuple[Any, Any]:
+    share = config.eval_holdout or DEFAULT_HOLDOUT
     if len(train) < 2:
         raise DataFormatError("eval_steps", f"evaluation needs held-out rows but the training data has {len(train)} row(s); add local_eval_datasets or set eval_steps=0")
     n_eval = max(1, round(len(train) * share))
-    parts = train.train_test_split(test_size=n_eval, seed=int(config.get("seed") or 0), shuffle=True)
+    parts = train.train_test_split(test_size=n_eval, seed=config.seed, shuffle=True)
     return parts["train"], parts["test"]
 
 

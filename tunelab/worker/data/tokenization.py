@@ -22,11 +22,14 @@ ids are the same as without masking). Torch-free.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.config.chat_template import FALLBACK_CHAT_TEMPLATE
 from tunelab.worker.families.embedding.formats import EMBEDDING_FORMATS
 from tunelab.worker.data.formats import DataFormatError, to_messages, to_plain_text
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 IGNORE_INDEX = -100
 
@@ -39,10 +42,10 @@ def ensure_chat_template(tokenizer: Any) -> bool:
     return True
 
 
-def uses_raw_text(fmt: str, config: dict[str, Any]) -> bool:
+def uses_raw_text(fmt: str, config: WorkerConfig) -> bool:
     """Raw text is trained as is, without a chat template, on every token; an embedding
     model's texts (pairs, triplets, ...) are embedded as they are too."""
-    return fmt == "text" or fmt in EMBEDDING_FORMATS or config.get("training_type") == "continued_pretraining"
+    return fmt == "text" or fmt in EMBEDDING_FORMATS or config.training_type == "continued_pretraining"
 
 
 def render(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool = False) -> str:
@@ -85,23 +88,23 @@ def _with_eos(ids: list[int], tokenizer: Any) -> list[int]:
     return ids
 
 
-def tokenize_example(row: dict[str, Any], fmt: str, tokenizer: Any, config: dict[str, Any]) -> dict[str, list[int]]:
+def tokenize_example(row: dict[str, Any], fmt: str, tokenizer: Any, config: WorkerConfig) -> dict[str, list[int]]:
     """`input_ids`, `labels` (-100 where no loss is taken) and `completion_mask` for one row."""
     return tokenize_rows([row], fmt, tokenizer, config)[0]
 
 
-def tokenize_rows(rows: list[dict[str, Any]], fmt: str, tokenizer: Any, config: dict[str, Any]) -> list[dict[str, list[int]]]:
+def tokenize_rows(rows: list[dict[str, Any]], fmt: str, tokenizer: Any, config: WorkerConfig) -> list[dict[str, list[int]]]:
     """`tokenize_example` for many rows: each row is rendered on its own, then all texts go
     to the tokenizer in one call, which a fast tokenizer spreads over the CPU cores (a
     fast tokenizer gives the same ids for a text alone or in a batch)."""
-    max_len = int(config.get("max_seq_length") or 2048)
+    max_len = config.max_seq_length
     if uses_raw_text(fmt, config):
         texts = [to_plain_text(row, fmt, config) for row in rows]
         encoded = tokenizer(texts, add_special_tokens=True)["input_ids"]
         return [_all_trained(_with_eos(list(ids), tokenizer)[:max_len]) for ids in encoded]
 
     conversations = [to_messages(row, fmt, config) for row in rows]
-    if not config.get("train_on_completions"):
+    if not config.train_on_completions:
         # The chat template already holds any BOS/EOS markers, so none are added here.
         encoded = tokenizer([render(tokenizer, messages) for messages in conversations], add_special_tokens=False)["input_ids"]
         return [_all_trained(list(ids)[:max_len]) for ids in encoded]

@@ -14,17 +14,20 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.families import ModelFiles
 from tunelab.families.embedding import SENTENCE_TRANSFORMERS_FILES, folder_is_sentence_transformers
 from tunelab.families.tts import CAUSAL_TYPES
 from tunelab.worker.hub_config import model_config_or_none
 
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
+
 _TRUE = {"1", "ON", "YES", "TRUE"}
 
 
-def model_files(config: dict[str, Any], transformers: bool = True) -> ModelFiles:
+def model_files(config: WorkerConfig, transformers: bool = True) -> ModelFiles:
     """The run's model's files for detection; `transformers=False` leaves transformers' config
     unread (for a test on the raw files alone)."""
     raw = model_config_dict(config)
@@ -36,17 +39,17 @@ def model_files(config: dict[str, Any], transformers: bool = True) -> ModelFiles
                       tokenizer_json=tokenizer_json, sentence_transformers=lambda: has_sentence_transformers_files(config))
 
 
-def hub_file(config: dict[str, Any], name: str) -> str | None:
+def hub_file(config: WorkerConfig, name: str) -> str | None:
     from transformers.utils import cached_file
 
     try:
-        return cached_file(config["model_name"], name, token=config.get("hf_token") or None,
+        return cached_file(config.model_name, name, token=config.hf_token or None,
                            _raise_exceptions_for_missing_entries=False, _raise_exceptions_for_connection_errors=False)
     except (OSError, ValueError):
         return None  # the model load reports the real problem, in its own words
 
 
-def model_config_dict(config: dict[str, Any]) -> dict[str, Any]:
+def model_config_dict(config: WorkerConfig) -> dict[str, Any]:
     """The model's config.json as it is on disk (the marker is not a transformers field)."""
     found = hub_file(config, "config.json")
     try:
@@ -56,9 +59,9 @@ def model_config_dict(config: dict[str, Any]) -> dict[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
-def has_sentence_transformers_files(config: dict[str, Any]) -> bool:
+def has_sentence_transformers_files(config: WorkerConfig) -> bool:
     """Whether the model's folder, its hub cache or (online) its hub repo has sentence-transformers' files."""
-    name = config["model_name"]
+    name = config.model_name
     if Path(name).expanduser().is_dir():
         return folder_is_sentence_transformers(name)
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
@@ -72,7 +75,7 @@ def has_sentence_transformers_files(config: dict[str, Any]) -> bool:
     if any(os.environ.get(flag, "").upper() in _TRUE for flag in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
         return False
     try:
-        hf_hub_download(name, SENTENCE_TRANSFORMERS_FILES[0], token=config.get("hf_token") or None)
+        hf_hub_download(name, SENTENCE_TRANSFORMERS_FILES[0], token=config.hf_token or None)
     except Exception:  # not there (a plain model), or the hub is unreachable: the model load says which
         return False
     return True

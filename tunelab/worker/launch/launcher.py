@@ -37,6 +37,7 @@ from tunelab import events, hardware, layout, paths
 from tunelab.worker.context import StopRequested, WorkerContext
 from tunelab.worker.launch.engine import Launch, ProcessEngine
 from tunelab.worker.launch.rank_entry import ERRORS_ENV
+from tunelab.worker.run_config import WorkerConfig
 
 # After the reporting rank's last event, how long the engine gets to end on its own.
 FINISH_GRACE_S = 15.0
@@ -50,7 +51,7 @@ class TorchrunEngine(ProcessEngine):
 
     what = "torchrun"
 
-    def __init__(self, plan: layout.Layout, config: dict[str, Any], folder: Path):
+    def __init__(self, plan: layout.Layout, config: WorkerConfig, folder: Path):
         super().__init__(folder / "torchrun.log")
         self.plan, self.config, self.folder = plan, config, folder
         self.errors_dir = folder / "errors"
@@ -59,14 +60,15 @@ class TorchrunEngine(ProcessEngine):
     def start(self, launch: Launch) -> None:
         shutil.rmtree(self.errors_dir, ignore_errors=True)
         self.errors_dir.mkdir(parents=True, exist_ok=True)
-        _write_private(self.config_path, json.dumps(self.config))
+        payload = self.config.payload()
+        _write_private(self.config_path, json.dumps(payload))
         plan = self.plan
         bound = layout.dist_timeout_s(os.environ)  # a bad value fails the run here, before any rank starts
-        argv = layout.torchrun_command(plan, self.config, str(self.config_path), str(self.folder / "torchrun-logs"))
+        argv = layout.torchrun_command(plan, payload, str(self.config_path), str(self.folder / "torchrun-logs"))
         env = {**os.environ, **launch.open_channel("127.0.0.1"), ERRORS_ENV: str(self.errors_dir)}
         where = f"{plan.nodes} nodes x {plan.processes_per_node}" if plan.nodes > 1 else f"{plan.processes_per_node}"
         silent = f"; a node silent for {bound} s ({layout.DIST_TIMEOUT_ENV}) fails the run" if plan.nodes > 1 else ""
-        launch.ctx.emit(events.status(f"Starting {where} training processes with torchrun ({self.config['distributed']}, "
+        launch.ctx.emit(events.status(f"Starting {where} training processes with torchrun ({self.config.distributed}, "
                                       f"world size {plan.world_size}){silent}"))
         self.popen(argv, env)
 
@@ -82,11 +84,11 @@ class TorchrunEngine(ProcessEngine):
         self.config_path.unlink(missing_ok=True)
 
 
-def run(config: dict[str, Any], ctx: WorkerContext) -> None:
-    output_dir = Path(config["output_dir"])
+def run(config: WorkerConfig, ctx: WorkerContext) -> None:
+    output_dir = Path(config.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     ctx.emit(events.make(events.OUTPUT_DIR, output_dir=str(output_dir)))
-    plan = layout.plan(config, layout.visible_gpu_count(os.environ))
+    plan = config.layout  # planned once, by the entry that chose this launcher
     config = _with_strategy(config, plan, ctx)
     folder = output_dir / "distributed"
     folder.mkdir(parents=True, exist_ok=True)
@@ -113,18 +115,18 @@ def run(config: dict[str, Any], ctx: WorkerContext) -> None:
         launch.close()
 
 
-def _with_strategy(config: dict[str, Any], plan: layout.Layout, ctx: WorkerContext) -> dict[str, Any]:
+def _with_strategy(config: WorkerConfig, plan: layout.Layout, ctx: WorkerContext) -> WorkerConfig:
     """Decide DDP or FSDP once, here, and hand every rank the decision (in its config):
     ranks deciding on their own could disagree about free memory."""
     strategy, why = plan.strategy, None
     # Only on one node: another node's `tunelab train` decides alone, from the config,
     # and must arrive at the same answer (multi-node runs name their strategy, or get auto's first rule).
     if plan.engine == "torchrun" and plan.nodes == 1 and layout.visible_gpu_count(os.environ) > 0:
-        strategy, why = layout.strategy_for_memory(config, plan.world_size, _weight_bytes(config["model_name"]),
+        strategy, why = layout.strategy_for_memory(config.model_dump(), plan.world_size, _weight_bytes(config.model_name),
                                                    _least_free_gpu_bytes())
     if why:
         ctx.emit(events.status(f"distributed=auto: {why}"))
-    return {**config, "distributed": strategy if strategy != "none" else config.get("distributed")}
+    return config.model_copy(update={"distributed": strategy if strategy != "none" else config.distributed})
 
 
 def _weight_bytes(model_name: str) -> int | None:
@@ -200,8 +202,8 @@ PEER_LOST = re.compile(r"by peer|Timed out waiting|Socket Timeout|Broken pipe|co
 def _node_lost(launch: Launch, own: str) -> str | None:
     """On a multi-node run, rank 0's failure on a peer that vanished or fell silent: the
     head only sees its side (no other rank of its node failed), so say what it means."""
-    config = getattr(launch.engine, "config", None) or {}
-    if not (config.get("nodes") or {}).get("count") or not PEER_LOST.search(own):
+    config = getattr(launch.engine, "config", None)
+    if config is None or config.nodes is None or not PEER_LOST.search(own):
         return None
     bound = layout.dist_timeout_s(os.environ)
     return (f"another node was lost (killed, crashed, cut off, or silent for {bound} s, {layout.DIST_TIMEOUT_ENV}); "
@@ -211,17 +213,17 @@ def _node_lost(launch: Launch, own: str) -> str | None:
 RENDEZVOUS_TIMEOUT = re.compile(r"(\d+/\d+ clients joined)|RendezvousTimeoutError|rendezvous.*timed out", re.I)
 
 
-def _rendezvous_failure(log: str, config: dict[str, Any]) -> str | None:
+def _rendezvous_failure(log: str, config: WorkerConfig) -> str | None:
     """A node that never joined: name the rendezvous, the timeout and the fix."""
-    nodes = config.get("nodes") or {}
+    nodes = config.nodes
     found = RENDEZVOUS_TIMEOUT.search(log)
-    if not nodes or not found:
+    if nodes is None or not found:
         return None
-    where = "{}:{}".format(*layout.rendezvous_address(nodes))
+    where = "{}:{}".format(*layout.rendezvous_address(nodes.model_dump()))
     joined = f" ({found.group(1).replace('clients', 'nodes')})" if found.group(1) else ""
-    return (f"not every node joined the rendezvous at {where} within {nodes.get('join_timeout_s') or 300:g} s "
+    return (f"not every node joined the rendezvous at {where} within {nodes.join_timeout_s:g} s "
             f"(nodes.join_timeout_s){joined}; start `tunelab train` with the same config on each of the "
-            f"{nodes.get('count')} machines, each with its own --node-rank, or raise nodes.join_timeout_s")
+            f"{nodes.count} machines, each with its own --node-rank, or raise nodes.join_timeout_s")
 
 
 # One failure in torchrun's report ("[<order noticed>]:" then time, host, rank, exitcode).

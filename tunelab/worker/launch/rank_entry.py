@@ -52,8 +52,9 @@ class _Discard:
             self.failure = str(event.get("error"))
 
 
-def run_rank(config: dict[str, Any], reporter: bool) -> bool:
-    """Train this rank's share of the run; True when it ended without failing."""
+def run_rank(payload: dict[str, Any], reporter: bool) -> bool:
+    """Train this rank's share of the run; True when it ended without failing.
+    `payload`: the launcher's `WorkerConfig.payload()`, validated again in this rank."""
     import torch
 
     rank = os.environ.get("RANK", "0")
@@ -70,7 +71,7 @@ def run_rank(config: dict[str, Any], reporter: bool) -> bool:
         # Ray Train calls this on a thread of its worker, where Python cannot take signals.
         stop_and_save_on_sigterm(ctx, repeat_window_s=SIGTERM_REPEAT_WINDOW_S)
     try:
-        ok = run_in_context(config, ctx, BACKEND)
+        ok = run_in_context(payload, ctx, BACKEND)
     finally:
         if client is not None:
             client.close()

@@ -34,6 +34,7 @@ from typing import Any
 from tunelab import events, layout
 from tunelab.worker.context import RunSettingError
 from tunelab.worker.launch.engine import Launch, ProcessEngine
+from tunelab.worker.run_config import WorkerConfig
 
 DRIVER_MODULE = "tunelab.worker.launch.ray_driver"
 # Importing ray in the driver, before the connect timer starts, may take a while on a busy machine.
@@ -55,10 +56,10 @@ def unreachable(address: str, why: str) -> str:
 class RayEngine(ProcessEngine):
     what = "the Ray driver"
 
-    def __init__(self, plan: layout.Layout, config: dict[str, Any], folder: Path):
+    def __init__(self, plan: layout.Layout, config: WorkerConfig, folder: Path):
         super().__init__(folder / "ray.log")
         self.plan, self.config, self.folder = plan, config, folder
-        self.address = str(config["ray_address"])
+        self.address = str(config.ray_address)
         self._said: queue.Queue[dict[str, Any]] = queue.Queue()
         self._failure: tuple[int, str] | None = None
 
@@ -70,8 +71,8 @@ class RayEngine(ProcessEngine):
         process = self.popen([sys.executable, "-u", "-m", DRIVER_MODULE], dict(os.environ),
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         threading.Thread(target=self._read, args=(process.stdout,), name="tunelab-ray-driver", daemon=True).start()
-        request = {"config": self.config, "address": self.address, "workers": self.plan.processes_per_node,
-                   "use_gpu": bool(self.config.get("num_gpus")), "storage_path": str(self.folder / "ray"),
+        request = {"config": self.config.payload(), "address": self.address, "workers": self.plan.processes_per_node,
+                   "use_gpu": bool(self.config.num_gpus), "storage_path": str(self.folder / "ray"),
                    "env": {key: os.environ[key] for key in FORWARDED_ENV if key in os.environ}}
         self._tell(request)
         self._expect("imported", launch, IMPORT_TIMEOUT_S)

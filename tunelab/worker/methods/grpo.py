@@ -20,7 +20,7 @@ a multiple of num_generations (checked in config/run_config.py).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.config.grpo import generation_settings
 from tunelab.config.preference import beta_for
@@ -28,6 +28,9 @@ from tunelab.worker.data.prepare import PreparedData, ensure_chat_template
 from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.methods.preference import PreferenceMethod
 from tunelab.worker.methods.prompt_formats import PROMPT_FORMAT, describe_shape, prompt_row, reference_column
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 # TRL logs these every step; they say little about a run here and would crowd out the
 # rewards within the per-step extras limit (events.EXTRA_MAX_COUNT).
@@ -39,7 +42,7 @@ class GRPOMethod(PreferenceMethod):
     def __init__(self, family: Any):
         super().__init__(family, "grpo")
 
-    def prepare(self, config: dict[str, Any], loaded: Any, raw: Any) -> PreparedData:
+    def prepare(self, config: WorkerConfig, loaded: Any, raw: Any) -> PreparedData:
         from tunelab.worker.methods.grpo_rewards import needs_reference, reward_functions
 
         if raw.format != PROMPT_FORMAT:
@@ -54,7 +57,7 @@ class GRPOMethod(PreferenceMethod):
                                              "your_column}, or choose other rewards (regex, length, json, python)")
         reward_functions(config)  # a user's reward file that cannot be imported fails here, before training
         ensure_chat_template(loaded.tokenizer)
-        roles = config.get("role_mapping")
+        roles = config.role_mapping
         train = raw.train.map(lambda row: prompt_row(row, reference, roles), desc="Reading prompts")
         eval_set = None
         if raw.eval is not None:
@@ -62,7 +65,7 @@ class GRPOMethod(PreferenceMethod):
             eval_set = raw.eval.map(lambda row: prompt_row(row, eval_reference, roles), desc="Reading prompts")
         return PreparedData(train=_drop(train, reference), eval=_drop(eval_set, reference), format=raw.format)
 
-    def build_trainer(self, config: dict[str, Any], device: Any, model: Any, loaded: Any, prepared: Any,
+    def build_trainer(self, config: WorkerConfig, device: Any, model: Any, loaded: Any, prepared: Any,
                       output_dir: Any, callbacks: list[Any]) -> Any:
         from trl import GRPOConfig
 

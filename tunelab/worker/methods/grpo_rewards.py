@@ -16,10 +16,13 @@ import json
 import re
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from tunelab.config.grpo import DEFAULT_MAX_CHARS, REFERENCE_REWARDS
+from tunelab.config.grpo import DEFAULT_MAX_CHARS, REFERENCE_REWARDS, RewardSpec
 from tunelab.worker.context import RunSettingError
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 FENCED_JSON = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 
@@ -84,8 +87,8 @@ def length_penalty(max_chars: int) -> Callable[..., list[float]]:
     return reward
 
 
-def _user_function(spec: dict[str, Any], index: int) -> Callable[..., Any]:
-    path = Path(spec["path"]).expanduser()
+def _user_function(spec: RewardSpec, index: int) -> Callable[..., Any]:
+    path = Path(spec.path).expanduser()
     where = f"rewards.{index}"
     if not path.is_file():
         raise RunSettingError(f"{where}.path", f"the reward file {str(path)!r} does not exist; give the path of a .py file "
@@ -98,16 +101,16 @@ def _user_function(spec: dict[str, Any], index: int) -> Callable[..., Any]:
         loader_spec.loader.exec_module(module)
     except Exception as exc:
         raise RunSettingError(f"{where}.path", f"importing the reward file {str(path)!r} failed: {type(exc).__name__}: {exc}; fix the file") from exc
-    function = getattr(module, spec["function"], None)
+    function = getattr(module, spec.function, None)
     if not callable(function):
         defined = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
-        raise RunSettingError(f"{where}.function", f"{str(path)!r} defines no function {spec['function']!r} (it defines "
+        raise RunSettingError(f"{where}.function", f"{str(path)!r} defines no function {spec.function!r} (it defines "
                                                    f"{defined or 'none'}); set function to one of them")
     return function
 
 
-def _built(spec: dict[str, Any], index: int) -> Callable[..., Any]:
-    name = spec["name"]
+def _built(spec: RewardSpec, index: int) -> Callable[..., Any]:
+    name = spec.name
     if name == "exact_match":
         return exact_match
     if name == "contains":
@@ -115,22 +118,22 @@ def _built(spec: dict[str, Any], index: int) -> Callable[..., Any]:
     if name == "json":
         return json_valid
     if name == "regex":
-        return regex(spec["pattern"])
+        return regex(spec.pattern)
     if name == "length":
-        return length_penalty(int(spec.get("max_chars") or DEFAULT_MAX_CHARS))
+        return length_penalty(spec.max_chars or DEFAULT_MAX_CHARS)
     return _user_function(spec, index)
 
 
-def reward_functions(config: dict[str, Any]) -> tuple[list[Callable[..., Any]], list[float]]:
+def reward_functions(config: WorkerConfig) -> tuple[list[Callable[..., Any]], list[float]]:
     """The run's reward functions, each under its own name, and their weights."""
     functions, weights, seen = [], [], {}
-    for index, spec in enumerate(config.get("rewards") or []):
+    for index, spec in enumerate(config.rewards):
         function = _built(spec, index)
-        base = spec["function"] if spec["name"] == "python" else spec["name"]
+        base = spec.function if spec.name == "python" else spec.name
         seen[base] = seen.get(base, 0) + 1
         name = base if seen[base] == 1 else f"{base}_{seen[base]}"
         functions.append(_named(function, name))
-        weights.append(float(spec.get("weight", 1.0)))
+        weights.append(spec.weight)
     return functions, weights
 
 
@@ -143,5 +146,5 @@ def _named(function: Callable[..., Any], name: str) -> Callable[..., Any]:
     return reward
 
 
-def needs_reference(config: dict[str, Any]) -> bool:
-    return any(spec["name"] in REFERENCE_REWARDS for spec in config.get("rewards") or [])
+def needs_reference(config: WorkerConfig) -> bool:
+    return any(spec.name in REFERENCE_REWARDS for spec in config.rewards)

@@ -23,7 +23,7 @@ the log-probabilities); the progress callback forwards them as each step's extra
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab import families
 from tunelab.config.preference import OBJECTIVE_FORMATS, beta_for
@@ -32,6 +32,9 @@ from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.families.protocol import Loaded, TrainingFamily
 from tunelab.worker.methods.preference_formats import describe_shape
 from tunelab.worker.methods.preference_rows import RowPlace, row_turns
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 TRAINERS = {"dpo": "DPOTrainer", "orpo": "ORPOTrainer", "simpo": "CPOTrainer", "kto": "KTOTrainer"}
 
@@ -49,39 +52,39 @@ class PreferenceMethod:
         self.name = family.name
 
     # Loading, the adapter's targets, wrapping and the modality are the family's own.
-    def load(self, config: dict[str, Any], device: Any) -> Loaded:
+    def load(self, config: WorkerConfig, device: Any) -> Loaded:
         return self.family.load(config, device)
 
     def modality(self, raw: Any) -> str:
         return self.family.modality(raw)
 
-    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
+    def targets(self, model: Any, config: WorkerConfig) -> list[str] | None:
         return self.family.targets(model, config)
 
-    def wrap(self, model: Any, config: dict[str, Any], device: Any) -> Any:
+    def wrap(self, model: Any, config: WorkerConfig, device: Any) -> Any:
         return self.family.wrap(model, config, device)
 
-    def prepare(self, config: dict[str, Any], loaded: Any, raw: Any) -> PreparedData:
+    def prepare(self, config: WorkerConfig, loaded: Any, raw: Any) -> PreparedData:
         if raw.format not in OBJECTIVE_FORMATS[self.objective]:
             raise DataFormatError("format", f"objective={self.objective} trains on preference rows and the data is {raw.format} "
                                             f"with columns {raw.train.column_names}; expected {describe_shape()}. Map other names "
                                             "with column_mapping, e.g. {prompt: question, chosen: good_answer, rejected: bad_answer}")
         ensure_chat_template(loaded.tokenizer)
-        train = as_conversations(raw.train, config.get("role_mapping"), "training")
-        batch = int(config.get("batch_size") or 1)
+        train = as_conversations(raw.train, config.role_mapping, "training")
+        batch = config.batch_size
         if batch > len(train):
             raise DataFormatError("batch_size", f"batch_size {batch} is larger than the {len(train)} training rows; "
                                                 f"set batch_size to {len(train)} or less, or add data")
-        eval_set = as_conversations(raw.eval, config.get("role_mapping"), "eval") if raw.eval is not None else None
+        eval_set = as_conversations(raw.eval, config.role_mapping, "eval") if raw.eval is not None else None
         return PreparedData(train=train, eval=eval_set, format=raw.format)
 
-    def build_trainer(self, config: dict[str, Any], device: Any, model: Any, loaded: Any, prepared: Any,
+    def build_trainer(self, config: WorkerConfig, device: Any, model: Any, loaded: Any, prepared: Any,
                       output_dir: Any, callbacks: list[Any]) -> Any:
         from tunelab.worker.trainer_setup import training_arguments
 
         args = training_arguments(config, device, output_dir, has_eval=prepared.eval is not None)
         trainer_class, config_class, extra = _trl_classes(self.objective)
-        trainer_args = config_class(**args, max_length=int(config.get("max_seq_length") or 2048),
+        trainer_args = config_class(**args, max_length=config.max_seq_length,
                                     beta=beta_for(config), **extra)
         kwargs = {"ref_model": None} if self.objective in ("dpo", "kto") else {}
         return trainer_class(

@@ -10,11 +10,14 @@ family's. Adding an objective: its method module, its line here, its settings in
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tunelab.worker.families.protocol import TrainingFamily
 from tunelab.worker.methods.grpo import GRPOMethod
 from tunelab.worker.methods.preference import PreferenceMethod
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 def _family_itself(family: TrainingFamily) -> TrainingFamily:
@@ -31,5 +34,5 @@ OBJECTIVES: dict[str, Callable[[TrainingFamily], TrainingFamily]] = {
 }
 
 
-def for_objective(config: dict[str, Any], family: TrainingFamily) -> TrainingFamily:
-    return OBJECTIVES[config.get("objective") or "sft"](family)
+def for_objective(config: WorkerConfig, family: TrainingFamily) -> TrainingFamily:
+    return OBJECTIVES[config.objective](family)

@@ -12,16 +12,19 @@ clip with a good header and broken data is found there), over the first
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab import paths
 from tunelab.worker.preview.limits import COLUMN_CHARS, MAX_COLUMNS, ROW_CHARS, TOTAL_CHARS, truncate
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 # A header read each (well under a millisecond for a small local file): a few seconds at most.
 MAX_CHECKED_ROWS = 5_000
 
 
-def _longest(model_name: str | None, config: dict[str, Any]) -> float | None:
+def _longest(model_name: str | None, config: WorkerConfig) -> float | None:
     """The model's window in seconds, or None (no model, no fixed window, or it does not load:
     the length check is then left to training)."""
     if not model_name:
@@ -29,20 +32,20 @@ def _longest(model_name: str | None, config: dict[str, Any]) -> float | None:
     try:
         from tunelab.worker.families.tts.model import is_tts_model
 
-        if is_tts_model({**config, "model_name": model_name}):
-            return _tts_longest({**config, "model_name": model_name})
+        if is_tts_model(config.model_copy(update={"model_name": model_name})):
+            return _tts_longest(config.model_copy(update={"model_name": model_name}))
         from transformers import AutoFeatureExtractor
 
         from tunelab.worker.families.speech.data import longest_seconds
 
-        extractor = AutoFeatureExtractor.from_pretrained(model_name, token=config.get("hf_token") or None,
-                                                         trust_remote_code=bool(config.get("trust_remote_code")))
+        extractor = AutoFeatureExtractor.from_pretrained(model_name, token=config.hf_token or None,
+                                                         trust_remote_code=config.trust_remote_code)
         return longest_seconds(extractor)
     except Exception:  # any loader failure only leaves the length unchecked
         return None
 
 
-def _tts_longest(config: dict[str, Any]) -> float | None:
+def _tts_longest(config: WorkerConfig) -> float | None:
     """A text-to-speech model's longest clip: the audio max_seq_length leaves room for
     beside the layout's six markers (its text takes more, so training may refuse a few more
     clips than counted here), with the codec the run would use, when it is a local folder."""
@@ -54,7 +57,7 @@ def _tts_longest(config: dict[str, Any]) -> float | None:
     folder = Path(codec_source(config)).expanduser()
     if not (folder / "config.json").is_file():
         return None  # a hub codec: the length is left to training
-    return seconds_room(codec_settings(folder), int(config.get("max_seq_length") or 2048) - 6)
+    return seconds_room(codec_settings(folder), config.max_seq_length - 6)
 
 
 def _clip_is_bad(ref: Any, folders: list, field: str, longest: float | None) -> bool:
@@ -75,18 +78,18 @@ def _clip_is_bad(ref: Any, folders: list, field: str, longest: float | None) -> 
     return info.frames <= 0 or (longest is not None and seconds > longest + 1e-6)
 
 
-def bad_audio_rows(data: Any, column: str, config: dict[str, Any], longest: float | None) -> tuple[int, int]:
+def bad_audio_rows(data: Any, column: str, config: WorkerConfig, longest: float | None) -> tuple[int, int]:
     """(rows with a clip training would not take, rows checked) over the first MAX_CHECKED_ROWS rows."""
     from tunelab.worker.families.vision.data import data_folders
 
     folders = data_folders(config, "training")
-    field = "local_datasets" if config.get("local_datasets") else "dataset"
+    field = "local_datasets" if config.local_datasets else "dataset"
     checked = data.select(range(min(len(data), MAX_CHECKED_ROWS)))
     bad = sum(1 for ref in checked[column] if _clip_is_bad(ref, folders, field, longest))
     return bad, len(checked)
 
 
-def build_audio_preview(config: dict[str, Any], rows: int, model_name: str | None, raw: Any) -> dict[str, Any]:
+def build_audio_preview(config: WorkerConfig, rows: int, model_name: str | None, raw: Any) -> dict[str, Any]:
     from tunelab.worker.families.speech.formats import audio_column, transcript_column
 
     audio, text = audio_column(raw.train.column_names), transcript_column(raw.train.column_names)

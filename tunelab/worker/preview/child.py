@@ -22,7 +22,10 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 from tunelab.worker.preview.limits import COLUMN_CHARS, MAX_COLUMNS, ROW_CHARS, TOTAL_CHARS, short_messages, truncate
 
@@ -32,14 +35,14 @@ WARM_FLAG = "--warm"
 WARM_MODEL_TYPE = "llama"
 
 
-def _load_tokenizer(name: str, config: dict[str, Any]) -> tuple[Any | None, str]:
+def _load_tokenizer(name: str, config: WorkerConfig) -> tuple[Any | None, str]:
     """The model's tokenizer (with the fallback template when it has none), or None
     and the reason, when it cannot be had: a preview still shows the data then."""
     try:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(
-            name, token=config.get("hf_token") or None, trust_remote_code=bool(config.get("trust_remote_code"))
+            name, token=config.hf_token or None, trust_remote_code=config.trust_remote_code
         )
     except Exception as exc:  # any loader failure only downgrades the preview
         return None, f"the tokenizer of {name} could not be loaded ({type(exc).__name__}); rows are shown without its chat template"
@@ -53,14 +56,14 @@ def _plain_chat(messages: list[dict[str, str]]) -> str:
     return "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages)
 
 
-def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None, cache_dir: Path) -> dict[str, Any]:
+def build_preview(config: WorkerConfig, rows: int, tokenizer_name: str | None, cache_dir: Path) -> dict[str, Any]:
     from tunelab.worker.data.prepare import load_raw, to_messages, to_plain_text
     from tunelab.worker.methods.preference_formats import PREFERENCE_FORMAT, UNPAIRED_FORMAT
     from tunelab.worker.methods.preference_rows import RowPlace, prompt_turns, row_turns
     from tunelab.worker.methods.prompt_formats import PROMPT_FORMAT, reference_column
     from tunelab.worker.data.tokenization import render, uses_raw_text
 
-    raw = load_raw({**config, "eval_steps": 0}, cache_dir)
+    raw = load_raw(config.model_copy(update={"eval_steps": 0}), cache_dir)
     from tunelab.worker.data.formats import image_column
     from tunelab.worker.families.vision.formats import first_image_part
 
@@ -84,19 +87,19 @@ def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None,
         messages = None
         if raw.format == PREFERENCE_FORMAT:
             # The prompt with the chosen answer as one conversation, the rejected answer after it.
-            turns = row_turns(row, config.get("role_mapping"), RowPlace(index))
+            turns = row_turns(row, config.role_mapping, RowPlace(index))
             messages = short_messages(turns["prompt"] + turns["chosen"])
             text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
             text += "\n[rejected]\n" + "\n".join(m["content"] for m in turns["rejected"])
         elif raw.format == PROMPT_FORMAT:
             # The prompt as the model sees it before generating; the reference answer after it.
-            messages = short_messages(prompt_turns(row["prompt"], config.get("role_mapping"), RowPlace(index)))
+            messages = short_messages(prompt_turns(row["prompt"], config.role_mapping, RowPlace(index)))
             text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
             reference = reference_column(raw.train.column_names)
             if reference is not None:
                 text += f"\n[reference]\n{row[reference]}"
         elif raw.format == UNPAIRED_FORMAT:
-            turns = row_turns(row, config.get("role_mapping"), RowPlace(index))
+            turns = row_turns(row, config.role_mapping, RowPlace(index))
             messages = short_messages(turns["prompt"] + turns["completion"])
             text = render(tokenizer, messages) if tokenizer is not None else _plain_chat(messages)
             text += f"\n[{'desirable' if turns['label'] else 'undesirable'}]"
@@ -122,9 +125,10 @@ def build_preview(config: dict[str, Any], rows: int, tokenizer_name: str | None,
 
 def _answer(request: dict[str, Any]) -> dict[str, Any]:
     from tunelab.worker.data.prepare import DataFormatError
+    from tunelab.worker.run_config import worker_config
 
     try:
-        preview = build_preview(request["config"], int(request["rows"]), request.get("tokenizer"), Path(request["cache_dir"]))
+        preview = build_preview(worker_config(request["config"]), int(request["rows"]), request.get("tokenizer"), Path(request["cache_dir"]))
     except DataFormatError as exc:
         return {"ok": False, "error": {"code": "bad_dataset", "message": exc.message, "field": exc.field}}
     except (OSError, ValueError) as exc:

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import base64
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab import paths
 from tunelab.worker.preview.limits import COLUMN_CHARS, ROW_CHARS, TOTAL_CHARS, short_messages, truncate
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 THUMBNAIL_SIDE = 96
 MAX_THUMBNAILS = 24  # per preview: enough to see the data, small enough to stay well under the answer cap
@@ -43,13 +46,13 @@ def image_count(data: Any, column: str) -> int:
     return len(values) - values.null_count
 
 
-def _sources(config: dict[str, Any]) -> Any:
+def _sources(config: WorkerConfig) -> Any:
     """How the preview resolves image references: as training does, with every path checked
     against the data roots (the preview serves HTTP) and no URL fetched (no run cache)."""
     from tunelab.worker.data.image_sources import ImageSources
     from tunelab.worker.families.vision.data import data_folders
 
-    return ImageSources(data_folders(config, "training"), "local_datasets" if config.get("local_datasets") else "dataset",
+    return ImageSources(data_folders(config, "training"), "local_datasets" if config.local_datasets else "dataset",
                         None, confined=True)
 
 
@@ -75,7 +78,7 @@ def _thumbnail(ref: Any, sources: Any) -> dict[str, Any]:
             "thumbnail": "data:image/jpeg;base64," + base64.b64encode(encoded.getvalue()).decode()}
 
 
-def bad_image_rows(data: Any, fmt: str, config: dict[str, Any], sources: Any) -> tuple[int, int, int]:
+def bad_image_rows(data: Any, fmt: str, config: WorkerConfig, sources: Any) -> tuple[int, int, int]:
     """(rows with an image training would not take, rows checked, images in them) over the
     first MAX_CHECKED_ROWS rows. Rows whose shape is wrong are left to the format's own
     error; an http(s) image is not fetched here, so it counts as neither good nor bad."""
@@ -101,11 +104,11 @@ def bad_image_rows(data: Any, fmt: str, config: dict[str, Any], sources: Any) ->
     return bad, len(checked), images
 
 
-def _load_processor(name: str, config: dict[str, Any]) -> tuple[Any | None, str]:
+def _load_processor(name: str, config: WorkerConfig) -> tuple[Any | None, str]:
     try:
         from tunelab.worker.families.vision.model import load_processor
 
-        return load_processor({**config, "model_name": name}), ""
+        return load_processor(config.model_copy(update={"model_name": name})), ""
     except Exception as exc:  # any loader failure only downgrades the preview
         return None, f"the processor of {name} could not be loaded ({type(exc).__name__}); rows are shown without its chat template"
 
@@ -115,7 +118,7 @@ def _as_text(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
             for m in messages]
 
 
-def build_image_preview(config: dict[str, Any], rows: int, model_name: str | None, raw: Any, column: str | None) -> dict[str, Any]:
+def build_image_preview(config: WorkerConfig, rows: int, model_name: str | None, raw: Any, column: str | None) -> dict[str, Any]:
     """The preview of image rows; `column` is the image column, None where the images sit
     inside the conversations' parts (then the count covers the rows checked)."""
     from tunelab.worker.data.tokenization import render

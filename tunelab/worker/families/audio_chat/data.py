@@ -21,7 +21,7 @@ Torch-free apart from the collator it hands on.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker.families.audio_chat.formats import WORKING_EXAMPLE, audio_list_column, audio_messages, has_audio
 from tunelab.worker.data.prepare import PreparedData
@@ -32,6 +32,9 @@ from tunelab.worker.families.speech.formats import TRANSCRIPTION, audio_column
 from tunelab.worker.families.audio_chat.tokens import audio_token_ids
 from tunelab.worker.families.vision.data import _source_field, drop_bad_rows, labelled_rows, prepare_media_rows, tokens_and_loss_mask
 
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
+
 AUDIO_CHAT_COLUMNS = ("text", "audios", "text_ids", "loss_mask")
 def raw_has_audio(raw: RawData) -> bool:
     rows = raw.train
@@ -39,11 +42,11 @@ def raw_has_audio(raw: RawData) -> bool:
     return has_audio(raw.format, rows.column_names, sample)
 
 
-def check_shape(config: dict[str, Any], raw: RawData) -> None:
+def check_shape(config: WorkerConfig, raw: RawData) -> None:
     """Image data on a model that listens rather than sees: say what was expected and what was found."""
     columns = raw.train.column_names
     if raw.format == "caption" or image_column(columns):
-        raise DataFormatError("format", f"{config.get('model_name')} is an audio chat model and trains on chat messages with audio "
+        raise DataFormatError("format", f"{config.model_name} is an audio chat model and trains on chat messages with audio "
                                         f"parts (or audio with its transcript); the data reads as {raw.format} with images "
                                         f"(columns {columns}). Give clips instead of images, e.g. {WORKING_EXAMPLE}, "
                                         "or train an image-text-to-text model on this data")
@@ -70,9 +73,9 @@ def _clip_column(rows: Any, fmt: str) -> str:
     return found or f"{conversation_column(columns) or 'messages'} audio parts"
 
 
-def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str, notes: list[str]) -> Any:
-    completions = bool(config.get("train_on_completions"))
-    skip_bad = bool(config.get("skip_bad_audio"))
+def _rows(rows: Any, fmt: str, processor: Any, config: WorkerConfig, what: str, notes: list[str]) -> Any:
+    completions = config.train_on_completions
+    skip_bad = config.skip_bad_audio
     longest = longest_seconds(processor.feature_extractor)
     place = clip_place(config, what, _clip_column(rows, fmt))
     audio_ids = audio_token_ids(processor)
@@ -99,11 +102,11 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
     return labelled_rows(converted, what, completions)
 
 
-def prepare(config: dict[str, Any], processor: Any, raw: RawData) -> PreparedData:
+def prepare(config: WorkerConfig, processor: Any, raw: RawData) -> PreparedData:
     """Audio chat rows checked and tokenized, with the collator that decodes their clips."""
     from tunelab.worker.families.audio_chat.collator import AudioChatCollator
 
     return prepare_media_rows(
         config, raw, "audio chat", "audio",
         lambda rows, what, notes: _rows(rows, raw.format, processor, config, what, notes),
-        lambda: AudioChatCollator(processor, int(config.get("max_seq_length") or 2048)))
+        lambda: AudioChatCollator(processor, config.max_seq_length))

@@ -19,7 +19,7 @@ vision family's, so stop-and-save, resume and export behave as for vision runs.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker import lora_targets, model_setup
 
@@ -28,12 +28,15 @@ from tunelab.worker.context import RunSettingError
 from tunelab.worker.families.protocol import Loaded
 from tunelab.worker.families.text.family import TransformersFamily
 
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
-def audio_switches(config: dict[str, Any]) -> dict[str, Any]:
+
+def audio_switches(config: WorkerConfig) -> dict[str, Any]:
     """The run's switches as `lora_targets` reads them: the part outside the language model is
     the audio tower and projector, on only with `finetune_audio_layers`."""
-    switches = {**config, "finetune_vision_layers": bool(config.get("finetune_audio_layers"))}
-    if not (switches["finetune_vision_layers"] or config.get("finetune_language_layers", True) is not False):
+    switches = config.model_copy(update={"finetune_vision_layers": config.finetune_audio_layers})
+    if not (switches.finetune_vision_layers or config.finetune_language_layers):
         raise RunSettingError("finetune_audio_layers", "finetune_language_layers is false and finetune_audio_layers is false, "
                                                        "which trains nothing of an audio chat model; turn one on")
     return switches
@@ -42,14 +45,14 @@ def audio_switches(config: dict[str, Any]) -> dict[str, Any]:
 class AudioChatFamily(TransformersFamily):
     name = "audio_chat"
 
-    def load(self, config: dict[str, Any], device: Any) -> Loaded:
+    def load(self, config: WorkerConfig, device: Any) -> Loaded:
         from tunelab.worker.families.audio_chat import model as audio_chat_model
 
         processor = audio_chat_model.load_processor(config)
         model = model_setup.load_model(config, device, audio_chat_model.model_class())
         return Loaded(model, processor.tokenizer, processor)
 
-    def prepare(self, config: dict[str, Any], loaded: Loaded, raw: Any) -> data.PreparedData:
+    def prepare(self, config: WorkerConfig, loaded: Loaded, raw: Any) -> data.PreparedData:
         from tunelab.worker.families.audio_chat import data as audio_chat_data
 
         audio_chat_data.check_shape(config, raw)
@@ -63,12 +66,12 @@ class AudioChatFamily(TransformersFamily):
 
         return "audio_chat" if audio_chat_data.raw_has_audio(raw) else "text"
 
-    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
+    def targets(self, model: Any, config: WorkerConfig) -> list[str] | None:
         return lora_targets.select_targets(model, audio_switches(config))
 
-    def wrap(self, model: Any, config: dict[str, Any], device: Any) -> Any:
+    def wrap(self, model: Any, config: WorkerConfig, device: Any) -> Any:
         switches = audio_switches(config)
         model = model_setup.wrap_for_training(model, config, device, self.targets(model, config))
-        if config.get("training_type") not in ("lora", "qlora"):
+        if config.training_type not in ("lora", "qlora"):
             lora_targets.freeze_switched_off(model, switches)  # the audio tower stays as it is unless switched on
         return model

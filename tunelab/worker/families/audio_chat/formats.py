@@ -18,11 +18,14 @@ without decoding). Torch-free.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker.data.formats import DataFormatError, conversation_column
 from tunelab.worker.data.media_parts import MediaParts, as_list
 from tunelab.worker.families.speech.formats import TRANSCRIPTION, audio_column, transcript_column
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 AUDIO_PLACEHOLDER = "<audio>"
 # Keys under which a chat part may carry its own clip reference.
@@ -68,14 +71,14 @@ AUDIO = MediaParts(
 )
 
 
-def _turns(row: dict[str, Any], fmt: str, config: dict[str, Any], inline_refs: list[Any]) -> list[dict[str, Any]]:
+def _turns(row: dict[str, Any], fmt: str, config: WorkerConfig, inline_refs: list[Any]) -> list[dict[str, Any]]:
     if fmt == TRANSCRIPTION:
         text = row.get(transcript_column(list(row)) or "text")
         return [{"role": "user", "content": []}, {"role": "assistant", "content": AUDIO.text_parts(str(text or ""))}]
     return AUDIO.chat_turns(row, fmt, config, inline_refs)
 
 
-def audio_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Any]]:
+def audio_messages(row: dict[str, Any], fmt: str, config: WorkerConfig) -> tuple[list[dict[str, Any]], list[Any]]:
     """The row as chat messages with audio parts, and its clip references in part order."""
     inline: list[Any] = []
     messages = _turns(row, fmt, config, inline)

@@ -14,11 +14,14 @@ without those three is refused before training, saying what is missing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.families import audio_chat
 from tunelab.worker.context import RunSettingError
 from tunelab.worker.hub_config import load_auto_processor, set_up_chat_tokenizer
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 def eval_rows(config: dict[str, Any], processor: Any, model: Any, raw: Any) -> Any:
@@ -29,8 +32,8 @@ def eval_rows(config: dict[str, Any], processor: Any, model: Any, raw: Any) -> A
     return prepare(config, processor, raw)
 
 
-def load_processor(config: dict[str, Any]) -> Any:
-    name = config["model_name"]
+def load_processor(config: WorkerConfig) -> Any:
+    name = config.model_name
     processor = load_auto_processor(config, "an audio chat model",
                                     "processor_config.json or preprocessor_config.json, and the tokenizer")
     missing = [what for what, ok in (("a feature extractor", getattr(processor, "feature_extractor", None) is not None),

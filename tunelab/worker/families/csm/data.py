@@ -20,12 +20,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker.data.prepare import PreparedData, _check_batch_fits
 from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.families.speech.data import check_audio_run
 from tunelab.worker.families.speech.formats import WORKING_EXAMPLE, transcript_column
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 IGNORE_INDEX = -100
 SPEAKER_COLUMN = "speaker"
@@ -50,7 +53,7 @@ def _speaker(row: dict[str, Any], index: int, what: str) -> int | None:
                                           "integer ids (0, 1, ...); give each voice a number, or leave the column out for speaker 0")
 
 
-def _checked(rows: Any, config: dict[str, Any], codec: Any, what: str, output_dir: Path) -> Any:
+def _checked(rows: Any, config: WorkerConfig, codec: Any, what: str, output_dir: Path) -> Any:
     """The split's cached frames, or every clip checked (`tts_encode`) before any is encoded.
     A clip's length is checked once encoded (`_rows`): Mimi's frames per second set it."""
     from tunelab.worker.families.tts.encode import check_split
@@ -58,7 +61,7 @@ def _checked(rows: Any, config: dict[str, Any], codec: Any, what: str, output_di
     return check_split(rows, config, codec, what, output_dir, [None] * len(rows), "")
 
 
-def _rows(rows: Any, clips: Any, config: dict[str, Any], tokenizer: Any, codec: Any, audio_ids: tuple[int, int],
+def _rows(rows: Any, clips: Any, config: WorkerConfig, tokenizer: Any, codec: Any, audio_ids: tuple[int, int],
           notes: list[str]) -> tuple[Any, list[str], int, int]:
     import datasets
 
@@ -71,7 +74,7 @@ def _rows(rows: Any, clips: Any, config: dict[str, Any], tokenizer: Any, codec: 
     field_name = _source_field(config, what)
     frames, encoded, note = encode_split(clips, codec, codec.encode)
     notes.append(note)
-    limit = int(config.get("max_seq_length") or 2048)
+    limit = config.max_seq_length
     audio, audio_eos = audio_ids
     ids, codes, prompts, bad = [], [], [], []
     for index, (row, clip) in enumerate(zip(rows, frames)):
@@ -99,7 +102,7 @@ def _rows(rows: Any, clips: Any, config: dict[str, Any], tokenizer: Any, codec: 
     return table, [prompts[i] for i in good], max((len(frames[i]) for i in good), default=0), encoded
 
 
-def prepare(config: dict[str, Any], processor: Any, model_config: Any, codec: Any, raw: Any, output_dir: Path) -> CsmRows:
+def prepare(config: WorkerConfig, processor: Any, model_config: Any, codec: Any, raw: Any, output_dir: Path) -> CsmRows:
     check_audio_run(config, raw, "text-to-speech", "text with the audio that speaks it",
                     "a text column and optionally a speaker column (integer ids)", "the audio frames only")
     tokenizer = processor.tokenizer
@@ -114,7 +117,7 @@ def prepare(config: dict[str, Any], processor: Any, model_config: Any, codec: An
     if eval_clips is not None:
         eval_set, eval_prompts, eval_longest, eval_encoded = _rows(raw.eval, eval_clips, config, tokenizer, codec, audio_ids, notes)
         longest, encoded = max(longest, eval_longest), encoded + eval_encoded
-    sample_text = config.get("tts_sample_text")
+    sample_text = config.tts_sample_text
     sample = speaker_prompt(sample_text) if sample_text else (eval_prompts or prompts)[0]
     collator = CsmCollator(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, audio_ids,
                            int(model_config.num_codebooks), int(model_config.codebook_eos_token_id))

@@ -16,22 +16,25 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tunelab.worker.context import RunSettingError
 
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
+
 DEFAULT_SPEAKER = 0
 
 
-def load_processor(config: dict[str, Any]) -> Any:
+def load_processor(config: WorkerConfig) -> Any:
     from transformers import AutoProcessor
 
-    name = config["model_name"]
+    name = config.model_name
     try:
-        processor = AutoProcessor.from_pretrained(name, token=config.get("hf_token") or None,
-                                                  trust_remote_code=bool(config.get("trust_remote_code")))
+        processor = AutoProcessor.from_pretrained(name, token=config.hf_token or None,
+                                                  trust_remote_code=config.trust_remote_code)
     except (OSError, ValueError) as exc:
         raise RunSettingError("model_name", f"{name} is a Sesame CSM model but its processor does not load ({exc}); the model "
                                             "folder needs CSM's processor files (processor_config.json and the tokenizer)") from exc

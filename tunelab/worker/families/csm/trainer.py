@@ -15,9 +15,12 @@ frame may not be the end of audio (`NotEndFirst`), so even an untrained model sa
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import LogitsProcessor, Trainer
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 class CsmTrainer(Trainer):
@@ -72,7 +75,7 @@ def write_sample(model: Any, processor: Any, prompt: str, max_frames: int, dest:
     return dest
 
 
-def build_csm_trainer(config: dict[str, Any], device: Any, model: Any, processor: Any, prepared: Any, output_dir: Any,
+def build_csm_trainer(config: WorkerConfig, device: Any, model: Any, processor: Any, prepared: Any, output_dir: Any,
                       callbacks: list[Any]) -> Any:
     from tunelab.worker.families.tts.trainer import build_sampling_trainer
 

@@ -20,7 +20,7 @@ The same stages as every family (`TrainingFamily`, `families/protocol.py`), with
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker.families.embedding import loss as embedding_loss
 from tunelab.worker.data.prepare import PreparedData
@@ -28,6 +28,9 @@ from tunelab.worker.families.embedding.formats import EMBEDDING_FORMATS, LABEL_C
 from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.families.protocol import Loaded
 from tunelab.worker.model_setup import SetupError, default_target_modules
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 class EmbeddingFamily:
@@ -37,17 +40,17 @@ class EmbeddingFamily:
     def __init__(self) -> None:
         self.loss: str | None = None  # chosen in `prepare`, once the data shape is known
 
-    def load(self, config: dict[str, Any], device: Any) -> Loaded:
+    def load(self, config: WorkerConfig, device: Any) -> Loaded:
         from sentence_transformers import SentenceTransformer
 
-        model = SentenceTransformer(config["model_name"], device="cuda" if device.cuda else "cpu",
-                                    trust_remote_code=bool(config.get("trust_remote_code")), token=config.get("hf_token") or None)
-        limit = int(config.get("max_seq_length") or 0)
+        model = SentenceTransformer(config.model_name, device="cuda" if device.cuda else "cpu",
+                                    trust_remote_code=config.trust_remote_code, token=config.hf_token or None)
+        limit = config.max_seq_length
         if limit and (model.max_seq_length is None or limit < model.max_seq_length):
             model.max_seq_length = limit
         return Loaded(model, model.tokenizer, model.tokenizer)
 
-    def prepare(self, config: dict[str, Any], loaded: Loaded, raw: Any) -> PreparedData:
+    def prepare(self, config: WorkerConfig, loaded: Loaded, raw: Any) -> PreparedData:
         if raw.format not in EMBEDDING_FORMATS:
             raise not_embedding_data(raw.format, raw.train.column_names, raw.train[0] if len(raw.train) else None)
         train = _columns_in_order(raw.train, raw.format, "training")
@@ -59,16 +62,16 @@ class EmbeddingFamily:
     def modality(self, raw: Any) -> str:
         return "embedding"
 
-    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
+    def targets(self, model: Any, config: WorkerConfig) -> list[str] | None:
         """The adapter's layers in the encoder inside the first module."""
-        return config.get("target_modules") or default_target_modules(model[0].model)
+        return config.target_modules or default_target_modules(model[0].model)
 
-    def wrap(self, model: Any, config: dict[str, Any], device: Any) -> Any:
-        if config.get("training_type") not in ("lora", "qlora"):
+    def wrap(self, model: Any, config: WorkerConfig, device: Any) -> Any:
+        if config.training_type not in ("lora", "qlora"):
             for parameter in model.parameters():
                 parameter.requires_grad_(True)
             return model
-        if config.get("load_in_4bit"):
+        if config.load_in_4bit:
             raise SetupError("training_type", "4-bit loading (QLoRA) is not available for embedding models; use training_type=lora or full")
         from peft import LoraConfig, TaskType, get_peft_model
 
@@ -78,13 +81,13 @@ class EmbeddingFamily:
             encoder.enable_input_require_grads()
         lora = LoraConfig(
             task_type=TaskType.FEATURE_EXTRACTION,
-            r=int(config.get("lora_r") or 16),
-            lora_alpha=float(config.get("lora_alpha") or 16),
-            lora_dropout=float(config.get("lora_dropout") or 0.0),
+            r=config.lora_r,
+            lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout,
             target_modules=self.targets(model, config),
             bias="none",
-            use_rslora=bool(config.get("use_rslora")),
-            use_dora=bool(config.get("use_dora")),
+            use_rslora=config.use_rslora,
+            use_dora=config.use_dora,
         )
         try:
             model[0].model = get_peft_model(encoder, lora)
@@ -92,7 +95,7 @@ class EmbeddingFamily:
             raise SetupError("target_modules", f"{exc}; list module names this model has") from exc
         return model
 
-    def build_trainer(self, config: dict[str, Any], device: Any, model: Any, loaded: Loaded, prepared: PreparedData,
+    def build_trainer(self, config: WorkerConfig, device: Any, model: Any, loaded: Loaded, prepared: PreparedData,
                       output_dir: Any, callbacks: list[Any]) -> Any:
         from sentence_transformers import SentenceTransformerTrainingArguments
         from sentence_transformers.base.sampler import BatchSamplers

@@ -12,10 +12,13 @@ MatryoshkaLoss. Names and checks are torch-free; `build_loss` imports the librar
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.config.embedding import LOSS_FORMATS, loss_format_error
 from tunelab.worker.context import RunSettingError
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 AUTO_LOSS = {"pairs": "mnrl", "triplets": "mnrl", "scored_pairs": "cosent", "labelled_pairs": "online_contrastive"}
 IN_BATCH_LOSSES = ("mnrl", "cached_mnrl")
@@ -30,12 +33,12 @@ LOSS_CLASSES = {
 }
 
 
-def choose_loss(fmt: str, config: dict[str, Any]) -> str:
+def choose_loss(fmt: str, config: WorkerConfig) -> str:
     """The loss name for data of shape `fmt` (raises when a chosen loss does not fit it)."""
-    chosen = config.get("embedding_loss") or "auto"
+    chosen = config.embedding_loss
     if chosen == "auto":
         chosen = AUTO_LOSS[fmt]
-        if chosen == "mnrl" and int(config.get("batch_size") or 1) >= CACHED_MNRL_MIN_BATCH:
+        if chosen == "mnrl" and config.batch_size >= CACHED_MNRL_MIN_BATCH:
             chosen = "cached_mnrl"
     elif fmt not in LOSS_FORMATS[chosen]:
         raise RunSettingError("embedding_loss", loss_format_error(chosen, fmt))
@@ -46,9 +49,9 @@ def uses_in_batch_negatives(loss: str) -> bool:
     return loss in IN_BATCH_LOSSES
 
 
-def check_batch(loss: str, config: dict[str, Any], train_rows: int) -> None:
+def check_batch(loss: str, config: WorkerConfig, train_rows: int) -> None:
     """A batch the loss can learn from, and no larger than the data."""
-    batch = int(config.get("batch_size") or 1)
+    batch = config.batch_size
     if batch > train_rows:
         raise RunSettingError("batch_size", f"batch_size {batch} is larger than the {train_rows} training rows; "
                                             f"set batch_size to {train_rows} or less, or add data")
@@ -65,12 +68,12 @@ def check_matryoshka(dims: list[int] | None, embedding_size: int) -> None:
                                                  f"give dimensions of at most {embedding_size}")
 
 
-def build_loss(loss: str, model: Any, config: dict[str, Any]) -> Any:
+def build_loss(loss: str, model: Any, config: WorkerConfig) -> Any:
     from sentence_transformers.sentence_transformer import losses
 
     kwargs = {"mini_batch_size": CACHED_MINI_BATCH} if loss == "cached_mnrl" else {}
     built = getattr(losses, LOSS_CLASSES[loss])(model, **kwargs)
-    dims = config.get("matryoshka_dims")
+    dims = config.matryoshka_dims
     if dims:
         check_matryoshka(dims, model.get_embedding_dimension())
         built = losses.MatryoshkaLoss(model, built, matryoshka_dims=list(dims))

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab import paths
 from tunelab.worker.data.prepare import PreparedData, _check_batch_fits
@@ -30,6 +30,9 @@ from tunelab.worker.data.sources import RawData
 from tunelab.worker.families.speech.clips import longest_seconds, open_clip
 from tunelab.worker.families.speech.formats import TRANSCRIPTION, WORKING_EXAMPLE, audio_column, transcript_column
 from tunelab.worker.families.vision.data import _source_field, data_folders, drop_bad_rows, image_reference
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 SPEECH_COLUMNS = ("audio", "labels")
 
@@ -74,7 +77,7 @@ class ClipPlace:
     confined: bool  # a server-started run reads only inside the data roots
 
 
-def clip_place(config: dict[str, Any], what: str, column: str) -> ClipPlace:
+def clip_place(config: WorkerConfig, what: str, column: str) -> ClipPlace:
     return ClipPlace(data_folders(config, what), _source_field(config, what), what, column, paths.reads_confined())
 
 
@@ -127,10 +130,10 @@ def _row_features() -> Any:
 SKIP_HINT = ", or set skip_bad_audio=true to skip such rows"
 
 
-def _rows(rows: Any, processor: Any, config: dict[str, Any], what: str, max_label_tokens: int | None, notes: list[str]) -> Any:
+def _rows(rows: Any, processor: Any, config: WorkerConfig, what: str, max_label_tokens: int | None, notes: list[str]) -> Any:
     tokenizer = processor.tokenizer
     field = _source_field(config, what)
-    skip_bad = bool(config.get("skip_bad_audio"))
+    skip_bad = config.skip_bad_audio
     longest = longest_seconds(processor.feature_extractor)
     audio_name, text_name = audio_column(rows.column_names), transcript_column(rows.column_names)
     place = clip_place(config, what, audio_name)
@@ -165,7 +168,7 @@ def _shown(ref: dict[str, Any] | None, raw: Any) -> str:
     return (ref or {}).get("path") or (raw if isinstance(raw, str) else "(embedded clip)")
 
 
-def prepare(config: dict[str, Any], processor: Any, raw: RawData, model_config: Any) -> PreparedData:
+def prepare(config: WorkerConfig, processor: Any, raw: RawData, model_config: Any) -> PreparedData:
     """Clips checked and transcripts tokenized, with the collator that decodes the audio."""
     from tunelab.worker.families.speech.collator import SpeechCollator
 
@@ -180,16 +183,16 @@ def prepare(config: dict[str, Any], processor: Any, raw: RawData, model_config: 
                         collator=SpeechCollator(processor, model_config.decoder_start_token_id))
 
 
-def check_audio_run(config: dict[str, Any], raw: RawData, kind: str, trains_on: str, columns: str, loss_on: str) -> None:
+def check_audio_run(config: WorkerConfig, raw: RawData, kind: str, trains_on: str, columns: str, loss_on: str) -> None:
     """What every audio family (speech-to-text, text-to-speech) refuses before reading a row:
     data of another shape, and text-only settings. `kind` names the model ("speech-to-text"),
     `trains_on` its data, `columns` the columns beside the audio, `loss_on` where its loss is."""
     if raw.format != TRANSCRIPTION:
-        raise DataFormatError("format", f"{config.get('model_name')} is a {kind} model and trains on {trains_on}; "
+        raise DataFormatError("format", f"{config.model_name} is a {kind} model and trains on {trains_on}; "
                                         f"the data reads as {raw.format} with columns {raw.train.column_names}. Give an audio column "
                                         f"(file paths or an audio feature) and {columns}, e.g. {WORKING_EXAMPLE}")
-    for name in ("packing", "train_on_completions"):
-        if config.get(name):
+    for name, on in (("packing", config.packing), ("train_on_completions", config.train_on_completions)):
+        if on:
             raise DataFormatError(name, f"{name} does not apply to {kind} rows (the loss is on {loss_on}); set {name}=false")
-    if config.get("training_type") == "continued_pretraining":
+    if config.training_type == "continued_pretraining":
         raise DataFormatError("training_type", f"continued pretraining reads raw text; {kind} trains with training_type=lora or full")

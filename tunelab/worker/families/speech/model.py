@@ -16,24 +16,27 @@ is checked here, before the model loads.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.families import speech
 from tunelab.worker.context import RunSettingError
 from tunelab.worker.hub_config import load_auto_processor, model_config_or_none
 from tunelab.worker.families.speech.prefix import check_setting
 
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
-def check_trainable(config: dict[str, Any]) -> None:
+
+def check_trainable(config: WorkerConfig) -> None:
     """A speech model this path cannot train yet is refused before it loads, in its config's words."""
     model_config = model_config_or_none(config)
     if model_config is not None and not getattr(model_config, "is_encoder_decoder", False):
-        raise RunSettingError("model_name", f"{config['model_name']} is a {model_config.model_type} audio model without a separate "
+        raise RunSettingError("model_name", f"{config.model_name} is a {model_config.model_type} audio model without a separate "
                                             "encoder and decoder; tunelab trains encoder-decoder speech-to-text models "
                                             "(Whisper, Speech2Text, Moonshine) so far")
 
 
-def eval_rows(config: dict[str, Any], processor: Any, model: Any, raw: Any) -> Any:
+def eval_rows(config: WorkerConfig, processor: Any, model: Any, raw: Any) -> Any:
     """The eval child's rows for its loss (its spec's `processor` names this module): the
     eval split prepared as training prepares its rows (`data.prepare`)."""
     from tunelab.worker.families.speech.data import prepare
@@ -41,8 +44,8 @@ def eval_rows(config: dict[str, Any], processor: Any, model: Any, raw: Any) -> A
     return prepare(config, processor, raw, model.config)
 
 
-def load_processor(config: dict[str, Any]) -> Any:
-    name = config["model_name"]
+def load_processor(config: WorkerConfig) -> Any:
+    name = config.model_name
     processor = load_auto_processor(config, "a speech-to-text model", "preprocessor_config.json and the tokenizer")
     if getattr(processor, "feature_extractor", None) is None or getattr(processor, "tokenizer", None) is None:
         raise RunSettingError("model_name", f"{name} is a speech-to-text model but ships no processor with a feature extractor and "

@@ -27,9 +27,12 @@ nothing of the run) transcribes with the prefix it trained on.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker.context import RunSettingError
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 TASK = "transcribe"  # tunelab trains transcripts; Whisper's other task, translate, needs other labels
 DETECT_CLIPS = 8
@@ -51,13 +54,13 @@ def has_prefix(tokenizer: Any) -> bool:
     return hasattr(tokenizer, "set_prefix_tokens")
 
 
-def check_setting(config: dict[str, Any], tokenizer: Any) -> None:
+def check_setting(config: WorkerConfig, tokenizer: Any) -> None:
     """speech_language refused before the model loads: on a tokenizer without a language prefix, or unknown."""
-    language = config.get("speech_language")
+    language = config.speech_language
     if not language:
         return
     if not has_prefix(tokenizer):
-        raise RunSettingError("speech_language", f"{config['model_name']}'s tokenizer has no language prefix to set; remove speech_language")
+        raise RunSettingError("speech_language", f"{config.model_name}'s tokenizer has no language prefix to set; remove speech_language")
     language_code(language)
 
 
@@ -70,7 +73,7 @@ def _set_generation(generation: Any, code: str) -> None:
     generation.forced_decoder_ids = None  # superseded by language + task; original checkpoints carry both
 
 
-def settle(config: dict[str, Any], model: Any, processor: Any, raw: Any) -> str | None:
+def settle(config: WorkerConfig, model: Any, processor: Any, raw: Any) -> str | None:
     """Decide the run's language (see the module's words), set it on the tokenizer and the model's
     generation_config; returns the note that says so (None when there is nothing to settle)."""
     from tunelab.worker.families.speech.formats import TRANSCRIPTION
@@ -86,29 +89,29 @@ def settle(config: dict[str, Any], model: Any, processor: Any, raw: Any) -> str 
         return None  # no training clip reads: the preparation that follows names the rows
     code, why = chosen
     if f"<|{code}|>" not in generation.lang_to_id:
-        raise RunSettingError("speech_language", f"{config['model_name']} has no <|{code}|> token; choose one of its languages")
+        raise RunSettingError("speech_language", f"{config.model_name} has no <|{code}|> token; choose one of its languages")
     tokenizer.set_prefix_tokens(language=code, task=TASK)
     _set_generation(generation, code)
     prefix = "".join(tokenizer.convert_ids_to_tokens(tokenizer.prefix_tokens))
     return f"Transcripts start {prefix} in the labels, the eval transcripts and the saved generation_config ({why})"
 
 
-def _without_language(config: dict[str, Any], tokenizer: Any, generation: Any) -> None:
+def _without_language(config: WorkerConfig, tokenizer: Any, generation: Any) -> None:
     """A model whose generation takes no language: speech_language is refused, and an English-only
     model's labels start as its generation does, <|startoftranscript|><|notimestamps|>."""
     english_only = getattr(generation, "is_multilingual", None) is False
-    if config.get("speech_language"):
+    if config.speech_language:
         why = ("is an English-only model: its transcripts carry no language token" if english_only else
                "has a generation_config.json that names no languages (lang_to_id), so its generation cannot be told one")
-        raise RunSettingError("speech_language", f"{config['model_name']} {why}; remove speech_language")
+        raise RunSettingError("speech_language", f"{config.model_name} {why}; remove speech_language")
     if english_only:
         tokenizer.language = tokenizer.task = None
         tokenizer.set_prefix_tokens()
 
 
-def _chosen(config: dict[str, Any], model: Any, processor: Any, raw: Any) -> tuple[str, str] | None:
+def _chosen(config: WorkerConfig, model: Any, processor: Any, raw: Any) -> tuple[str, str] | None:
     """The language's code and why it is the one: the setting, the tokenizer's own, or what the model hears."""
-    setting, saved = config.get("speech_language"), processor.tokenizer.language
+    setting, saved = config.speech_language, processor.tokenizer.language
     if setting:
         return language_code(setting), f"speech_language {setting}"
     if saved:
@@ -119,12 +122,12 @@ def _chosen(config: dict[str, Any], model: Any, processor: Any, raw: Any) -> tup
     (code, count), total = heard.most_common(1)[0], sum(heard.values())
     if count * 2 <= total:
         found = ", ".join(f"{lang} {n}" for lang, n in heard.most_common())
-        raise RunSettingError("speech_language", f"speech_language is not set and {config['model_name']} hears different languages in "
+        raise RunSettingError("speech_language", f"speech_language is not set and {config.model_name} hears different languages in "
                                                  f"the first {total} training clips ({found}); set speech_language to the transcripts' language (e.g. en)")
     return code, f"speech_language is not set: the model hears {code} in {count} of the first {total} training clips; set speech_language to choose another"
 
 
-def _heard(config: dict[str, Any], model: Any, processor: Any, raw: Any) -> Counter:
+def _heard(config: WorkerConfig, model: Any, processor: Any, raw: Any) -> Counter:
     """The language Whisper detects in each of the first readable training clips, counted.
     A bad clip is skipped under skip_bad_audio and otherwise refused, as the preparation would."""
     import torch
@@ -143,7 +146,7 @@ def _heard(config: dict[str, Any], model: Any, processor: Any, raw: Any) -> Coun
         try:
             ref = checked_clip(rows[index][column], index, place, longest, SKIP_HINT)
         except BadAudioRow:
-            if not config.get("skip_bad_audio"):
+            if not config.skip_bad_audio:
                 raise
             continue
         clips.append(decode_clip(ref, rate))

@@ -12,13 +12,16 @@ no words to score and are left out of the rate.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from tunelab.worker.families.speech.collator import IGNORE_INDEX
 from tunelab.worker.families.speech.prefix import generation_kwargs
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 def word_error_rate(references: list[str], predictions: list[str]) -> float | None:
@@ -59,7 +62,7 @@ def _longest_labels(prepared: Any) -> int:
     return max(len(labels) for rows in sets for labels in rows["labels"])
 
 
-def build_speech_trainer(config: dict[str, Any], device: Any, model: Any, processing: Any, prepared: Any,
+def build_speech_trainer(config: WorkerConfig, device: Any, model: Any, processing: Any, prepared: Any,
                          output_dir: Any, callbacks: list[Any]) -> Any:
     from tunelab.worker.trainer_setup import training_arguments
 

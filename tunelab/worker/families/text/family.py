@@ -14,11 +14,14 @@ collator, prepared on a thread while the model loads (`prefetches_data`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker import lora_targets, model_setup
 from tunelab.worker.data import prepare as data
 from tunelab.worker.families.protocol import Loaded
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 class TransformersFamily:
@@ -32,15 +35,15 @@ class TransformersFamily:
     # model loads (`load_tokenizer` first, then `load` reuses that tokenizer).
     prefetches_data = False
 
-    def wrap(self, model: Any, config: dict[str, Any], device: Any) -> Any:
+    def wrap(self, model: Any, config: WorkerConfig, device: Any) -> Any:
         """The model ready to train: an adapter on the family's targets, or every weight the
         switches leave on for full fine-tuning."""
         model = model_setup.wrap_for_training(model, config, device, self.targets(model, config))
-        if config.get("training_type") not in ("lora", "qlora") and not lora_targets.switches_at_default(config):
+        if config.training_type not in ("lora", "qlora") and not lora_targets.switches_at_default(config):
             lora_targets.freeze_switched_off(model, config)
         return model
 
-    def build_trainer(self, config: dict[str, Any], device: Any, model: Any, loaded: Loaded, prepared: Any,
+    def build_trainer(self, config: WorkerConfig, device: Any, model: Any, loaded: Loaded, prepared: Any,
                       output_dir: Any, callbacks: list[Any]) -> Any:
         from tunelab.worker.families.text.sft_trainer import build_sft_trainer
 
@@ -64,21 +67,21 @@ class TextFamily(TransformersFamily):
         # (text-to-speech, over codec tokens) needs its model before its data.
         return type(self).prepare is TextFamily.prepare
 
-    def load_tokenizer(self, config: dict[str, Any]) -> Any:
+    def load_tokenizer(self, config: WorkerConfig) -> Any:
         self._tokenizer = model_setup.load_tokenizer(config)
         return self._tokenizer
 
-    def load(self, config: dict[str, Any], device: Any) -> Loaded:
+    def load(self, config: WorkerConfig, device: Any) -> Loaded:
         tokenizer = self._tokenizer or self.load_tokenizer(config)
         padding_free = model_setup.padding_free_batches(config, device)
         return Loaded(model_setup.load_model(config, device, padding_free=padding_free), tokenizer, tokenizer)
 
-    def prepare(self, config: dict[str, Any], loaded: Loaded, raw: Any) -> data.PreparedData:
+    def prepare(self, config: WorkerConfig, loaded: Loaded, raw: Any) -> data.PreparedData:
         return data.prepare(config, loaded.tokenizer, raw)
 
     def modality(self, raw: Any) -> str:
         return "text"
 
-    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
+    def targets(self, model: Any, config: WorkerConfig) -> list[str] | None:
         # At their defaults the switches leave the text path's own default targets.
         return None if lora_targets.switches_at_default(config) else lora_targets.select_targets(model, config)

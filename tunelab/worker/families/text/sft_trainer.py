@@ -12,11 +12,14 @@ checkpoint, so a resumed run keeps counting) only when the Trainer logs or saves
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trl import SFTTrainer
 
 from tunelab.worker.launch import ranks
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 def real_tokens(inputs: dict[str, Any]) -> Any:
@@ -67,7 +70,7 @@ class TokenCountingSFTTrainer(SFTTrainer):
         self.state.num_input_tokens_seen += ranks.total(int(pending))
 
 
-def build_sft_trainer(config: dict[str, Any], device: Any, model: Any, processing: Any, prepared: Any,
+def build_sft_trainer(config: WorkerConfig, device: Any, model: Any, processing: Any, prepared: Any,
                       output_dir: Any, callbacks: list[Any], padding_free: bool = False) -> TokenCountingSFTTrainer:
     """The text and vision families' trainer: TRL's SFTTrainer on the prepared token rows
     (`padding_free`: rows laid end to end in each micro-batch, as the model was loaded for)."""
@@ -98,15 +101,15 @@ def build_sft_trainer(config: dict[str, Any], device: Any, model: Any, processin
         data_collator=prepared.collator,
         callbacks=callbacks,
     )
-    trainer.embedding_learning_rate = config.get("embedding_learning_rate")
+    trainer.embedding_learning_rate = config.embedding_learning_rate
     if not device.cuda and "fsdp" not in parallel_settings(config, checkpointing=device.gradient_checkpointing):
         direct_lm_head.install(trainer)  # TRL's torch fallback scores every position off CUDA
     return trainer
 
 
-def _collator_columns(dataset: Any, config: dict[str, Any]) -> Any:
+def _collator_columns(dataset: Any, config: WorkerConfig) -> Any:
     """Only what TRL's collator reads: the input ids, and the labels where completion
     masking made them differ (without them it uses the ids). Every column left in is
     fetched and converted for every row of every batch: 5% of a small model's step."""
-    unused = ["completion_mask"] if config.get("train_on_completions") else ["completion_mask", "labels"]
+    unused = ["completion_mask"] if config.train_on_completions else ["completion_mask", "labels"]
     return dataset.remove_columns([name for name in unused if name in dataset.column_names])

@@ -16,14 +16,17 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 CACHE_FOLDER = "codec_cache"
 
 
-def dataset_fingerprint(config: dict[str, Any], rows: Any) -> str:
+def dataset_fingerprint(config: WorkerConfig, rows: Any) -> str:
     digest = hashlib.sha256()
-    files = list(config.get("local_datasets") or []) + list(config.get("local_eval_datasets") or [])
+    files = list(config.local_datasets) + list(config.local_eval_datasets)
     for name in files:
         with open(Path(name).expanduser(), "rb") as handle:
             for block in iter(lambda: handle.read(1 << 20), b""):

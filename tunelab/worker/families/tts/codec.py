@@ -17,12 +17,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tunelab.run_facts import CODEC_FILES, CODEC_SUBFOLDER  # noqa: F401 (the family saves into CODEC_SUBFOLDER)
 from tunelab.worker.context import RunSettingError
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 ORPHEUS_CODEC = "hubertsiuzdak/snac_24khz"
 
@@ -87,24 +90,24 @@ def _cpu_threads(device: Any, count: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def codec_source(config: dict[str, Any]) -> str:
-    explicit = config.get("tts_codec")
+def codec_source(config: WorkerConfig) -> str:
+    explicit = config.tts_codec
     if explicit:
         return str(explicit)
-    beside = Path(config["model_name"]).expanduser() / CODEC_SUBFOLDER
+    beside = Path(config.model_name).expanduser() / CODEC_SUBFOLDER
     return str(beside) if (beside / "config.json").is_file() else ORPHEUS_CODEC
 
 
-def _local_folder(source: str, config: dict[str, Any]) -> Path:
+def _local_folder(source: str, config: WorkerConfig) -> Path:
     folder = Path(source).expanduser()
     if folder.is_dir():
         return folder
     from huggingface_hub import snapshot_download
 
-    return Path(snapshot_download(source, allow_patterns=list(CODEC_FILES), token=config.get("hf_token") or None))
+    return Path(snapshot_download(source, allow_patterns=list(CODEC_FILES), token=config.hf_token or None))
 
 
-def load_codec(config: dict[str, Any], cuda: bool = False) -> Codec:
+def load_codec(config: WorkerConfig, cuda: bool = False) -> Codec:
     """The run's codec, on the GPU when the run has one (encoding every clip is its heaviest use)."""
     source = codec_source(config)
     try:

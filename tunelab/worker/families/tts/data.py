@@ -18,13 +18,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker.data.prepare import PreparedData, _check_batch_fits
 from tunelab.worker.data.formats import DataFormatError
 from tunelab.worker.families.speech.formats import WORKING_EXAMPLE, transcript_column
 from tunelab.worker.families.speech.data import check_audio_run
 from tunelab.worker.families.tts.layout import FRAME, frames_to_offsets
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 IGNORE_INDEX = -100
 SPEAKER_COLUMN = "speaker"
@@ -66,7 +69,7 @@ class _Split:
     clips: Any  # tts_encode.CheckedSplit
 
 
-def _checked(rows: Any, config: dict[str, Any], tokenizer: Any, layout: Any, codec: Any, what: str, output_dir: Path) -> _Split:
+def _checked(rows: Any, config: WorkerConfig, tokenizer: Any, layout: Any, codec: Any, what: str, output_dir: Path) -> _Split:
     """Every row's text, then its cached codes or every clip checked (`tts_encode`): all the
     refusals a split can meet, before the codec encodes anything."""
     from tunelab.worker.families.tts.clips import longest_clips
@@ -75,7 +78,7 @@ def _checked(rows: Any, config: dict[str, Any], tokenizer: Any, layout: Any, cod
 
     text_name = transcript_column(rows.column_names)
     field_name = _source_field(config, what)
-    limit = int(config.get("max_seq_length") or 2048)
+    limit = config.max_seq_length
     heads, prompts = [], []
     for index, row in enumerate(rows):
         prompt = prompt_of(row, text_name)
@@ -94,7 +97,7 @@ def _checked(rows: Any, config: dict[str, Any], tokenizer: Any, layout: Any, cod
     return _Split(field_name, heads, prompts, clips)
 
 
-def _rows(split: _Split, config: dict[str, Any], layout: Any, codec: Any, notes: list[str]) -> tuple[Any, list[str], int, int]:
+def _rows(split: _Split, config: WorkerConfig, layout: Any, codec: Any, notes: list[str]) -> tuple[Any, list[str], int, int]:
     import datasets
 
     from tunelab.worker.families.tts.encode import encode_split
@@ -105,7 +108,7 @@ def _rows(split: _Split, config: dict[str, Any], layout: Any, codec: Any, notes:
 
     codes, encoded, note = encode_split(split.clips, codec, encode)
     notes.append(note)
-    limit = int(config.get("max_seq_length") or 2048)
+    limit = config.max_seq_length
     ids, labels, bad = [], [], []
     for index, (head, offsets) in enumerate(zip(split.heads, codes)):
         if isinstance(offsets, str):  # skipped (skip_bad_audio): its reason
@@ -125,7 +128,7 @@ def _rows(split: _Split, config: dict[str, Any], layout: Any, codec: Any, notes:
     return table, [split.prompts[i] for i in good], max((len(codes[i]) for i in good), default=0), encoded
 
 
-def prepare(config: dict[str, Any], tokenizer: Any, layout: Any, codec: Any, raw: Any, output_dir: Path) -> TtsRows:
+def prepare(config: WorkerConfig, tokenizer: Any, layout: Any, codec: Any, raw: Any, output_dir: Path) -> TtsRows:
     check_audio_run(config, raw, "text-to-speech", "text with the audio that speaks it",
                     "a text column and optionally a speaker column", "the audio tokens only")
     # Both splits are checked before either is encoded: a bad eval clip costs no training clip's encoding.
@@ -138,7 +141,7 @@ def prepare(config: dict[str, Any], tokenizer: Any, layout: Any, codec: Any, raw
     if eval_split is not None:
         eval_set, eval_prompts, eval_longest, eval_encoded = _rows(eval_split, config, layout, codec, notes)
         longest, encoded = max(longest, eval_longest), encoded + eval_encoded
-    sample = config.get("tts_sample_text") or (eval_prompts or prompts)[0]
+    sample = config.tts_sample_text or (eval_prompts or prompts)[0]
     return TtsRows(train=train, eval=eval_set, format=raw.format, collator=TtsCollator(layout.control["pad"]), notes=notes,
                    longest_audio=longest, sample_prompt=sample, encoded=encoded)
 

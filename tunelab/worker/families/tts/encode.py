@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tunelab.worker.families.speech.data import SKIP_HINT, BadAudioRow, checked_clip, clip_place
 from tunelab.worker.families.speech.formats import audio_column
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 @dataclass
@@ -30,13 +33,13 @@ class CheckedSplit:
     checked: list[Any]
 
 
-def check_split(rows: Any, config: dict[str, Any], codec: Any, what: str, output_dir: Path,
+def check_split(rows: Any, config: WorkerConfig, codec: Any, what: str, output_dir: Path,
                 longest: list[float | None], limit: str) -> CheckedSplit:
     """Row i's clip may last `longest[i]` seconds (None: any length); `limit` says what sets that."""
     from tunelab.worker.families.tts import cache as tts_cache
     from tunelab.worker.families.vision.data import image_reference
 
-    skip_bad = bool(config.get("skip_bad_audio"))
+    skip_bad = config.skip_bad_audio
     audio_name = audio_column(rows.column_names)
     place = clip_place(config, what, audio_name)
     raw_refs = rows[audio_name]

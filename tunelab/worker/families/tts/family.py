@@ -12,11 +12,14 @@ model is told apart as TTS from its own files.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker import model_setup
 from tunelab.worker.families.protocol import Loaded
 from tunelab.worker.families.text.family import TextFamily
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 class TtsFamily(TextFamily):
@@ -26,7 +29,7 @@ class TtsFamily(TextFamily):
         self.layout: Any = None
         self.codec: Any = None
 
-    def load(self, config: dict[str, Any], device: Any) -> Loaded:
+    def load(self, config: WorkerConfig, device: Any) -> Loaded:
         from tunelab.worker.launch import ranks
         from tunelab.worker.families.tts.codec import CODEC_SUBFOLDER, load_codec
         from tunelab.worker.families.tts.model import check_codec_matches, layout_of, model_config_dict
@@ -38,18 +41,18 @@ class TtsFamily(TextFamily):
         model = model_setup.load_model(config, device)
         model.config.tunelab_tts = {"codec": "snac", "codebook_size": self.layout.codebook_size}
         if ranks.rank() == 0:
-            self.codec.save(Path(config["output_dir"]) / CODEC_SUBFOLDER)
+            self.codec.save(Path(config.output_dir) / CODEC_SUBFOLDER)
         return Loaded(model, tokenizer, tokenizer)
 
-    def prepare(self, config: dict[str, Any], loaded: Loaded, raw: Any) -> Any:
+    def prepare(self, config: WorkerConfig, loaded: Loaded, raw: Any) -> Any:
         from tunelab.worker.families.tts import data as tts_data
 
-        return tts_data.prepare(config, loaded.tokenizer, self.layout, self.codec, raw, Path(config["output_dir"]))
+        return tts_data.prepare(config, loaded.tokenizer, self.layout, self.codec, raw, Path(config.output_dir))
 
     def modality(self, raw: Any) -> str:
         return "tts"
 
-    def build_trainer(self, config: dict[str, Any], device: Any, model: Any, loaded: Loaded, prepared: Any,
+    def build_trainer(self, config: WorkerConfig, device: Any, model: Any, loaded: Loaded, prepared: Any,
                       output_dir: Any, callbacks: list[Any]) -> Any:
         from tunelab.worker.families.tts.trainer import build_tts_trainer
 

@@ -10,7 +10,7 @@ and the sample synthesis need.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab import families
 from tunelab.families import tts
@@ -18,8 +18,10 @@ from tunelab.worker.families.model_files import model_config_dict, model_files  
 from tunelab.worker.families.tts import layout as tts_layout
 from tunelab.worker.context import RunSettingError
 
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
-def is_tts_model(config: dict[str, Any]) -> bool:
+def is_tts_model(config: WorkerConfig) -> bool:
     """Whether the run's `model_name` is a text-to-speech model: one that a family of modality
     tts claims (Orpheus-style: its config, then its tokenizer; the others by their own tests)."""
     files = model_files(config, transformers=False)

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import Trainer, TrainerCallback, TrainingArguments
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 class SampleAtEval(TrainerCallback):
@@ -34,7 +37,7 @@ class SampleAtEval(TrainerCallback):
             model.train(was_training)
 
 
-def build_sampling_trainer(config: dict[str, Any], device: Any, model: Any, processing: Any, prepared: Any, output_dir: Any,
+def build_sampling_trainer(config: WorkerConfig, device: Any, model: Any, processing: Any, prepared: Any, output_dir: Any,
                            callbacks: list[Any], speak: Callable[[Any, Path], Any], trainer_class: type = Trainer,
                            **arguments: Any) -> Any:
     """transformers' Trainer (or `trainer_class`) with the family's sample at each eval."""
@@ -48,7 +51,7 @@ def build_sampling_trainer(config: dict[str, Any], device: Any, model: Any, proc
                          processing_class=processing, data_collator=prepared.collator, callbacks=callbacks + sampler)
 
 
-def build_tts_trainer(config: dict[str, Any], device: Any, model: Any, tokenizer: Any, layout: Any, codec: Any,
+def build_tts_trainer(config: WorkerConfig, device: Any, model: Any, tokenizer: Any, layout: Any, codec: Any,
                       prepared: Any, output_dir: Any, callbacks: list[Any]) -> Any:
     from tunelab.worker.families.tts.layout import FRAME
     from tunelab.worker.families.tts.sample import write_sample

@@ -25,7 +25,7 @@ column (`has_images`). Torch-free apart from the collator it hands on.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tunelab import paths
 from tunelab.worker.data.prepare import MAX_UNLABELLED_SHARE, PreparedData, _check_batch_fits, _check_masking_applies
@@ -36,6 +36,9 @@ from tunelab.worker.data.sources import RawData
 from tunelab.worker.data.tokenization import assistant_spans, render
 from tunelab.worker.families.vision.tokens import image_token_ids
 from tunelab.worker.families.vision.formats import first_image_part, vision_messages
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 VISION_COLUMNS = ("text", "images", "text_ids", "loss_mask")
 # With skip_bad_images: how many skipped (row, path) pairs a note names before "…".
@@ -74,9 +77,9 @@ def undecoded(rows: Any) -> Any:
     return rows
 
 
-def data_folders(config: dict[str, Any], what: str) -> list[Path]:
-    files = (config.get("local_eval_datasets") or []) if what == "eval" else []
-    files = files + list(config.get("local_datasets") or [])
+def data_folders(config: WorkerConfig, what: str) -> list[Path]:
+    files = config.local_eval_datasets if what == "eval" else []
+    files = files + list(config.local_datasets)
     folders: list[Path] = []
     for name in files:
         folder = Path(name).expanduser().resolve().parent
@@ -85,10 +88,10 @@ def data_folders(config: dict[str, Any], what: str) -> list[Path]:
     return folders
 
 
-def _source_field(config: dict[str, Any], what: str) -> str:
-    if what == "eval" and config.get("local_eval_datasets"):
+def _source_field(config: WorkerConfig, what: str) -> str:
+    if what == "eval" and config.local_eval_datasets:
         return "local_eval_datasets"
-    return "local_datasets" if config.get("local_datasets") else "s3" if config.get("s3") else "dataset"
+    return "local_datasets" if config.local_datasets else "s3" if config.s3 else "dataset"
 
 
 def check_image(ref: dict[str, Any]) -> None:
@@ -172,15 +175,15 @@ def labelled_rows(converted: Any, what: str, completions: bool) -> Any:
     return converted
 
 
-def prepare_media_rows(config: dict[str, Any], raw: RawData, rows_named: str, media: str,
+def prepare_media_rows(config: WorkerConfig, raw: RawData, rows_named: str, media: str,
                        rows: Callable[[Any, str, list[str]], Any], make_collator: Callable[[], Any]) -> PreparedData:
     """Media chat rows (image-text, audio chat) checked and tokenized by `rows(rows, what,
     notes)`, with the collator `make_collator` builds, checked on the first training rows.
     The settings such rows cannot train with are refused first, with the fix
     (`rows_named`: "image-text" / "audio chat"; `media`: "image" / "audio")."""
-    if config.get("packing"):
+    if config.packing:
         raise DataFormatError("packing", f"{rows_named} rows cannot be packed (each row's {media} tokens must stay with it); set packing=false")
-    if config.get("training_type") == "continued_pretraining":
+    if config.training_type == "continued_pretraining":
         raise DataFormatError("training_type", f"continued pretraining reads raw text; {rows_named} data trains with training_type=lora, qlora or full")
     _check_masking_applies(raw.format, config)
     notes: list[str] = []
@@ -192,19 +195,19 @@ def prepare_media_rows(config: dict[str, Any], raw: RawData, rows_named: str, me
     return PreparedData(train=train, eval=eval_set, format=raw.format, collator=collator, notes=notes)
 
 
-def run_image_sources(config: dict[str, Any], what: str) -> ImageSources:
+def run_image_sources(config: WorkerConfig, what: str) -> ImageSources:
     """How this run's `what` data ("training" / "eval") resolves its image references:
     relative paths against its data folders, downloads into its own folder's cache."""
-    output_dir = config.get("output_dir")
+    output_dir = config.output_dir
     return ImageSources(data_folders(config, what), _source_field(config, what),
                         paths.run_images_cache(output_dir) if output_dir else None)
 
 
-def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str, notes: list[str]) -> Any:
+def _rows(rows: Any, fmt: str, processor: Any, config: WorkerConfig, what: str, notes: list[str]) -> Any:
     sources = run_image_sources(config, what)
     field = sources.field
-    completions = bool(config.get("train_on_completions"))
-    skip_bad = bool(config.get("skip_bad_images"))
+    completions = config.train_on_completions
+    skip_bad = config.skip_bad_images
     image_ids = image_token_ids(processor)
 
     def convert(row: dict[str, Any], index: int) -> dict[str, Any]:
@@ -240,11 +243,11 @@ def _rows(rows: Any, fmt: str, processor: Any, config: dict[str, Any], what: str
     return labelled_rows(converted, what, completions)
 
 
-def prepare(config: dict[str, Any], processor: Any, raw: RawData) -> PreparedData:
+def prepare(config: WorkerConfig, processor: Any, raw: RawData) -> PreparedData:
     """Image-text rows checked and tokenized, with the collator that decodes their images."""
     from tunelab.worker.families.vision.collator import VisionCollator
 
     return prepare_media_rows(
         config, raw, "image-text", "image",
         lambda rows, what, notes: _rows(rows, raw.format, processor, config, what, notes),
-        lambda: VisionCollator(processor, int(config.get("max_seq_length") or 2048), int(config.get("vision_image_size") or 512)))
+        lambda: VisionCollator(processor, config.max_seq_length, config.vision_image_size))

@@ -9,25 +9,28 @@ the shared ones (`text/family.py`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.worker import lora_targets, model_setup
 from tunelab.worker.data import prepare as data
 from tunelab.worker.families.protocol import Loaded
 from tunelab.worker.families.text.family import TransformersFamily
 
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
+
 
 class VisionFamily(TransformersFamily):
     name = "vision"
 
-    def load(self, config: dict[str, Any], device: Any) -> Loaded:
+    def load(self, config: WorkerConfig, device: Any) -> Loaded:
         from tunelab.worker.families.vision import model as vision_model
 
         processor = vision_model.load_processor(config)
         model = model_setup.load_model(config, device, vision_model.model_class())
         return Loaded(model, processor.tokenizer, processor)
 
-    def prepare(self, config: dict[str, Any], loaded: Loaded, raw: Any) -> data.PreparedData:
+    def prepare(self, config: WorkerConfig, loaded: Loaded, raw: Any) -> data.PreparedData:
         from tunelab.worker.families.vision import data as vision_data
 
         if not vision_data.has_images(raw):
@@ -42,5 +45,5 @@ class VisionFamily(TransformersFamily):
 
         return "vision" if vision_data.has_images(raw) else "text"
 
-    def targets(self, model: Any, config: dict[str, Any]) -> list[str] | None:
+    def targets(self, model: Any, config: WorkerConfig) -> list[str] | None:
         return lora_targets.select_targets(model, config)

@@ -24,10 +24,13 @@ model nor a text model trains on such rows as text. Torch-free.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tunelab.worker.data.rows import DataFormatError, _alpaca_messages, conversation_column, image_column
 from tunelab.worker.data.media_parts import MediaParts, as_list
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 IMAGE_PLACEHOLDER = "<image>"
 # Keys under which a chat part may carry its own image reference.
@@ -59,7 +62,7 @@ IMAGES = MediaParts(
 )
 
 
-def _turns(row: dict[str, Any], fmt: str, config: dict[str, Any], inline_refs: list[Any], places: list[str]) -> list[dict[str, Any]]:
+def _turns(row: dict[str, Any], fmt: str, config: WorkerConfig, inline_refs: list[Any], places: list[str]) -> list[dict[str, Any]]:
     if fmt == "caption":
         return [{"role": "user", "content": []},
                 {"role": "assistant", "content": IMAGES.text_parts(str(row.get("text") or ""))}]
@@ -68,7 +71,7 @@ def _turns(row: dict[str, Any], fmt: str, config: dict[str, Any], inline_refs: l
     return IMAGES.chat_turns(row, fmt, config, inline_refs, places)
 
 
-def vision_messages(row: dict[str, Any], fmt: str, config: dict[str, Any]) -> tuple[list[dict[str, Any]], list[Any], list[str]]:
+def vision_messages(row: dict[str, Any], fmt: str, config: WorkerConfig) -> tuple[list[dict[str, Any]], list[Any], list[str]]:
     """The row as chat messages with image parts, its image references in part order, and
     where each reference sits in the row."""
     inline: list[Any] = []

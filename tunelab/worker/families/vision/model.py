@@ -14,11 +14,14 @@ part (`images_only`), from the same files.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tunelab.families import vision
 from tunelab.worker.context import RunSettingError
 from tunelab.worker.hub_config import hub_kwargs, set_up_chat_tokenizer
+
+if TYPE_CHECKING:
+    from tunelab.worker.run_config import WorkerConfig
 
 
 def torchvision_installed() -> bool:
@@ -61,30 +64,30 @@ def _restore_images_only(processor_class: Any, state: dict[str, Any]) -> Any:
     return processor
 
 
-def _processor_class(config: dict[str, Any]) -> Any:
+def _processor_class(config: WorkerConfig) -> Any:
     """The processor class transformers maps this model's config to, or None (remote code)."""
     from transformers import AutoConfig
     from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
 
-    model_config = AutoConfig.from_pretrained(config["model_name"], **hub_kwargs(config))
+    model_config = AutoConfig.from_pretrained(config.model_name, **hub_kwargs(config))
     return PROCESSOR_MAPPING[type(model_config)] if type(model_config) in PROCESSOR_MAPPING else None
 
 
-def auto_processor(config: dict[str, Any]) -> Any:
-    """`AutoProcessor` for `config["model_name"]`, images-only where torchvision is missing and
+def auto_processor(config: WorkerConfig) -> Any:
+    """`AutoProcessor` for `config.model_name`, images-only where torchvision is missing and
     the processor would otherwise need it for video."""
     from transformers import AutoProcessor
 
     try:
-        return AutoProcessor.from_pretrained(config["model_name"], **hub_kwargs(config))
+        return AutoProcessor.from_pretrained(config.model_name, **hub_kwargs(config))
     except Exception:
         processor_class = None if torchvision_installed() else _processor_class(config)
         if processor_class is None or not any("video" in name for name in processor_class.get_attributes()):
             raise  # not the missing video processor: the caller words the error
-    return images_only(processor_class).from_pretrained(config["model_name"], **hub_kwargs(config))
+    return images_only(processor_class).from_pretrained(config.model_name, **hub_kwargs(config))
 
 
-def eval_rows(config: dict[str, Any], processor: Any, model: Any, raw: Any) -> Any:
+def eval_rows(config: WorkerConfig, processor: Any, model: Any, raw: Any) -> Any:
     """The eval child's rows for its loss (its spec's `processor` names this module): the
     eval split prepared as training prepares its rows (`data.prepare`)."""
     from tunelab.worker.families.vision.data import prepare
@@ -92,19 +95,19 @@ def eval_rows(config: dict[str, Any], processor: Any, model: Any, raw: Any) -> A
     return prepare(config, processor, raw)
 
 
-def load_processor(config: dict[str, Any]) -> Any:
+def load_processor(config: WorkerConfig) -> Any:
     from transformers import ProcessorMixin
 
     try:
         processor = auto_processor(config)
     except (OSError, ValueError) as exc:
-        raise RunSettingError("model_name", f"{config['model_name']} is a vision-language model but its processor does not load ({exc}); "
+        raise RunSettingError("model_name", f"{config.model_name} is a vision-language model but its processor does not load ({exc}); "
                                        "the model folder needs its processor files (preprocessor_config.json / processor_config.json)") from exc
     except ImportError as exc:  # a processor class that itself requires a missing package (Pixtral's needs torchvision)
-        raise RunSettingError("model_name", f"{config['model_name']}'s processor needs a package that is not installed ({' '.join(str(exc).split())}); "
+        raise RunSettingError("model_name", f"{config.model_name}'s processor needs a package that is not installed ({' '.join(str(exc).split())}); "
                                             "install it (for torchvision: the build that matches the installed torch)") from exc
     if not isinstance(processor, ProcessorMixin) or getattr(processor, "tokenizer", None) is None:
-        raise RunSettingError("model_name", f"{config['model_name']} is a vision-language model but ships no processor with a tokenizer; "
+        raise RunSettingError("model_name", f"{config.model_name} is a vision-language model but ships no processor with a tokenizer; "
                                        "save the model together with its AutoProcessor")
     set_up_chat_tokenizer(processor)
     return processor
