@@ -82,3 +82,17 @@ def test_a_trial_reads_the_data_file_its_check_allowed(start_server, demo_run):
         assert trial["run_id"] is not None, sweep
         run = client.get(f"/api/runs/{trial['run_id']}").json()
         assert run["config"]["local_datasets"] == [str((datasets / "sweep-rows.jsonl").resolve())], run["config"]
+
+
+def test_a_sweep_id_is_read_as_plain_digits_and_a_long_one_is_a_422_not_a_500(start_server):
+    """The fuzzer's find: `/api/sweeps/<25 digits>/stop` reached the store, which cannot bind an
+    integer past 64 bits, and answered 500. Every spelling but plain digits is now a 422 on
+    `sweep_id`; plain digits of a sweep that does not exist are a 404."""
+    server = start_server(extra_env=scripted_worker_env())
+    with server.client() as client:
+        for spelling in ("8805051940647514790690816", "1.0", "01", "+1", "1e0", "0", "-1"):
+            answer = client.post(f"/api/sweeps/{spelling}/stop")
+            assert answer.status_code == 422, (spelling, answer.status_code, answer.text)
+            assert "sweep_id" in answer.text and "a sweep id is plain digits" in answer.text, answer.text
+        missing = client.post("/api/sweeps/999999999999999999/stop")
+        assert missing.status_code == 404 and missing.json()["error"]["code"] == "sweep_not_found", missing.text

@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 from tunelab.server import sweep_threads
 from tunelab.server.errors import ApiError
 from tunelab.server.roles import caller_of
+from tunelab.server.run_ids import SweepId
 from tunelab.server.schemas import error_responses
 from tunelab.server.user_paths import check_resume_owned, checked_config
 from tunelab.store import sweeps as table
@@ -117,7 +118,7 @@ def list_sweeps(request: Request) -> list[Sweep]:
 
 
 @router.post("/api/sweeps/{sweep_id}/stop", response_model=SweepStopped, responses=error_responses(403, 404, 409))
-def stop_sweep(sweep_id: int, request: Request) -> SweepStopped:
+def stop_sweep(sweep_id: SweepId, request: Request) -> SweepStopped:
     """Stop a sweep running on this server: no new trial, the running ones stop and save (not
     counted). It is not resumed at the server's next start; POST it again to go on. A member
     stops only the sweeps its key started; an admin any."""
