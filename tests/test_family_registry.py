@@ -182,7 +182,7 @@ def test_the_mlx_worker_refuses_a_family_the_start_checks_could_not_tell(models)
     """A bare encoder passes the parent's checks (it has no sentence-transformers files), and
     the mlx worker refuses it before loading, naming the backend, in the family's words."""
     pytest.importorskip("mlx.core")
-    from tunelab.worker.backends.mlx_backend import _load_model
+    from tunelab.worker.backends.mlx.train import _load_model
     from tunelab.worker.context import RunSettingError
 
     folder = models["embedding-encoder"][0]

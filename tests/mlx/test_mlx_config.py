@@ -43,7 +43,7 @@ def test_unsupported_option_is_refused_naming_the_field(overrides, field, words)
         {"lr_scheduler_type": "cosine", "warmup_ratio": 0.1, "optim": "adamw_torch_fused"},
         {"dataset": "org/data", "local_datasets": []},
         {"gradient_checkpointing": True, "precision": "bf16", "save_total_limit": 2},
-        {"max_grad_leaf_norm": 0.5, "max_grad_value": 0.1},  # clipped as the torch backend does (mlx_loop.GradientClips)
+        {"max_grad_leaf_norm": 0.5, "max_grad_value": 0.1},  # clipped as the torch backend does (backends/mlx/loop.GradientClips)
     ],
 )
 def test_supported_options_pass_validation(overrides):

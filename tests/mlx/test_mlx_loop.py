@@ -11,7 +11,7 @@ import mlx.optimizers as optim  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
 from typed_config import typed
-from tunelab.worker.backends.mlx_loop import IGNORE_INDEX, BatchPlan, GradientClips, Trainer, loss_sum, make_schedule, pad_batch  # noqa: E402
+from tunelab.worker.backends.mlx.loop import IGNORE_INDEX, BatchPlan, GradientClips, Trainer, loss_sum, make_schedule, pad_batch  # noqa: E402
 
 pytestmark = pytest.mark.mlx
 

@@ -62,7 +62,7 @@ TORCH_PRELOAD = (
     "tunelab.worker.trainer_setup",
     "tunelab.worker.callbacks",
 )
-MLX_PRELOAD = ("mlx.core", "mlx_lm", "datasets", "tunelab.worker.entry", "tunelab.worker.backends.mlx_backend")
+MLX_PRELOAD = ("mlx.core", "mlx_lm", "datasets", "tunelab.worker.entry", "tunelab.worker.backends.mlx.train")
 _FALSE = {"0", "false", "no", "off"}
 _TRUE = {"1", "true", "yes", "on"}
 

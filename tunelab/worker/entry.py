@@ -36,7 +36,7 @@ PARENT_POLL_SECONDS = 1.0
 # the stop-and-save its signalled parent asks for (a rank: by torchrun passing its own
 # SIGTERM on). Whichever comes first, a SIGTERM this soon after it is the same stop.
 SIGTERM_REPEAT_WINDOW_S = 10.0
-BACKENDS = {"torch": "tunelab.worker.backends.torch_backend", "mlx": "tunelab.worker.backends.mlx_backend"}
+BACKENDS = {"torch": "tunelab.worker.backends.torch_backend", "mlx": "tunelab.worker.backends.mlx.train"}
 LAUNCHER = "tunelab.worker.launch.launcher"
 # Library chatter the parent cannot use; set before the libraries are imported.
 QUIET_ENVIRONMENT = {

@@ -1,4 +1,4 @@
-"""What every engine of a distributed run shares (`launcher`'s torchrun, `ray_launch`'s Ray
+"""What every engine of a distributed run shares (`launcher`'s torchrun, `ray/engine`'s Ray
 Train): `ProcessEngine`, the one process of ours the ranks hang off, and `Launch`, one
 engine's ranks and what their reporting rank has said over the event channel."""
 

@@ -3,7 +3,7 @@
 The orchestrator spawns this like any worker (same queues, same watchdog, same
 finalize), so a run on eight GPUs is one history row with one progress stream and one
 stop button. Here, instead of training, the worker:
-- starts the ranks through an engine (engine.py) — torchrun (below) or Ray Train (ray_launch.py,
+- starts the ranks through an engine (engine.py) — torchrun (below) or Ray Train (ray/engine.py,
   imported only for a Ray run) — after opening the authenticated event channel
   (channel.py) on an address the ranks can reach; its address and secret reach the
   ranks only through their environment,
@@ -93,7 +93,7 @@ def run(config: WorkerConfig, ctx: WorkerContext) -> None:
     folder = output_dir / "distributed"
     folder.mkdir(parents=True, exist_ok=True)
     if plan.engine == "ray":
-        from tunelab.worker.launch.ray_launch import RayEngine  # Ray is an optional extra
+        from tunelab.worker.launch.ray.engine import RayEngine  # Ray is an optional extra
 
         engine: Any = RayEngine(plan, config, folder)
     else:

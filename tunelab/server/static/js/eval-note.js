@@ -4,7 +4,7 @@
  * the form's field table, so the words match the form); a run that evaluates but has not yet
  * says at which step the first evaluation comes. The worker's rule is the one used here:
  * `eval_steps` 0 is off, N >= 1 every N steps, below 1 that share of all steps, rounded up
- * (worker/trainer_setup.py, worker/backends/mlx_backend.py); where the eval rows come from (a split, eval
+ * (worker/trainer_setup.py, worker/backends/mlx/train.py); where the eval rows come from (a split, eval
  * files, or held-out training rows) never turns evaluation on by itself.
  */
 

@@ -1,5 +1,5 @@
-"""The Ray driver of a run: `python -m tunelab.worker.launch.ray_driver`, started by the launcher
-(ray_launch.py, which describes the JSON lines it reads on stdin and writes on stdout).
+"""The Ray driver of a run: `python -m tunelab.worker.launch.ray.driver`, started by the launcher
+(ray/engine.py, which describes the JSON lines it reads on stdin and writes on stdout).
 
 It connects to the cluster (`ray.init(address=ray_address)`) and runs Ray Train's
 TorchTrainer with one worker per rank. Ray Train places the workers, sets RANK,
@@ -92,7 +92,7 @@ def main() -> None:
         from ray.train import RunConfig, ScalingConfig
         from ray.train.torch import TorchTrainer
     except ImportError:
-        from tunelab.worker.launch.ray_launch import NOT_INSTALLED
+        from tunelab.worker.launch.ray.engine import NOT_INSTALLED
 
         say({"error": NOT_INSTALLED})
         return
@@ -100,7 +100,7 @@ def main() -> None:
     try:
         ray.init(address=request["address"], log_to_driver=True, configure_logging=False)
     except Exception as exc:  # noqa: BLE001 - any way the connect fails is the address's problem to name
-        from tunelab.worker.launch.ray_launch import unreachable
+        from tunelab.worker.launch.ray.engine import unreachable
 
         say({"error": unreachable(request["address"], _first_line(exc))})
         return

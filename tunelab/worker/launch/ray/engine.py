@@ -1,11 +1,11 @@
 """The Ray engine of the launcher (launcher.py): a run's ranks as Ray Train workers.
 
-The launcher starts the Ray driver (ray_driver.py) as its own child process — in its own
+The launcher starts the Ray driver (ray/driver.py) as its own child process — in its own
 session, killed by the kernel when this worker dies — and talks to it in JSON lines over
 the driver's stdin and stdout:
 1. to the driver: the run's config. It travels through a pipe, never a file: it carries
    the run's secrets, and on to the Ray workers only inside Ray Train's
-   `train_loop_config` (see ray_driver.py for what that means on the cluster);
+   `train_loop_config` (see ray/driver.py for what that means on the cluster);
 2. from the driver: `imported`, then `connected` with the address of this machine the
    Ray workers can reach (loopback when every node of the cluster is this machine,
    otherwise this node's IP as Ray sees it); the launcher opens the event channel there;
@@ -36,7 +36,7 @@ from tunelab.worker.context import RunSettingError
 from tunelab.worker.launch.engine import Launch, ProcessEngine
 from tunelab.worker.run_config import WorkerConfig
 
-DRIVER_MODULE = "tunelab.worker.launch.ray_driver"
+DRIVER_MODULE = "tunelab.worker.launch.ray.driver"
 # Importing ray in the driver, before the connect timer starts, may take a while on a busy machine.
 IMPORT_TIMEOUT_S = 120.0
 CONNECT_TIMEOUT_S = float(os.environ.get("TUNELAB_RAY_CONNECT_TIMEOUT_S") or 30.0)

@@ -4,8 +4,8 @@
 config's backend is mlx. It loads the model with mlx-lm (an HF-format folder or hub id),
 prepares the data with the shared `tunelab.worker.data.prepare` code (so formats, chat templates
 and completion masking are identical), adds LoRA/DoRA/rsLoRA adapters or unfreezes every
-weight, and trains with `mlx_loop.Trainer`, sending `progress` events. A stop ends it at
-the next step boundary: with save it writes `checkpoint-<step>` (`mlx_checkpoint`), with
+weight, and trains with `loop.Trainer`, sending `progress` events. A stop ends it at
+the next step boundary: with save it writes `checkpoint-<step>` (`checkpoint.py`), with
 cancel it saves nothing. Resume restores weights and optimizer state and carries on from
 the checkpoint's step. Only the worker process imports this module (and so MLX).
 """
@@ -34,14 +34,14 @@ from tunelab import events, paths
 from tunelab.config.run_config import DEFAULT_TARGET_MODULES
 from tunelab.worker.data import prepare as data
 from tunelab.worker.context import RunSettingError, WorkerContext
-from tunelab.worker.backends.mlx_checkpoint import (
+from tunelab.worker.backends.mlx.checkpoint import (
     CheckpointMismatch,
     load_checkpoint,
     rotate_checkpoints,
     save_checkpoint,
     save_final,
 )
-from tunelab.worker.backends.mlx_loop import BatchPlan, GradientClips, StepResult, Trainer, make_optimizer, warmup_steps_for
+from tunelab.worker.backends.mlx.loop import BatchPlan, GradientClips, StepResult, Trainer, make_optimizer, warmup_steps_for
 
 if TYPE_CHECKING:
     from tunelab.worker.run_config import WorkerConfig
