@@ -72,6 +72,6 @@ def offsets_to_codes(offsets: list[int], codebook_size: int) -> tuple[list[int],
     return coarse, mid, fine
 
 
-def codebook_size_of(config: dict[str, Any]) -> int:
-    marker = config.get(MARKER)
+def codebook_size_of(model_config: dict[str, Any]) -> int:
+    marker = model_config.get(MARKER)
     return int(marker.get("codebook_size") or ORPHEUS_CODEBOOK_SIZE) if isinstance(marker, dict) else ORPHEUS_CODEBOOK_SIZE
