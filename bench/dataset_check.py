@@ -38,18 +38,19 @@ def mark(name):
 from tunelab.worker.preview import child as preview_child
 from tunelab.config.run_config import parse_config
 mark("python + tunelab imports")
-cfg = parse_config({"model_name": sys.argv[1], "local_datasets": [sys.argv[2]], "max_steps": 1}).worker_payload()
+from tunelab.worker.run_config import worker_config
+cfg = worker_config(parse_config({"model_name": sys.argv[1], "local_datasets": [sys.argv[2]], "max_steps": 1, "eval_steps": 0}).worker_payload())
 import datasets
 mark("import datasets")
 from tunelab.worker.data.prepare import load_raw
 with tempfile.TemporaryDirectory() as cache:
-    raw = load_raw({**cfg, "eval_steps": 0}, Path(cache))
+    raw = load_raw(cfg, Path(cache))
     mark("read the file")
     from transformers import AutoTokenizer
     mark("import transformers")
-    preview_child._load_tokenizer(cfg["model_name"], cfg)
+    preview_child._load_tokenizer(cfg.model_name, cfg)
     mark("load the tokenizer")
-    preview_child.build_preview(cfg, 5, cfg["model_name"], Path(cache))
+    preview_child.build_preview(cfg, 5, cfg.model_name, Path(cache))
     mark("whole preview again, all imported")
 print(json.dumps({"marks": marks, "ended_at": time.time()}), flush=True)
 """

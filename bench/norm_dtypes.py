@@ -37,6 +37,7 @@ import torch  # noqa: E402
 from tunelab.demos.text import ensure_demo_assets  # noqa: E402
 from tunelab.worker.families import registry as model_family  # noqa: E402
 from tunelab.worker.model_setup import DeviceSettings  # noqa: E402
+from tunelab.worker.run_config import worker_config  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 BF16 = DeviceSettings(cuda=CUDA, precision="bf16", gradient_checkpointing=False)
@@ -44,7 +45,8 @@ LAYOUTS = {"lora": "lora", "full": "full", "qlora-layout": "lora"}
 
 
 def norm_dtypes(model_dir: Path, layout: str) -> Counter:
-    config = {"model_name": str(model_dir), "training_type": LAYOUTS[layout], "lora_r": 8, "lora_alpha": 16}
+    config = worker_config({"model_name": str(model_dir), "local_datasets": ["unused.jsonl"], "training_type": LAYOUTS[layout],
+                            "lora_r": 8, "lora_alpha": 16})
     family = model_family.detect(config)
     loaded = family.load(config, BF16)
     model = loaded.model

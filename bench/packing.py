@@ -157,9 +157,11 @@ def per_example_check(larger) -> dict:
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
     from tunelab.worker.model_setup import device_settings, load_model
+    from tunelab.worker.run_config import worker_config
 
     # fp32: the check is about which tokens attend to which, not about bf16 rounding.
-    config = {"model_name": str(larger.model_dir), "training_type": "lora", "packing": True, "precision": "fp32"}
+    config = worker_config({"model_name": str(larger.model_dir), "local_datasets": [str(larger.skewed)], "training_type": "lora",
+                            "packing": True, "precision": "fp32"})
     model = load_model(config, device_settings(config)).eval()
     tokenizer = AutoTokenizer.from_pretrained(larger.model_dir)
     texts = [json.loads(line)["text"] for line in open(larger.skewed)][:48]

@@ -141,8 +141,9 @@ def tunelab_precision(settings: dict[str, Any]) -> str:
     from transformers import AutoConfig
 
     from tunelab.worker.model_setup import device_settings, settle_cpu_precision
+    from tunelab.worker.run_config import worker_config
 
-    config = parse_config(settings).worker_payload()
+    config = worker_config(parse_config(settings).worker_payload())  # typed, as the worker's entry makes it
     model = SimpleNamespace(config=AutoConfig.from_pretrained(settings["model_name"]))
     return settle_cpu_precision(config, device_settings(config), model).precision
 

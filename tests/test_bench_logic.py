@@ -272,3 +272,30 @@ def test_a_missed_whole_run_says_its_shortfall_in_its_own_figures():
     assert "LLaMA-Factory's median 60.0 s" in note
     assert "steps take 0.60 of" in note and "export 1.5 s against 11.0 s" in note
     assert "took 11.3 s in the profile run, against 9.0 s" in note
+
+
+def test_the_bench_asks_the_worker_for_its_precision_as_the_worker_would(demo_assets):
+    """The bench hands the worker's own precision rule a typed config, as the worker's entry
+    does; a dict (what it handed before the worker read the typed config) broke every
+    benchmark that compares at one precision, and only a bench run showed it."""
+    from runs import tunelab_precision
+
+    from tunelab.worker.model_setup import native_cpu_bf16
+
+    chosen = tunelab_precision({"model_name": str(demo_assets.model_dir), "local_datasets": [str(demo_assets.alpaca)]})
+    assert chosen in ("fp32", "bf16")
+    if not native_cpu_bf16():
+        assert chosen == "fp32"  # a CPU without native bf16 would emulate it: fp32 is the rule there
+
+
+def test_the_dataset_check_child_script_runs_against_the_worker_as_it_is(demo_assets, tmp_path):
+    """bench/dataset_check.py times the preview's stages in a child that calls worker code
+    directly; run that child once so a change in those calls fails here, not in a bench run."""
+    import subprocess
+
+    import dataset_check
+
+    done = subprocess.run([sys.executable, "-c", dataset_check.PHASES, str(demo_assets.model_dir), str(demo_assets.alpaca)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "marks" in json.loads(done.stdout.strip().splitlines()[-1])
