@@ -63,10 +63,17 @@ def loss_tolerance(precision: str, logs: Sequence[StepLog]) -> float:
 CPU_ONLY = {"CUDA_VISIBLE_DEVICES": ""}
 
 UNMET_NOTES = {
-    KEY: "Both arms run the same TRL SFTTrainer training on the same rows (the loss curves agree), so the ratio "
-         "measures tunelab's own per-step cost, which is small; the issue's goal of 1.15x would need a faster "
-         "training step than TRL's (for example packing, which changes what a step holds and is measured in "
-         "bench/packing.py), not a thinner wrapper.",
+    KEY: "Both arms run the same TRL SFTTrainer step on the same rows (the loss curves agree), so what is left to "
+         "win is the arithmetic of that step. Where a tunelab step's time goes (py-spy at 100 Hz over a 25-step run "
+         "of this job, 2026-12-05): backward 53%; forward 46%, of which the base and LoRA linear layers' matrix "
+         "multiplies 25%, the direct LM head and loss 13% (its entropy and top-1 metrics alone 5.6%: full passes "
+         "over 49,152 logits per token, for logging), attention 3%. Tried and landed: the direct LM head (scores "
+         "only labelled positions) and the frozen linear weights held in bf16 (the same numbers, 0.4 GiB less; it "
+         "saves casting time too small to see here). Not enough on a CPU: the matrix multiplies are the step, and "
+         "both arms run them through the same oneDNN kernels. On a GPU the step's other half is what fused "
+         "kernels remove (Liger's fused linear cross-entropy, which never writes the logits; FlashAttention's "
+         "varlen kernels; fused RMSNorm, RoPE and SwiGLU): not built, and not measurable here (no GPU was lent "
+         "to this work; bench/gpu.py compares the two arms on a CUDA machine).",
 }
 
 

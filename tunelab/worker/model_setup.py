@@ -88,6 +88,42 @@ def settle_cpu_precision(config: WorkerConfig, device: DeviceSettings, model: An
     return device
 
 
+def store_frozen_linears_in_bf16(config: WorkerConfig, device: DeviceSettings, model: Any) -> int:
+    """Where `settle_cpu_precision` chose bf16 autocast after the model loaded in fp32, cast
+    the frozen linear weights of an adapter run to bf16 once, after the adapter is attached
+    (its own weights are drawn in fp32, as they would be without this); return how many
+    layers were cast.
+
+    Autocast casts every fp32 weight of a linear layer to bf16 at each forward pass, and
+    the fp32 weights stay resident beside the copies (pages of the loaded file's memory map,
+    all read once the first step has run). Cast once, a weight already in bf16 goes to the
+    matrix multiply unchanged, with the same rounding, so every step computes the same
+    numbers (tests/worker/test_bf16_frozen_linears.py: equal losses over several optimizer
+    steps); the fp32 weights are gone: 0.4 GiB less at peak for SmolLM2-135M. Only what
+    autocast would cast anyway is cast: plain linear layers whose weight is frozen. The
+    weights an embedding shares (a tied output head), norms and every other parameter stay
+    fp32, in a copy of their own, so the file's map can go. Runs that re-derive something
+    from the base weights as they train (DoRA's weight norms, LoftQ) keep theirs as loaded,
+    and so does every objective but supervised fine-tuning: the ones that generate (GRPO)
+    call the model outside the trainer's autocast too.
+    """
+    if (device.cuda or device.precision != "bf16" or config.precision != "auto" or config.objective != "sft"
+            or config.training_type != "lora" or config.use_dora or config.use_loftq):
+        return 0
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    shared = {id(embeddings.weight)} if embeddings is not None else set()
+    layers = [module for module in model.modules()
+              if type(module) is torch.nn.Linear and module.weight.dtype == torch.float32
+              and not module.weight.requires_grad and id(module.weight) not in shared]
+    for layer in layers:
+        layer.to(torch.bfloat16)
+    if layers:
+        for parameter in model.parameters():
+            if parameter.dtype == torch.float32 and not parameter.requires_grad:
+                parameter.data = parameter.data.clone()  # off the file's map, which can then be unmapped
+    return len(layers)
+
+
 def load_tokenizer(config: WorkerConfig) -> Any:
     from transformers import AutoTokenizer
 

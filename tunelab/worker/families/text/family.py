@@ -34,6 +34,10 @@ class TransformersFamily:
     # Whether its data needs only the tokenizer, so the backend may prepare it while the
     # model loads (`load_tokenizer` first, then `load` reuses that tokenizer).
     prefetches_data = False
+    # Whether the model is called only inside the trainer's autocast (no samples generated
+    # beside it), so a bf16 CPU run may hold its frozen linear weights in bf16 from the start
+    # (`model_setup.store_frozen_linears_in_bf16`).
+    frozen_linears_in_bf16 = False
 
     def wrap(self, model: Any, config: WorkerConfig, device: Any) -> Any:
         """The model ready to train: an adapter on the family's targets, or every weight the
@@ -41,6 +45,8 @@ class TransformersFamily:
         model = model_setup.wrap_for_training(model, config, device, self.targets(model, config))
         if config.training_type not in ("lora", "qlora") and not lora_targets.switches_at_default(config):
             lora_targets.freeze_switched_off(model, config)
+        if self.frozen_linears_in_bf16:
+            model_setup.store_frozen_linears_in_bf16(config, device, model)
         return model
 
     def build_trainer(self, config: WorkerConfig, device: Any, model: Any, loaded: Loaded, prepared: Any,
@@ -59,6 +65,7 @@ class TransformersFamily:
 class TextFamily(TransformersFamily):
     name = "text"
     padding_free_on_cpu = True
+    frozen_linears_in_bf16 = True
     _tokenizer: Any = None
 
     @property

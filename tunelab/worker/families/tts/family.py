@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 class TtsFamily(TextFamily):
     name = "tts"
+    frozen_linears_in_bf16 = False  # its eval samples are generated outside the trainer's autocast
 
     def __init__(self) -> None:
         self.layout: Any = None
