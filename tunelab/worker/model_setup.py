@@ -76,7 +76,8 @@ def native_cpu_bf16() -> bool:
 
 def settle_cpu_precision(config: WorkerConfig, device: DeviceSettings, model: Any) -> DeviceSettings:
     """The automatic CPU precision, once the model is known: bf16 autocast where the CPU
-    and the model's width make it pay (the weights stay as loaded, in fp32), else fp32."""
+    and the model's width make it pay (the weights load in fp32; an adapter run's frozen
+    linear weights then go to bf16, `store_frozen_linears_in_bf16`), else fp32."""
     if device.cuda or config.precision != "auto":
         return device
     model_config = getattr(model, "config", None)
