@@ -1,6 +1,6 @@
 """Run every benchmark, print each ratio against its target, and write the results.
 
-    python bench/run_all.py            # all targets (62 minutes on 2 idle CPU cores on 2026-12-02,
+    python bench/run_all.py            # all targets (33 minutes on 2 idle CPU cores on 2026-12-05,
                                        #  packing and real_model the longest)
     python bench/run_all.py --quick    # fewer steps and repetitions (about 10 minutes on 2 idle cores)
     python bench/run_all.py --json results.json --only overhead,packing

@@ -107,6 +107,12 @@ def _chunk(head: Any, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torc
     log_softmax = F.log_softmax(logits.float(), dim=-1)
     log_probs = log_softmax.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     with torch.no_grad():
-        entropy = -(log_softmax.exp() * log_softmax).sum(-1)
-        is_top1 = logits.argmax(-1) == targets
+        # In place: one (positions x vocabulary) temporary instead of two (the same numbers;
+        # 40 -> 25 ms for 254 x 49,152).
+        probabilities = log_softmax.exp()
+        entropy = -probabilities.mul_(log_softmax).sum(-1)
+        # The log-softmax keeps the logits' order (fp32 resolves every bf16 step), so its argmax
+        # is theirs; torch's CPU argmax over fp32 is ~4x faster than over the bf16 logits
+        # autocast gives (14.6 -> 3.9 ms for 1,000 x 8,192): 6% of the whole-run job's step.
+        is_top1 = log_softmax.argmax(-1) == targets
     return log_probs, entropy, is_top1
