@@ -36,16 +36,20 @@ QUESTION = [{"role": "user", "content": "Give three tips for staying healthy."}]
 TRAIN_WAIT_S = 600
 
 UNMET_NOTES = {
-    "generation": "What serving adds is a fixed cost per token, and the demo's model makes it large next to the "
-                  "model's own: the 2-layer, 128-wide Llama generates a token in ~1.5 ms here (~680 tokens/s bare), "
-                  "and each streamed token also crosses the inference child's pipe, the server's event loop and "
-                  "one SSE chunk to the client, ~0.7 ms at the medians (1/459 - 1/678 s on 2026-12-05), on the "
-                  "same two cores the generation runs on. The same per-token cost next to a model that takes tens "
-                  "of milliseconds a token (SmolLM2-135M on this CPU) would be a few percent; that is arithmetic "
-                  "from these medians, not a measurement, and this benchmark keeps the demo model so that it runs "
-                  "without the real model's packages. Not tried yet: sending the text of every token that is ready "
-                  "at once as one message and one chunk (the OpenAI stream allows several tokens per chunk), which "
-                  "cuts the per-token cost when the model outruns the stream.",
+    "generation": "What serving adds is a cost per answer and per token, and the demo's model makes it large next to "
+                  "the model's own: the 2-layer, 128-wide Llama generates a token in ~1.5 ms here (~650 tokens/s "
+                  "bare), so a 64-token answer is ~100 ms, and the served answer adds the HTTP request, the pipe to "
+                  "the inference child and one SSE chunk per token on the same two cores the generation runs on. "
+                  "Tried and kept (2026-12-05): the child sends each token from inside generate instead of waking a "
+                  "second thread per token (TextIteratorStreamer); in one process that hand-off cost ~18% (116 vs "
+                  "96 ms for the 64 tokens), and a probe client saw the served answer end at ~120 ms instead of "
+                  "~130 ms. Tried: joining the token texts already waiting into one SSE chunk; the server keeps up "
+                  "with this model, so it rarely joins any. Measured beside it: bare generate of this model is "
+                  "faster with one torch thread than with the default two (94 vs 107 ms), i.e. the model's ops are "
+                  "too small to share cores, and the served arm's second core is busy with the server and the "
+                  "client. Next to a model that takes tens of milliseconds a token (SmolLM2-135M on this CPU) the "
+                  "same costs would be a few percent; that is arithmetic, not a measurement: this benchmark keeps "
+                  "the demo model so that it runs without the real model's packages.",
 }
 
 
@@ -118,7 +122,7 @@ class Bare:
 
 def measure(quick: bool) -> list[Result]:
     demo = demo_assets()
-    reps = 3 if quick else 8
+    reps = 8 if quick else 16
     server = launch(data_root=demo.model_dir.parent)
     try:
         with server.client(timeout=600) as client:
@@ -126,7 +130,9 @@ def measure(quick: bool) -> list[Result]:
             adapter = Path(client.get(f"/api/runs/{run_id}").json()["output_dir"])
             cold = served(client, f"run-{run_id}")
             bare = Bare(demo.model_dir, adapter)
-            bare.generate()  # warm-up, as the served arm's cold request was
+            for _ in range(2):  # warm-ups: the first answers after loading are slower, on both arms
+                served(client, f"run-{run_id}")
+                bare.generate()
             rounds = alternate([("served", lambda: served(client, f"run-{run_id}")), ("bare", bare.generate)], reps)
     finally:
         server.stop()

@@ -107,10 +107,21 @@ class Generation:
             yield piece
 
     async def aevents(self) -> AsyncIterator[str]:
+        """The same pieces for an event loop, except that the token texts already waiting
+        when the loop gets to them come joined as one piece (one SSE chunk for the lot)."""
+        held: dict[str, Any] | None = None
         while True:
-            piece = self._piece(await self._queue.get())
+            message = held if held is not None else await self._queue.get()
+            held = None
+            piece = self._piece(message)
             if piece is None:
                 return
+            while not self._queue.empty():
+                queued = self._queue.get_nowait()
+                if queued["type"] != "token":
+                    held = queued
+                    break
+                piece += queued["text"]
             yield piece
 
     def text(self) -> str:
