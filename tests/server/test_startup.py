@@ -1,5 +1,5 @@
 """What the server does at start and while idle: orphaned runs closed, the prewarmed worker
-started once the app is ready to serve, a small process, and a progress stream that opens
+started once a client reads the lab (not at start), a small process, and a progress stream that opens
 with `retry:` and keeps the connection alive."""
 
 from __future__ import annotations
@@ -35,13 +35,18 @@ def test_runs_left_running_by_a_previous_server_are_closed_at_start(start_server
     assert client.get(f"/api/runs/{cancelled}").json()["status"] == "stopped"
 
 
-def test_the_warm_worker_starts_with_the_lifespan_not_inside_create_app(home, monkeypatch):
-    # Its torch import would compete with the server's own start-up for the cores.
+def test_the_warm_worker_waits_for_a_client_not_for_the_start(home, monkeypatch):
+    # Its torch import would compete with the server's own start-up for the cores, and an
+    # unused server should hold only itself (warm_on_use.py; test_warm_on_use.py on a real server).
     monkeypatch.delenv(PREWARM_ENV, raising=False)
     app = create_app(prewarm=True, static_dir=None)
     orchestrator = app.state.orchestrator
     assert orchestrator.prewarm_status() == {"enabled": True, "pid": None, "ready": False}
-    with TestClient(app):
+    with TestClient(app) as client:
+        time.sleep(0.5)
+        assert orchestrator.prewarm_status()["pid"] is None
+        token = (home / "token").read_text().strip()
+        assert client.get("/api/runs", headers={"Authorization": f"Bearer {token}"}).status_code == 200
         deadline = time.monotonic() + 60
         while orchestrator.prewarm_status()["pid"] is None and time.monotonic() < deadline:
             time.sleep(0.02)

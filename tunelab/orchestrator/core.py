@@ -110,6 +110,12 @@ class Orchestrator(RunStarter, QueueRunner, RunStopper, RunReader):
         if self._warm is not None and not self._live_runs():
             self._warm.refill()
 
+    def retire_prewarm(self) -> None:
+        """End the warm worker waiting for the next run (nobody is using the server); the
+        next `start_prewarm()` starts another."""
+        if self._warm is not None:
+            self._warm.retire()
+
     # --- devices held ------------------------------------------------------------------
     def _live_runs(self) -> list[ActiveRun]:
         with self._lock:

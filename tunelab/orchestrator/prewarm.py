@@ -17,7 +17,8 @@ What keeps a warm child equivalent to a cold one:
   (so is the download-stall retry, which needs HF_HUB_DISABLE_XET from the start).
 - It ignores Ctrl-C (the parent decides its fate), exits when its parent dies (it polls
   its parent id, and its job pipe reads end-of-file) and is terminated when the
-  orchestrator shuts down; until it has a job it holds nothing worth saving.
+  orchestrator shuts down or retires it (`retire`: a server nobody uses keeps none,
+  server/warm_on_use.py); until it has a job it holds nothing worth saving.
 
 A replacement is started when the run that took the warm child has ended, not while it
 trains: on a small machine a background import would take a core from the very run it
@@ -229,6 +230,12 @@ class WarmWorkers:
             if child is None:
                 return {"pid": None, "ready": False}
             return {"pid": child.process.pid, "ready": child.poll_ready()}
+
+    def retire(self) -> None:
+        """End the waiting child; a later `refill` starts another."""
+        with self._lock:
+            child, self._child = self._child, None
+        _retire(child)
 
     def close(self) -> None:
         """No more warm children; end the waiting one."""

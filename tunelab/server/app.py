@@ -48,6 +48,7 @@ from tunelab.server.routes_push import router as push_router
 from tunelab.server.run_uses import RunUses
 from tunelab.server.schemas import Health, error_schemas
 from tunelab.server.stream_tickets import TicketBook
+from tunelab.server.warm_on_use import WarmOnUse, idle_seconds, note_use
 from tunelab.store import Store
 
 STATIC_DIR = Path(__file__).parent / "static"
@@ -112,7 +113,7 @@ def create_app(
     store and orchestrator; pass your own to share them (you then shut them down).
     `home` sets TUNELAB_HOME for this process, and so for the workers it spawns.
     `prewarm` keeps a worker with its imports done for the next run (an owned
-    orchestrator only, from the lifespan's start on; TUNELAB_PREWARM=0/1 overrides it). `allow_remote_code` and
+    orchestrator only, while clients use the server: warm_on_use.py; TUNELAB_PREWARM=0/1 overrides it). `allow_remote_code` and
     `allow_output_anywhere` let API callers set trust_remote_code (with an approved
     fingerprint; `allow_unpinned_remote_code`: without one too) and
     allow_output_outside_root; `allow_ray`, ray_address; `allow_multi_node`, nodes; `allow_reward_code`, a python reward. `allowed_hosts`: the Host names answered (None: any;
@@ -137,18 +138,18 @@ def create_app(
         identity = load_identity()
         store.close_orphans(latest_valid_checkpoint, lambda lock: owner_is_alive(locks, lock),
                             host=socket.gethostname(), server_id=identity.id, silent_after_s=silent_after_s())
-        # The warm worker's torch import would take a core from the server's own start-up:
-        # it starts once the server is ready to answer (the lifespan's start).
+        # The warm worker starts when a client first reads the lab, not at start (warm_on_use.py).
         orchestrator = Orchestrator(store, prewarm=prewarm_wanted(prewarm), prewarm_later=True,
                                     before_spawn=inference.unload_gpu, identity=identity, **_worker_target_override())
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         if owns_orchestrator:
-            orchestrator.start_prewarm()
             # Sweeps this server was running when it died go on, from the trials they had.
             await asyncio.to_thread(routes_sweeps.resume_sweeps, app.state)
+        idle_watch = asyncio.create_task(app.state.warm_on_use.watch())
         yield
+        idle_watch.cancel()
         await app.state.preview_spare.close()
         await asyncio.to_thread(inference.close)
         if owns_orchestrator:
@@ -165,7 +166,8 @@ def create_app(
         lifespan=lifespan,
         docs_url=None,
         # Every route passes its role rule (keys: admin, member, viewer) before it runs.
-        dependencies=[Depends(roles.enforce)],
+        # Then a request with a key keeps the warm children alive (warm_on_use.py).
+        dependencies=[Depends(roles.enforce), Depends(note_use)],
     )
     app.state.orchestrator = orchestrator
     app.state.store = store
@@ -179,6 +181,7 @@ def create_app(
     # "Check dataset" answers from a child that has done its imports (preview_spare.py),
     # started once someone lists the data files (the page does as it opens), not at start.
     app.state.preview_spare = PreviewSpare(enabled=prewarm_wanted(prewarm))
+    app.state.warm_on_use = WarmOnUse(orchestrator if owns_orchestrator else None, app.state.preview_spare, idle_seconds())
     app.state.allow_remote_code = allow_remote_code
     app.state.allow_unpinned_remote_code = allow_unpinned_remote_code
     app.state.allow_output_anywhere = allow_output_anywhere

@@ -14,7 +14,8 @@ exactly one request and exits: a preview never sees another's state.
 
 It follows TUNELAB_PREWARM like the warm worker (off in the tests, which start servers
 that never preview). A spare costs an idle process of a few hundred MB; it exits when the
-server shuts down (killed) or dies (its stdin reads end-of-file and it returns). This module starts processes only: it imports nothing heavy.
+server shuts down (killed) or nobody has used the server for a while (warm_on_use.py), or when
+the server dies (its stdin reads end-of-file and it returns). This module starts processes only: it imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ class PreviewSpare:
         return process
 
     async def close(self) -> None:
-        """The server is shutting down: a spare holds nothing, so it is killed."""
+        """End the waiting spare (the server shuts down, or nobody has used it for a while:
+        warm_on_use.py); it holds nothing, so it is killed. A later `refill` starts another."""
         process, self._process = self._process, None
         if process is not None:
             if process.returncode is None:
