@@ -1,6 +1,8 @@
-"""The server's side of a streamed answer: token texts that are already waiting when the
-event loop reads them leave as one piece (one SSE chunk), in order, and the end or an
-error that follows them still arrives after them."""
+"""Both sides of a streamed answer's pieces. The child's (`PieceSender`): the first piece
+goes at once, pieces closer together than its interval go together, a slow model's go one
+by one, the end sends what waits, and nothing is lost or reordered. The server's: token
+texts already waiting when the event loop reads them leave as one piece (one SSE chunk),
+in order, and the end or an error that follows them still arrives after them."""
 
 from __future__ import annotations
 
@@ -9,6 +11,52 @@ import asyncio
 import pytest
 
 from tunelab.inference.client import Generation, InferenceFailed
+from tunelab.inference.generate import PieceSender
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_fast_tokens_go_a_few_per_message_and_the_end_sends_the_rest():
+    clock, sent = Clock(), []
+    pieces = PieceSender(sent.append, every_s=0.02, clock=clock)
+    for text in ["Hello", "", ",", " wor", "ld", "!", " Bye"]:  # a token each 5 ms ("": a word not finished)
+        pieces.add(text)
+        clock.now += 0.005
+    pieces.flush()
+    assert sent == ["Hello", ", world!", " Bye"]  # at once; then once 20 ms have gone by; the end
+    assert "".join(sent) == "Hello, world! Bye"
+
+
+def test_slow_tokens_go_one_by_one_and_now_sends_at_once():
+    clock, sent = Clock(), []
+    pieces = PieceSender(sent.append, every_s=0.02, clock=clock)
+    for text in ["one", " two", " three"]:  # a token each 50 ms
+        pieces.add(text)
+        clock.now += 0.05
+    assert sent == ["one", " two", " three"]
+    pieces.add(" four")  # 50 ms after the last: at once
+    pieces.add(" five")  # no time after it: waits
+    assert sent[-1] == " four"
+    pieces.add(" stop", now=True)  # a stop string reached, or the stream's end
+    assert sent[-1] == " five stop"
+    pieces.flush()
+    assert len(sent) == 5  # nothing left to send
+
+
+def test_empty_text_neither_sends_nor_restarts_the_interval():
+    clock, sent = Clock(), []
+    pieces = PieceSender(sent.append, every_s=0.02, clock=clock)
+    pieces.add("")
+    pieces.add("")
+    assert sent == []
+    pieces.add("first")  # the first text goes at once, however many "" came before
+    assert sent == ["first"]
 
 
 async def _pieces_after(messages: list[dict]) -> tuple[list[str], Generation]:

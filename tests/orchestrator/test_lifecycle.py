@@ -8,6 +8,7 @@ import json
 import multiprocessing.spawn
 import os
 import resource
+import threading
 import time
 
 import pytest
@@ -169,9 +170,11 @@ def test_failed_spawn_finalizes_the_row_and_latches_nothing(orchestrator_for, st
     # leave none for the lock files: that start is refused before anything exists (checked),
     # and the test tries again, after a pause, with one spare more every second try (a queue
     # and a process need many more than the few spares, so the spawn still cannot happen).
-    for attempt, spare in enumerate((3, 3, 4, 4, 5)):
+    # The pauses grow, so a burst of another thread's descriptors is waited out.
+    refusals = []
+    for attempt, spare in enumerate((3, 3, 4, 4, 5, 5, 5, 5)):
         if attempt:
-            time.sleep(0.2)
+            time.sleep(0.2 * attempt)
         resource.setrlimit(resource.RLIMIT_NOFILE, (_free_fds(spare)[-1] + 1, hard))
         try:
             run_id = orch.start(scripted_config())
@@ -179,10 +182,14 @@ def test_failed_spawn_finalizes_the_row_and_latches_nothing(orchestrator_for, st
         except PersistError as refused:
             assert "Too many open files" in str(refused) and store.count_runs() == 0
             assert not orch.is_training_active()
+            refusals.append(str(refused))
         finally:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     else:
-        pytest.fail("the lock files never got their descriptors in five tries")
+        # Name who else was in the process, so that a failure says which thread took them.
+        threads = sorted(thread.name for thread in threading.enumerate())
+        pytest.fail(f"the lock files never got their descriptors in {len(refusals)} tries; last refusal: "
+                    f"{refusals[-1]}; threads alive: {threads}")
     row = store.get_run(run_id)
     assert row["status"] == "error" and row["error_message"].startswith("could not start the worker process")
     assert not orch.is_training_active()
