@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from tunelab.inference.child_errors import GenerationInputError, LoadRefused
 
-# Streaming: tokens that come closer together than this travel as one message (see Relay).
+# Streaming: tokens that come closer together than this travel as one message (PieceSender).
 # 20 ms is far below what a reader of a streamed answer notices.
 SEND_EVERY_S = 0.02
 

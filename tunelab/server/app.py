@@ -13,6 +13,7 @@ Nothing imported here (or by the routes) loads torch, transformers, datasets or 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -150,6 +151,8 @@ def create_app(
         idle_watch = asyncio.create_task(app.state.warm_on_use.watch())
         yield
         idle_watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await idle_watch
         await app.state.preview_spare.close()
         await asyncio.to_thread(inference.close)
         if owns_orchestrator:
