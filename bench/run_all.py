@@ -1,8 +1,8 @@
 """Run every benchmark, print each ratio against its target, and write the results.
 
-    python bench/run_all.py            # all targets (33 minutes on 2 idle CPU cores on 2026-12-05,
+    python bench/run_all.py            # all targets (30-33 minutes on 2 idle CPU cores on 2026-12-05,
                                        #  packing and real_model the longest)
-    python bench/run_all.py --quick    # fewer steps and repetitions (about 10 minutes on 2 idle cores)
+    python bench/run_all.py --quick    # fewer steps and repetitions (13 minutes on 2 idle cores, 2026-12-05)
     python bench/run_all.py --json results.json --only overhead,packing
     python bench/run_all.py --quick --setup   # first makes what real_model and whole_run need
 
@@ -17,8 +17,8 @@ cannot disturb the next; a benchmark that crashes is reported as not met, with i
 A full run writes docs/PERFORMANCE.md (a quick one only with --doc). Where torch sees a
 CUDA GPU it also runs `bench/gpu.py` (`--only gpu` for that alone) and the report
 carries its figures; elsewhere the report says that no GPU was measured, and why.
-`real_model` trains a real 135M model on the CPU (its quick form: under a minute on 2 idle
-cores, 12 minutes when they were shared with about five other busy processes), and needs packages no install pulls in (bench/requirements-real-model.txt): where they
+`real_model` trains a real 135M model on the CPU (its quick form: about two minutes on 2 idle
+cores, far longer when they are shared with other busy processes), and needs packages no install pulls in (bench/requirements-real-model.txt): where they
 are missing it is reported as not measured, with the command that installs them.
 """
 
@@ -116,7 +116,7 @@ def run_one(name: str, quick: bool) -> list[Result]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Run tunelab's benchmarks.")
-    parser.add_argument("--quick", action="store_true", help="a shorter version (about 10 minutes on 2 idle cores)")
+    parser.add_argument("--quick", action="store_true", help="a shorter version (13 minutes on 2 idle cores)")
     parser.add_argument("--json", help="write [{name, ratio, target, met, ...}] to this file")
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(BENCHMARKS + (GPU,))}")
     parser.add_argument("--doc", help=f"write the report here (default for a full run: {DOC})")
