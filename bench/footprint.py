@@ -50,9 +50,14 @@ def held(pid: int) -> dict[str, float]:
     """Memory in MB of the server process `pid` and every child it keeps, and which warm
     children (the training worker, the preview spare) are among them."""
     parent = psutil.Process(pid)
-    children = parent.children(recursive=True)
     own = parent.memory_full_info()
-    theirs = [child.memory_full_info() for child in children]
+    children, theirs = [], []
+    for child in parent.children(recursive=True):
+        try:  # the warm children come and go (warm_on_use.py): one may end between the listing and the read
+            theirs.append(child.memory_full_info())
+            children.append(child)
+        except psutil.NoSuchProcess:
+            continue
     return {"server": own.rss / 2**20, "worker": sum(m.rss for m in theirs) / 2**20,
             "total_rss": (own.rss + sum(m.rss for m in theirs)) / 2**20,
             "total_pss": (own.pss + sum(m.pss for m in theirs)) / 2**20, "children": len(children),
