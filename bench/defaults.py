@@ -86,10 +86,14 @@ UNMET_NOTES = {}
 
 def measure(quick: bool) -> list[Result]:
     demo, larger = demo_assets(), larger_assets()
-    reps = 2 if quick else 3  # one repetition in the quick form gave 0.82 and 1.10 for the same code
+    # The tiny model's step takes ~12 ms, and this machine's speed drifts over seconds (a slow
+    # phase ran 12 → 17 ms a step for a whole run, then went): 60 steps were a 0.6 s window a
+    # phase could cover for one arm and miss for the other (2a's per-repetition ratios ran
+    # 0.76-1.42 for the same code). 250 steps give each arm a ~3 s window: 1.06-1.29.
+    reps = 2 if quick else 3
     return [
         compare("defaults_tiny", "2a. Device-aware defaults, tiny", str(demo.model_dir), str(demo.chatml), 128,
-                60 if quick else 120, 10, reps, quick, "demo tiny Llama (hidden 128), chat data"),
+                250 if quick else 400, 10, reps, quick, "demo tiny Llama (hidden 128), chat data"),
         compare("defaults_larger", "2b. Device-aware defaults, larger", str(larger.model_dir), str(larger.uniform), 256,
                 12 if quick else 24, 3, reps, quick, "larger random Llama (hidden 256), rows of ~126 tokens"),
     ]
