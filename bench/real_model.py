@@ -79,8 +79,9 @@ UNMET_NOTES = {
          "kernels remove (Liger's fused linear cross-entropy, which never writes the logits; FlashAttention's "
          "varlen kernels; fused RMSNorm, RoPE and SwiGLU): not built, and not measurable here (no GPU was lent "
          "to this work; bench/gpu.py compares the two arms on a CUDA machine). The ratio sits near its goal and "
-         "moves with the machine: two full runs of the same code on 2026-12-05 gave 1.317 (1.255-1.378) and "
-         "1.103 (0.989-1.217); the TRL arm alone measured 174 and 202 tokens/s in them.",
+         "moves with the machine: full runs of the same code on 2026-12-05 gave 1.317 (1.255-1.378) and "
+         "1.103 (0.989-1.217) with 12 steps x 2 repetitions (the TRL arm alone: 174 and 202 tokens/s), and "
+         "1.164 (1.126-1.221) with 20 steps x 3.",
 }
 
 
