@@ -89,8 +89,10 @@ def measure(quick: bool) -> list[Result]:
     # The tiny model's step takes ~12 ms, and this machine's speed drifts over seconds (a slow
     # phase ran 12 → 17 ms a step for a whole run, then went): 60 steps were a 0.6 s window a
     # phase could cover for one arm and miss for the other (2a's per-repetition ratios ran
-    # 0.76-1.42 for the same code). 250 steps give each arm a ~3 s window: 1.06-1.29.
-    reps = 2 if quick else 3
+    # 0.76-1.42 for the same code). 250 steps give each arm a ~3 s window: 1.06-1.29 in three
+    # trials, but a fresh clone's quick run still caught one repetition at 0.83 (the other
+    # 1.13): both forms take three, so the median holds against one slow phase.
+    reps = 3
     return [
         compare("defaults_tiny", "2a. Device-aware defaults, tiny", str(demo.model_dir), str(demo.chatml), 128,
                 250 if quick else 400, 10, reps, quick, "demo tiny Llama (hidden 128), chat data"),
