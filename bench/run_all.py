@@ -2,7 +2,7 @@
 
     python bench/run_all.py            # all targets (30-33 minutes on 2 idle CPU cores on 2026-12-05,
                                        #  packing and real_model the longest)
-    python bench/run_all.py --quick    # fewer steps and repetitions (13 minutes on 2 idle cores, 2026-12-05)
+    python bench/run_all.py --quick    # fewer steps and repetitions (15-16 minutes on 2 idle cores, 2026-12-05)
     python bench/run_all.py --json results.json --only overhead,packing
     python bench/run_all.py --quick --setup   # first makes what real_model and whole_run need
 
@@ -116,7 +116,7 @@ def run_one(name: str, quick: bool) -> list[Result]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description="Run tunelab's benchmarks.")
-    parser.add_argument("--quick", action="store_true", help="a shorter version (13 minutes on 2 idle cores)")
+    parser.add_argument("--quick", action="store_true", help="a shorter version (15-16 minutes on 2 idle cores)")
     parser.add_argument("--json", help="write [{name, ratio, target, met, ...}] to this file")
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(BENCHMARKS + (GPU,))}")
     parser.add_argument("--doc", help=f"write the report here (default for a full run: {DOC})")
